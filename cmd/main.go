@@ -1,0 +1,310 @@
+// Command configstamp runs the configstamp webhook and reconciler.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/configstamp/configstamp/certs"
+	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/webhook"
+)
+
+type options struct {
+	kubeconfig          string
+	namespace           string
+	certMode            string
+	certDir             string
+	webhookURL          string
+	webhookService      string
+	webhookHost         string
+	webhookPort         int
+	webhookConfigName   string
+	tlsSecret           string
+	hashKeySecret       string
+	probeAddr           string
+	metricsAddr         string
+	leaderElect         bool
+	leaderElectionID    string
+	logFormat           string
+	logLevel            int
+	concurrency         int
+	qps                 float64
+	burst               int
+	caLifetime          time.Duration
+	certLifetime        time.Duration
+	renewBefore         time.Duration
+	gracefulShutdownFor time.Duration
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "configstamp:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags() *options {
+	o := &options{}
+	fs := flag.CommandLine
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: in-cluster config or $KUBECONFIG.")
+	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "configstamp-system"), "configstamp's own namespace (hash key, TLS secret, leader election).")
+	fs.StringVar(&o.certMode, "cert-mode", "cert-manager", `"cert-manager": serve the mounted files from --cert-dir (hot-reloaded); "self": make and rotate a CA and serving certificate kept in a Secret, and inject the CA bundle.`)
+	fs.StringVar(&o.certDir, "cert-dir", "", "Directory of tls.crt and tls.key. Default: the mounted /tmp/k8s-webhook-server/serving-certs in cert-manager mode, a temporary directory in self mode.")
+	fs.StringVar(&o.webhookURL, "webhook-url", "", "Self mode: register the MutatingWebhookConfiguration with this base URL (out of cluster), e.g. https://127.0.0.1:9443.")
+	fs.StringVar(&o.webhookService, "webhook-service", "configstamp-webhook-service", "Self mode without --webhook-url: the webhook Service in --namespace.")
+	fs.StringVar(&o.webhookHost, "webhook-host", "", "Address the webhook server binds. Default: the host of --webhook-url when it is an IP, else all addresses.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	fs.StringVar(&o.webhookConfigName, "webhook-config-name", "configstamp", "Name of the MutatingWebhookConfiguration (self mode writes it).")
+	fs.StringVar(&o.tlsSecret, "tls-secret", "configstamp-webhook-tls", "Self mode: Secret holding the CA and serving certificate.")
+	fs.StringVar(&o.hashKeySecret, "hash-key-secret", "configstamp-hash-key", "Secret holding the per-installation HMAC key.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `Address of /metrics; "0" disables it.`)
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader for the reconciler (every replica serves the webhook).")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "configstamp.configstamp.io", "Name of the leader election Lease.")
+	fs.StringVar(&o.logFormat, "log-format", "json", `"json" or "console".`)
+	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity (0 info, 1 debug).")
+	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 4, "Parallel reconciles per workload kind.")
+	fs.Float64Var(&o.qps, "kube-api-qps", 50, "Client QPS to the API server.")
+	fs.IntVar(&o.burst, "kube-api-burst", 100, "Client burst to the API server.")
+	fs.DurationVar(&o.caLifetime, "ca-lifetime", 5*365*24*time.Hour, "Self mode: CA validity.")
+	fs.DurationVar(&o.certLifetime, "cert-lifetime", 365*24*time.Hour, "Self mode: serving certificate validity.")
+	fs.DurationVar(&o.renewBefore, "renew-before", 30*24*time.Hour, "Self mode: renew a certificate with less validity left than this.")
+	fs.DurationVar(&o.gracefulShutdownFor, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for runnables on shutdown.")
+	flag.Parse()
+	return o
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func newLogger(format string, level int) (logr.Logger, error) {
+	cfg := zap.NewProductionConfig()
+	if format == "console" {
+		cfg = zap.NewDevelopmentConfig()
+		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+	} else if format != "json" {
+		return logr.Logger{}, fmt.Errorf("unknown --log-format %q (json or console)", format)
+	}
+	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-level))
+	cfg.Sampling = nil
+	z, err := cfg.Build()
+	if err != nil {
+		return logr.Logger{}, err
+	}
+	return zapr.NewLogger(z), nil
+}
+
+func restConfig(o *options) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	} else {
+		cfg, err = ctrl.GetConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("while loading the kubeconfig: %w", err)
+	}
+	cfg.QPS = float32(o.qps)
+	cfg.Burst = o.burst
+	cfg.UserAgent = "configstamp"
+	return cfg, nil
+}
+
+func run() error {
+	o := parseFlags()
+	logger, err := newLogger(o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+	setupLog := logger.WithName("setup")
+
+	cfg, err := restConfig(o)
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+
+	ctx := ctrl.SetupSignalHandler()
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("while creating a client: %w", err)
+	}
+
+	hashKey, err := controllers.EnsureHashKey(ctx, direct, o.namespace, o.hashKeySecret)
+	if err != nil {
+		return err
+	}
+
+	webhookHost := o.webhookHost
+	certDir := o.certDir
+	var bundle *certs.Bundle
+	switch o.certMode {
+	case "self":
+		hosts, host, err := selfHosts(o)
+		if err != nil {
+			return err
+		}
+		if webhookHost == "" {
+			webhookHost = host
+		}
+		pki := &certs.PublicKeyInfrastructure{
+			Client: direct, Namespace: o.namespace, SecretName: o.tlsSecret, Hosts: hosts,
+			CALifetime: o.caLifetime, CertLifetime: o.certLifetime, RenewBefore: o.renewBefore,
+			Log: logger.WithName("certs"),
+		}
+		if bundle, err = pki.Ensure(ctx); err != nil {
+			return err
+		}
+		if certDir == "" {
+			if certDir, err = os.MkdirTemp("", "configstamp-certs-"); err != nil {
+				return err
+			}
+			defer func() { _ = os.RemoveAll(certDir) }()
+		}
+		if err := bundle.WriteFiles(certDir); err != nil {
+			return err
+		}
+	case "cert-manager":
+		if certDir == "" {
+			certDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+		}
+	default:
+		return fmt.Errorf("unknown --cert-mode %q (self or cert-manager)", o.certMode)
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   controllers.CacheOptions(),
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        o.leaderElectionID,
+		LeaderElectionNamespace: o.namespace,
+		// The reconciler's work is idempotent; a new leader may start at once.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &o.gracefulShutdownFor,
+		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
+			Host: webhookHost, Port: o.webhookPort, CertDir: certDir,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("while creating the manager: %w", err)
+	}
+
+	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	hasher := stamp.NewHasher(hashKey)
+	for _, kind := range controllers.Workloads {
+		r := &controllers.WorkloadReconciler{
+			Client: mgr.GetClient(), Kind: kind,
+			Resolver:                &controllers.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Hasher: hasher},
+			Recorder:                mgr.GetEventRecorder("configstamp"),
+			MaxConcurrentReconciles: o.concurrency,
+		}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("while setting up the %s reconciler: %w", kind.Name, err)
+		}
+	}
+	// The webhook reads sources live (consistent reads), not from the cache.
+	live := &controllers.Resolver{Sources: mgr.GetAPIReader(), Index: mgr.GetCache(), Hasher: hasher}
+	if err := webhook.Setup(mgr, live); err != nil {
+		return fmt.Errorf("while setting up the webhook: %w", err)
+	}
+
+	if bundle != nil {
+		cc := admissionregistrationv1.WebhookClientConfig{CABundle: bundle.CACert}
+		if o.webhookURL != "" {
+			u := o.webhookURL + webhook.Path
+			cc.URL = &u
+		} else {
+			p := webhook.Path
+			cc.Service = &admissionregistrationv1.ServiceReference{Namespace: o.namespace, Name: o.webhookService, Path: &p}
+		}
+		if err := webhook.Register(ctx, direct, webhook.Configuration(o.webhookConfigName, o.namespace, cc)); err != nil {
+			return err
+		}
+	}
+
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("while adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("while adding the webhook ready check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr)); err != nil {
+		return fmt.Errorf("while adding the cache ready check: %w", err)
+	}
+
+	setupLog.Info("starting", "namespace", o.namespace, "certMode", o.certMode, "webhookURL", o.webhookURL)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("while running the manager: %w", err)
+	}
+	return nil
+}
+
+// cachesSynced is ready once the informers configstamp reads have synced.
+func cachesSynced(mgr ctrl.Manager) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}
+}
+
+// selfHosts returns the names the serving certificate must cover and the bind
+// host implied by --webhook-url (its IP, so a laptop does not listen on every
+// interface).
+func selfHosts(o *options) ([]string, string, error) {
+	if o.webhookURL != "" {
+		u, err := url.Parse(o.webhookURL)
+		if err != nil || u.Scheme != "https" || u.Hostname() == "" {
+			return nil, "", fmt.Errorf("--webhook-url %q must be an https URL with a host", o.webhookURL)
+		}
+		host := ""
+		if net.ParseIP(u.Hostname()) != nil {
+			host = u.Hostname()
+		}
+		return []string{u.Hostname()}, host, nil
+	}
+	svc := o.webhookService + "." + o.namespace + ".svc"
+	return []string{svc, svc + ".cluster.local"}, "", nil
+}

@@ -1,0 +1,121 @@
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// mapper maps ConfigMap, Secret and Namespace events to the workloads of one
+// kind that they concern. Everything it reads comes from the cache.
+type mapper struct {
+	client   client.Reader
+	kind     WorkloadKind
+	recorder events.EventRecorder
+}
+
+// sourceHandler enqueues, for a ConfigMap or Secret event, the workloads that
+// reference the object (field index) and those whose template labels match its
+// rollout selector, before or after the change.
+func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q queue) {
+			m.reportSelector(e.Object, "")
+			m.enqueue(ctx, kind, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) {
+			m.reportSelector(e.ObjectNew, selectorValue(e.ObjectOld))
+			m.enqueue(ctx, kind, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
+			m.enqueue(ctx, kind, q, e.Object)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q queue) {
+			m.enqueue(ctx, kind, q, e.Object)
+		},
+	}
+}
+
+func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...client.Object) {
+	seen := map[types.NamespacedName]bool{}
+	add := func(o client.Object) {
+		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
+		if !seen[key] {
+			seen[key] = true
+			q.Add(reconcile.Request{NamespacedName: key})
+		}
+	}
+	logger := log.FromContext(ctx)
+	for i, obj := range objs {
+		ns := obj.GetNamespace()
+		ref := stamp.ObjectRef{Kind: kind, Name: obj.GetName()}
+		if i == 0 { // the index answer is the same for old and new
+			list := m.kind.NewList()
+			if err := m.client.List(ctx, list, client.InNamespace(ns), client.MatchingFields{IndexSources: ref.String()}, client.UnsafeDisableDeepCopy); err != nil {
+				logger.Error(err, "while listing workloads by index", "source", ref, "namespace", ns)
+			}
+			for _, w := range m.kind.Items(list) {
+				add(w)
+			}
+		}
+		sel, ok, _ := stamp.RolloutSelector(obj.GetAnnotations())
+		if !ok || sel.Empty() {
+			continue
+		}
+		list := m.kind.NewList()
+		if err := m.client.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+			logger.Error(err, "while listing workloads for a selector", "source", ref, "namespace", ns)
+			continue
+		}
+		for _, w := range m.kind.Items(list) {
+			if tmpl := PodTemplate(w); tmpl != nil && sel.Matches(labels.Set(tmpl.Labels)) {
+				add(w)
+			}
+		}
+	}
+}
+
+func selectorValue(obj client.Object) string {
+	a := obj.GetAnnotations()
+	return a[stamp.AnnotationRolloutSelector] + "\x00" + a[stamp.AnnotationPodDeleteMatch]
+}
+
+// reportSelector emits a Warning event on a ConfigMap or Secret whose rollout
+// selector does not parse, once per new value (not on every resync).
+func (m *mapper) reportSelector(obj client.Object, previous string) {
+	if m.recorder == nil || m.kind.Name != Workloads[0].Name || selectorValue(obj) == previous {
+		return // one workload kind reports for all
+	}
+	if _, _, problem := stamp.RolloutSelector(obj.GetAnnotations()); problem != nil {
+		m.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonInvalidValue, "Ignore", "%s", problem.String())
+	}
+}
+
+// namespaceWorkloads enqueues every workload of a namespace whose labels changed
+// (namespace opt-in).
+func (m *mapper) namespaceWorkloads(ctx context.Context, obj client.Object) []reconcile.Request {
+	list := m.kind.NewList()
+	if err := m.client.List(ctx, list, client.InNamespace(obj.GetName()), client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "while listing workloads of a namespace", "namespace", obj.GetName())
+		return nil
+	}
+	items := m.kind.Items(list)
+	reqs := make([]reconcile.Request, len(items))
+	for i, w := range items {
+		reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.GetNamespace(), Name: w.GetName()}}
+	}
+	return reqs
+}

@@ -1,0 +1,56 @@
+package controllers
+
+import (
+	"maps"
+	"reflect"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// workloadChanged passes workload updates that can change what configstamp
+// decides: a new generation (template, annotations of the spec), labels (opt-in,
+// template labels matched by selectors) or annotations (extra-*, the record).
+// Status-only updates, frequent during rollouts, are dropped.
+func workloadChanged() predicate.Predicate {
+	return predicate.Or[client.Object](
+		predicate.GenerationChangedPredicate{},
+		predicate.LabelChangedPredicate{},
+		predicate.AnnotationChangedPredicate{},
+	)
+}
+
+// sourceAnnotations are the ConfigMap/Secret annotations that change hashes.
+var sourceAnnotations = []string{stamp.AnnotationIgnore, stamp.AnnotationRolloutSelector, stamp.AnnotationPodDeleteMatch}
+
+// sourceChanged passes ConfigMap and Secret updates whose data (digests, as
+// cached) or hash-relevant annotations changed. Metadata-only updates cost nothing.
+func sourceChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return SourceDiffers(e.ObjectOld, e.ObjectNew)
+	}}
+}
+
+// SourceDiffers reports whether two versions of a ConfigMap or Secret differ in
+// anything that a hash or a selector depends on.
+func SourceDiffers(oldObj, newObj client.Object) bool {
+	oldA, newA := oldObj.GetAnnotations(), newObj.GetAnnotations()
+	for _, k := range sourceAnnotations {
+		if oldA[k] != newA[k] {
+			return true
+		}
+	}
+	switch o := oldObj.(type) {
+	case *corev1.ConfigMap:
+		n, ok := newObj.(*corev1.ConfigMap)
+		return !ok || !maps.Equal(o.Data, n.Data) || !reflect.DeepEqual(o.BinaryData, n.BinaryData)
+	case *corev1.Secret:
+		n, ok := newObj.(*corev1.Secret)
+		return !ok || !reflect.DeepEqual(o.Data, n.Data)
+	}
+	return true
+}

@@ -1,0 +1,150 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// Resolver computes a workload's stamp. The reconciler reads sources from the
+// manager's cache (digested objects); the webhook reads them live from the API
+// server, so that a ConfigMap and a Deployment applied milliseconds apart are
+// seen consistently. Both give the same hash for the same data.
+type Resolver struct {
+	// Sources is where referenced ConfigMaps and Secrets are read.
+	Sources client.Reader
+	// Index is the cache, used to find the ConfigMaps and Secrets of a namespace
+	// that carry a rollout selector (IndexHasSelector).
+	Index  client.Reader
+	Hasher *stamp.Hasher
+}
+
+// Computation is the outcome of resolving one workload.
+type Computation struct {
+	stamp.Result
+	// Problems are bad user values found on the way, to be reported and ignored.
+	Problems []SubjectProblem
+	// Selected are the sources whose rollout selector matches the template labels.
+	Selected []stamp.ObjectRef
+}
+
+// SubjectProblem is a bad value and the object that carries it.
+type SubjectProblem struct {
+	// Source is the ConfigMap/Secret carrying the value, or nil when it is the workload.
+	Source *stamp.ObjectRef
+	stamp.Problem
+}
+
+// Compute resolves the references of a workload in namespace, with the given
+// metadata annotations and pod template, and hashes their data.
+func (r *Resolver) Compute(ctx context.Context, namespace string, annotations map[string]string, tmpl *corev1.PodTemplateSpec) (*Computation, error) {
+	refs, problems := stamp.WorkloadRefs(annotations, &tmpl.Spec)
+	comp := &Computation{}
+	for _, p := range problems {
+		comp.Problems = append(comp.Problems, SubjectProblem{Problem: p})
+	}
+	selected, selProblems, err := r.selectedSources(ctx, namespace, labels.Set(tmpl.Labels))
+	if err != nil {
+		return nil, err
+	}
+	comp.Problems = append(comp.Problems, selProblems...)
+	for _, ref := range selected {
+		refs.AddAll(ref)
+	}
+	comp.Selected = selected
+
+	counted := stamp.NewRefs()
+	sources := make(map[stamp.ObjectRef]stamp.Source, refs.Len())
+	for _, ref := range refs.Objects() {
+		src, ignored, problem, err := r.source(ctx, namespace, ref)
+		if err != nil {
+			return nil, err
+		}
+		if problem != nil {
+			comp.Problems = append(comp.Problems, SubjectProblem{Source: &ref, Problem: *problem})
+		}
+		if ignored {
+			continue
+		}
+		keys := refs.Keys(ref)
+		if keys.All {
+			counted.AddAll(ref)
+		}
+		for k := range keys.Keys {
+			counted.AddKey(ref, k)
+		}
+		sources[ref] = src
+	}
+	comp.Result = r.Hasher.Compute(namespace, counted, sources)
+	return comp, nil
+}
+
+// source reads one referenced object. A missing object is an absent source.
+func (r *Resolver) source(ctx context.Context, namespace string, ref stamp.ObjectRef) (stamp.Source, bool, *stamp.Problem, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}
+	var obj client.Object
+	switch ref.Kind {
+	case stamp.KindConfigMap:
+		obj = &corev1.ConfigMap{}
+	case stamp.KindSecret:
+		obj = &corev1.Secret{}
+	default:
+		return stamp.Source{}, false, nil, fmt.Errorf("unknown source kind %q", ref.Kind)
+	}
+	if err := r.Sources.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return stamp.AbsentSource(ref), false, nil, nil
+		}
+		return stamp.Source{}, false, nil, fmt.Errorf("while reading %s/%s: %w", ref.Kind, key, err)
+	}
+	ignored, problem := stamp.Ignored(obj.GetAnnotations())
+	if ignored {
+		return stamp.Source{}, true, problem, nil
+	}
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		return stamp.SourceFromConfigMap(o), false, problem, nil
+	case *corev1.Secret:
+		return stamp.SourceFromSecret(o), false, problem, nil
+	}
+	return stamp.Source{}, false, problem, nil
+}
+
+// selectedSources returns the ConfigMaps and Secrets of namespace whose rollout
+// selector matches the pod-template labels. Discovery uses the cache index;
+// the data of what matched is then read from r.Sources like any reference.
+func (r *Resolver) selectedSources(ctx context.Context, namespace string, podLabels labels.Set) ([]stamp.ObjectRef, []SubjectProblem, error) {
+	var out []stamp.ObjectRef
+	var problems []SubjectProblem
+	add := func(kind stamp.Kind, obj client.Object) {
+		sel, ok, problem := stamp.RolloutSelector(obj.GetAnnotations())
+		ref := stamp.ObjectRef{Kind: kind, Name: obj.GetName()}
+		if problem != nil {
+			problems = append(problems, SubjectProblem{Source: &ref, Problem: *problem})
+		}
+		if ok && !sel.Empty() && sel.Matches(podLabels) {
+			out = append(out, ref)
+		}
+	}
+	cms := &corev1.ConfigMapList{}
+	if err := r.Index.List(ctx, cms, client.InNamespace(namespace), client.MatchingFields{IndexHasSelector: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("while listing ConfigMaps with selectors in %s: %w", namespace, err)
+	}
+	for i := range cms.Items {
+		add(stamp.KindConfigMap, &cms.Items[i])
+	}
+	secrets := &corev1.SecretList{}
+	if err := r.Index.List(ctx, secrets, client.InNamespace(namespace), client.MatchingFields{IndexHasSelector: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, fmt.Errorf("while listing Secrets with selectors in %s: %w", namespace, err)
+	}
+	for i := range secrets.Items {
+		add(stamp.KindSecret, &secrets.Items[i])
+	}
+	return out, problems, nil
+}

@@ -1,0 +1,72 @@
+package controllers
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// WorkloadKind describes one kind of workload whose pod template configstamp stamps.
+type WorkloadKind struct {
+	// Name is the Kind, e.g. "Deployment".
+	Name string
+	// Resource is the plural resource name, e.g. "deployments".
+	Resource string
+	New      func() client.Object
+	NewList  func() client.ObjectList
+	// Items returns the objects of a list made by NewList.
+	Items func(client.ObjectList) []client.Object
+}
+
+// Workloads are the kinds configstamp handles, in a stable order.
+var Workloads = []WorkloadKind{
+	{
+		Name: "Deployment", Resource: "deployments",
+		New:     func() client.Object { return &appsv1.Deployment{} },
+		NewList: func() client.ObjectList { return &appsv1.DeploymentList{} },
+		Items: func(l client.ObjectList) []client.Object {
+			return itemPointers(l.(*appsv1.DeploymentList).Items)
+		},
+	},
+	{
+		Name: "StatefulSet", Resource: "statefulsets",
+		New:     func() client.Object { return &appsv1.StatefulSet{} },
+		NewList: func() client.ObjectList { return &appsv1.StatefulSetList{} },
+		Items: func(l client.ObjectList) []client.Object {
+			return itemPointers(l.(*appsv1.StatefulSetList).Items)
+		},
+	},
+	{
+		Name: "DaemonSet", Resource: "daemonsets",
+		New:     func() client.Object { return &appsv1.DaemonSet{} },
+		NewList: func() client.ObjectList { return &appsv1.DaemonSetList{} },
+		Items: func(l client.ObjectList) []client.Object {
+			return itemPointers(l.(*appsv1.DaemonSetList).Items)
+		},
+	},
+}
+
+// itemPointers turns a list's items into client.Objects without copying them.
+func itemPointers[T any, PT interface {
+	*T
+	client.Object
+}](items []T) []client.Object {
+	out := make([]client.Object, len(items))
+	for i := range items {
+		out[i] = PT(&items[i])
+	}
+	return out
+}
+
+// PodTemplate returns the pod template of a workload, or nil for other objects.
+func PodTemplate(obj client.Object) *corev1.PodTemplateSpec {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		return &w.Spec.Template
+	case *appsv1.StatefulSet:
+		return &w.Spec.Template
+	case *appsv1.DaemonSet:
+		return &w.Spec.Template
+	}
+	return nil
+}

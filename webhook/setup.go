@@ -1,0 +1,134 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// Path is where the webhook serves all three workload kinds.
+const Path = "/mutate-workloads"
+
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;update;patch
+
+// Setup registers the webhook on the manager's webhook server. resolver must
+// read sources live; the cache is used for Namespaces and selector discovery.
+func Setup(mgr ctrl.Manager, resolver *controllers.Resolver) error {
+	decoder := admission.NewDecoder(mgr.GetScheme())
+	recorder := mgr.GetEventRecorder("configstamp-webhook")
+	handlers := map[string]admission.Handler{
+		"Deployment": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder}).Handler,
+		"StatefulSet": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.StatefulSet]{
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder}).Handler,
+		"DaemonSet": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.DaemonSet]{
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder}).Handler,
+	}
+	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: withWarnings{byKind(handlers)}})
+	return nil
+}
+
+// byKind dispatches a request to the handler of its kind.
+type byKind map[string]admission.Handler
+
+func (b byKind) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Kind.Group != appsv1.GroupName {
+		return admission.Allowed("not a workload")
+	}
+	h, ok := b[req.Kind.Kind]
+	if !ok {
+		return admission.Allowed("not a workload")
+	}
+	return h.Handle(ctx, req)
+}
+
+// Configuration is configstamp's MutatingWebhookConfiguration, for the
+// self-managed mode (the kustomize manifests in config/webhook say the same).
+//
+// Three webhooks with disjoint selectors, so that each write is sent at most once
+// and every other workload write never reaches configstamp:
+//   - "workloads": workloads labelled configstamp.io/enabled=true;
+//   - "namespaces": in namespaces labelled configstamp.io/enabled=true, workloads
+//     whose label is absent or malformed ("false" opts out);
+//   - "malformed": elsewhere, workloads whose label is malformed, only to warn.
+//
+// All exclude configstamp's own namespace and kube-system, so configstamp can
+// never block its own start. failurePolicy Ignore: if configstamp is down,
+// writes go through unstamped and the reconciler records or stamps them later.
+// timeoutSeconds 5: a stamp needs a few GETs; a slow API server should not hold
+// a user's kubectl apply for the default 10 s.
+func Configuration(name, ownNamespace string, cc admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
+	excluded := metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
+		Values: []string{ownNamespace, "kube-system"}}
+	rules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"},
+			Resources: []string{"deployments", "statefulsets", "daemonsets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}
+	entry := func(id string, objSel, nsSel []metav1.LabelSelectorRequirement) admissionregistrationv1.MutatingWebhook {
+		return admissionregistrationv1.MutatingWebhook{
+			Name:                    id + ".configstamp.io",
+			ClientConfig:            cc,
+			Rules:                   rules,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+			TimeoutSeconds:          ptr.To[int32](5),
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: objSel},
+			NamespaceSelector:       &metav1.LabelSelector{MatchExpressions: append([]metav1.LabelSelectorRequirement{excluded}, nsSel...)},
+		}
+	}
+	label := stamp.LabelEnabled
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "configstamp"}},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{
+			entry("workloads",
+				[]metav1.LabelSelectorRequirement{{Key: label, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"}}}, nil),
+			entry("namespaces",
+				[]metav1.LabelSelectorRequirement{{Key: label, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true", "false"}}},
+				[]metav1.LabelSelectorRequirement{{Key: label, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"}}}),
+			entry("malformed",
+				[]metav1.LabelSelectorRequirement{
+					{Key: label, Operator: metav1.LabelSelectorOpExists},
+					{Key: label, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true", "false"}}},
+				[]metav1.LabelSelectorRequirement{{Key: label, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"}}}),
+		},
+	}
+}
+
+// Register creates or updates the MutatingWebhookConfiguration.
+func Register(ctx context.Context, c client.Client, want *admissionregistrationv1.MutatingWebhookConfiguration) error {
+	have := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := c.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("while creating MutatingWebhookConfiguration %s: %w", want.Name, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("while reading MutatingWebhookConfiguration %s: %w", want.Name, err)
+	}
+	have.Webhooks = want.Webhooks
+	have.Labels = want.Labels
+	if err := c.Update(ctx, have); err != nil {
+		return fmt.Errorf("while updating MutatingWebhookConfiguration %s: %w", want.Name, err)
+	}
+	return nil
+}
+
+var _ http.Handler = &admission.Webhook{}

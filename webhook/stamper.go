@@ -1,0 +1,189 @@
+// Package webhook is configstamp's mutating admission webhook: it stamps opted-in
+// Deployments, StatefulSets and DaemonSets at CREATE and UPDATE, so a new
+// workload starts with the right hash and a re-applied manifest that lacks the
+// stamp gets it back instead of rolling.
+package webhook
+
+import (
+	"context"
+	"reflect"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// Stamper is the typed defaulter for one workload kind.
+type Stamper[T client.Object] struct {
+	// Resolver reads sources live (consistent reads).
+	Resolver *controllers.Resolver
+	// Cache reads Namespaces (their opt-in label).
+	Cache    client.Reader
+	Recorder events.EventRecorder
+	Decoder  admission.Decoder
+}
+
+var _ admission.Defaulter[client.Object] = &Stamper[client.Object]{}
+
+// ourAnnotations are the workload metadata annotations configstamp owns.
+var ourAnnotations = []string{stamp.AnnotationAppliedHash, stamp.AnnotationSources}
+
+// Default stamps obj. It never returns an error: whatever goes wrong, the object
+// is admitted (the reconciler is the backstop) and the reason is logged and, for
+// bad user values, returned as an admission warning and a Warning event.
+func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return nil
+	}
+	logger := log.FromContext(ctx).WithValues("kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)
+	dryRun := req.DryRun != nil && *req.DryRun
+	tmpl := controllers.PodTemplate(obj)
+	if tmpl == nil || !obj.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	namespace := req.Namespace
+
+	ns := &corev1.Namespace{}
+	if err := s.Cache.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		logger.Error(err, "while reading namespace; admitting unchanged")
+		return nil
+	}
+	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)
+	for _, p := range problems {
+		s.report(ctx, obj, namespace, p, dryRun)
+	}
+	if !enabled {
+		return nil
+	}
+
+	if req.Operation == admissionv1.Update {
+		old := s.newObject()
+		if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+			logger.Error(err, "while decoding the old object; admitting unchanged")
+			return nil
+		}
+		if keep := keepStamp(old, obj); keep {
+			return nil
+		}
+	}
+
+	comp, err := s.Resolver.Compute(ctx, namespace, obj.GetAnnotations(), tmpl)
+	if err != nil {
+		logger.Error(err, "while computing the hash; admitting unchanged, the reconciler will catch up")
+		return nil
+	}
+	for _, p := range comp.Problems {
+		if p.Source == nil {
+			s.report(ctx, obj, namespace, p.Problem, dryRun)
+		}
+	}
+	setAnnotation(&tmpl.ObjectMeta, stamp.AnnotationHash, comp.Hash)
+	meta := obj.GetAnnotations()
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	meta[stamp.AnnotationAppliedHash] = comp.Hash
+	meta[stamp.AnnotationSources] = stamp.FormatSources(comp.Sources)
+	obj.SetAnnotations(meta)
+	logger.V(1).Info("stamped", "hash", comp.Hash)
+	return nil
+}
+
+// keepStamp handles an UPDATE whose pod template is otherwise unchanged: it
+// restores a stamp or record that the new object dropped (a re-applied manifest)
+// and reports true when nothing needs computing. It reports false when the
+// template changes anyway (the stamp comes for free) or when the stamp itself
+// is being changed (the reconciler's patch), which is then checked against a
+// consistent read so that a lagging cache never flips the hash back.
+func keepStamp(old, obj client.Object) bool {
+	oldT, newT := controllers.PodTemplate(old), controllers.PodTemplate(obj)
+	if !sameExceptStamp(oldT, newT) {
+		return false
+	}
+	oldStamp, newStamp := oldT.Annotations[stamp.AnnotationHash], newT.Annotations[stamp.AnnotationHash]
+	if newStamp != "" && newStamp != oldStamp {
+		return false
+	}
+	if newStamp == "" && oldStamp != "" {
+		setAnnotation(&newT.ObjectMeta, stamp.AnnotationHash, oldStamp)
+	}
+	meta := obj.GetAnnotations()
+	for _, k := range ourAnnotations {
+		if v, ok := old.GetAnnotations()[k]; ok && meta[k] == "" {
+			if meta == nil {
+				meta = map[string]string{}
+			}
+			meta[k] = v
+		}
+	}
+	obj.SetAnnotations(meta)
+	return true
+}
+
+func sameExceptStamp(a, b *corev1.PodTemplateSpec) bool {
+	a, b = a.DeepCopy(), b.DeepCopy()
+	delete(a.Annotations, stamp.AnnotationHash)
+	delete(b.Annotations, stamp.AnnotationHash)
+	if len(a.Annotations) == 0 {
+		a.Annotations = nil
+	}
+	if len(b.Annotations) == 0 {
+		b.Annotations = nil
+	}
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+func setAnnotation(m *metav1.ObjectMeta, key, value string) {
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	m.Annotations[key] = value
+}
+
+func (s *Stamper[T]) newObject() T {
+	var zero T
+	return reflect.New(reflect.TypeOf(zero).Elem()).Interface().(T)
+}
+
+// report returns p as an admission warning and, unless dry-run, a Warning event.
+func (s *Stamper[T]) report(ctx context.Context, obj client.Object, namespace string, p stamp.Problem, dryRun bool) {
+	addWarning(ctx, p.String())
+	if dryRun || s.Recorder == nil {
+		return
+	}
+	ref := obj.DeepCopyObject().(client.Object)
+	if ref.GetNamespace() == "" {
+		ref.SetNamespace(namespace)
+	}
+	s.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, controllers.ReasonInvalidValue, "Ignore", "%s", p.String())
+}
+
+// warnings collects admission warnings through the request context.
+type warningsKey struct{}
+
+type warnings struct{ list []string }
+
+func addWarning(ctx context.Context, w string) {
+	if ws, ok := ctx.Value(warningsKey{}).(*warnings); ok {
+		ws.list = append(ws.list, w)
+	}
+}
+
+// withWarnings wraps a handler so that warnings added during Handle are returned
+// to the client (the typed Defaulter interface has no way to return them).
+type withWarnings struct{ admission.Handler }
+
+func (h withWarnings) Handle(ctx context.Context, req admission.Request) admission.Response {
+	ws := &warnings{}
+	resp := h.Handler.Handle(context.WithValue(ctx, warningsKey{}, ws), req)
+	return resp.WithWarnings(ws.list...)
+}
