@@ -1,0 +1,390 @@
+// Package framework runs configstamp against a real local control plane for the
+// integration and end-to-end suites: it starts the control plane once per test
+// package (TestMain), builds and runs the configstamp binary as a separate
+// process, and offers kubectl and polling helpers. Nothing here sleeps for
+// synchronisation: every wait polls a condition with a deadline.
+package framework
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/test/localcp"
+)
+
+// OwnNamespace is configstamp's namespace in the suites.
+const OwnNamespace = "configstamp-system"
+
+// Env is one control plane and the configstamp process running against it.
+type Env struct {
+	CP         *localcp.ControlPlane
+	Kubeconfig string
+	Config     *rest.Config
+	Client     client.Client
+	Binary     string
+	Root       string
+	Configstamp *Process
+}
+
+// Main starts the control plane (full: with controller-manager, scheduler and
+// kwok) and configstamp, runs the tests, and stops everything. Use from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, true)) }
+func Main(m *testing.M, env **Env, full bool, args ...string) int {
+	e, err := start(full, args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "framework:", err)
+		if e != nil {
+			e.stop()
+		}
+		return 1
+	}
+	*env = e
+	code := m.Run()
+	if code != 0 {
+		e.dumpLogs()
+	}
+	e.stop()
+	return code
+}
+
+func start(full bool, args []string) (*Env, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Root: root}
+	dir, err := os.MkdirTemp("", "configstamp-test-")
+	if err != nil {
+		return nil, err
+	}
+	e.Binary = filepath.Join(dir, "configstamp")
+	build := exec.Command("go", "build", "-o", e.Binary, "./cmd")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building configstamp: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	e.CP, err = localcp.Start(ctx, localcp.Options{Dir: filepath.Join(dir, "cluster"), Full: full,
+		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+	if err != nil {
+		return e, fmt.Errorf("starting the local control plane: %w", err)
+	}
+	e.Kubeconfig = e.CP.KubeconfigPath
+	if e.Config, err = e.CP.RESTConfig(); err != nil {
+		return e, err
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	if e.Client, err = client.New(e.Config, client.Options{Scheme: scheme}); err != nil {
+		return e, err
+	}
+	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OwnNamespace}}); err != nil {
+		return e, err
+	}
+	e.Configstamp, err = e.StartConfigstamp(ctx, filepath.Join(dir, "configstamp.log"), args...)
+	return e, err
+}
+
+func (e *Env) stop() {
+	if e.Configstamp != nil {
+		e.Configstamp.Stop()
+	}
+	if e.CP != nil {
+		_ = e.CP.Stop()
+	}
+}
+
+func (e *Env) dumpLogs() {
+	if e.Configstamp == nil {
+		return
+	}
+	data, err := os.ReadFile(e.Configstamp.LogPath)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(string(data), "\n")
+	if len(lines) > 80 {
+		lines = lines[len(lines)-80:]
+	}
+	fmt.Fprintf(os.Stderr, "--- last lines of %s ---\n%s\n", e.Configstamp.LogPath, strings.Join(lines, "\n"))
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if data, _ := os.ReadFile(filepath.Join(dir, "go.mod")); bytes.Contains(data, []byte("module github.com/configstamp/configstamp\n")) {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("repository root not found above %s", dir)
+		}
+		dir = parent
+	}
+}
+
+// Process is a running configstamp.
+type Process struct {
+	cmd         *exec.Cmd
+	done        chan struct{}
+	LogPath     string
+	WebhookPort int
+	ProbeAddr   string
+	MetricsAddr string
+	args        []string
+	env         *Env
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StartConfigstamp runs the binary with the design's out-of-cluster flags on
+// free loopback ports and waits until /readyz answers.
+func (e *Env) StartConfigstamp(ctx context.Context, logPath string, extra ...string) (*Process, error) {
+	var ports [3]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	p := &Process{
+		LogPath: logPath, WebhookPort: ports[0],
+		ProbeAddr:   "127.0.0.1:" + strconv.Itoa(ports[1]),
+		MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[2]),
+		args:        extra, env: e,
+	}
+	return p, p.start(ctx)
+}
+
+func (p *Process) start(ctx context.Context) error {
+	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	args := append([]string{
+		"--kubeconfig=" + p.env.Kubeconfig, "--namespace=" + OwnNamespace,
+		"--cert-mode=self", fmt.Sprintf("--webhook-url=https://127.0.0.1:%d", p.WebhookPort),
+		fmt.Sprintf("--webhook-port=%d", p.WebhookPort),
+		"--health-probe-bind-address=" + p.ProbeAddr, "--metrics-bind-address=" + p.MetricsAddr,
+		"--graceful-shutdown-timeout=5s",
+	}, p.args...)
+	p.cmd = exec.Command(p.env.Binary, args...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return err
+	}
+	p.done = make(chan struct{})
+	go func() { _ = p.cmd.Wait(); logFile.Close(); close(p.done) }()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case <-p.done:
+			return false, fmt.Errorf("configstamp exited early; see %s", p.LogPath)
+		default:
+		}
+		resp, err := http.Get("http://" + p.ProbeAddr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for configstamp /readyz: %w", err)
+	}
+	return nil
+}
+
+// Stop terminates the process (SIGTERM, then SIGKILL after 10 s) and waits.
+func (p *Process) Stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Restart stops and starts configstamp with the same flags.
+func (p *Process) Restart(ctx context.Context) error {
+	p.Stop()
+	return p.start(ctx)
+}
+
+// Metrics scrapes /metrics and returns the sum of the samples of family whose
+// labels contain every given name="value" pair.
+func (p *Process) Metrics(family string, labels ...string) (float64, error) {
+	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return sumSamples(resp.Body, family, labels)
+}
+
+func sumSamples(r io.Reader, family string, labels []string) (float64, error) {
+	var sum float64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, family) {
+			continue
+		}
+		rest := line[len(family):]
+		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		matched := true
+		for _, l := range labels {
+			if !strings.Contains(rest, l) {
+				matched = false
+			}
+		}
+		if !matched {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
+
+// WaitIdle waits until every configstamp controller has reconciled more than
+// it had at `since` (from ReconcileCounts) and all work queues are empty: the
+// point where configstamp has acted on everything it was told before.
+func (p *Process) WaitIdle(t testing.TB, since map[string]float64) {
+	t.Helper()
+	Eventually(t, 60*time.Second, func() (bool, string) {
+		now := p.ReconcileCounts(t)
+		for name, before := range since {
+			if now[name] <= before {
+				return false, fmt.Sprintf("controller %s reconciled %v times, waiting for more than %v", name, now[name], before)
+			}
+		}
+		for _, name := range controllerNames {
+			depth, err := p.Metrics("workqueue_depth", `name="`+name+`"`)
+			if err != nil || depth != 0 {
+				return false, fmt.Sprintf("queue %s depth %v (%v)", name, depth, err)
+			}
+			busy, err := p.Metrics("controller_runtime_active_workers", `controller="`+name+`"`)
+			if err != nil || busy != 0 {
+				return false, fmt.Sprintf("controller %s has %v active workers (%v)", name, busy, err)
+			}
+		}
+		return true, ""
+	})
+}
+
+var controllerNames = []string{"deployment", "statefulset", "daemonset"}
+
+// ReconcileCounts returns controller_runtime_reconcile_total per controller.
+func (p *Process) ReconcileCounts(t testing.TB) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, name := range controllerNames {
+		v, err := p.Metrics("controller_runtime_reconcile_total", `controller="`+name+`"`)
+		if err != nil {
+			t.Fatalf("scraping configstamp metrics: %v", err)
+		}
+		out[name] = v
+	}
+	return out
+}
+
+// Eventually polls cond every 100 ms until it holds or timeout passes; on
+// timeout the test fails with cond's last explanation.
+func Eventually(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var why string
+	for {
+		var ok bool
+		ok, why = cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: %s", timeout, why)
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+}
+
+// Kubectl runs kubectl against the env's cluster with stdin and returns stdout
+// and stderr; a failure fails the test.
+func (e *Env) Kubectl(t testing.TB, stdin string, args ...string) (string, string) {
+	t.Helper()
+	stdout, stderr, err := e.KubectlErr(stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return stdout, stderr
+}
+
+// KubectlErr is Kubectl returning the error instead of failing.
+func (e *Env) KubectlErr(stdin string, args ...string) (string, string, error) {
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", e.Kubeconfig}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// Namespace creates a namespace with a random suffix (and labels) for one test.
+func (e *Env) Namespace(t testing.TB, prefix string, labels map[string]string) string {
+	t.Helper()
+	name := prefix + "-" + rand.String(5)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := e.Client.Create(t.Context(), ns); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	return name
+}

@@ -1,0 +1,192 @@
+package framework
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// OptIn is the opt-in label.
+var OptIn = map[string]string{stamp.LabelEnabled: "true"}
+
+// ConfigMap builds a ConfigMap.
+func ConfigMap(ns, name string, data map[string]string, annotations map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: annotations},
+		Data:       data,
+	}
+}
+
+// Secret builds a Secret from string data.
+func Secret(ns, name string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Data:       map[string][]byte{},
+	}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+// PodSpec is a one-container pod spec; mutate it to add references.
+func PodSpec() corev1.PodSpec {
+	return corev1.PodSpec{
+		Containers:                    []corev1.Container{{Name: "app", Image: "registry.example/app:1"}},
+		TerminationGracePeriodSeconds: ptr.To[int64](0),
+	}
+}
+
+// MountConfigMap adds a volume of ConfigMap name (all keys) mounted at /config/name.
+func MountConfigMap(spec *corev1.PodSpec, name string) {
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}})
+	spec.Containers[0].VolumeMounts = append(spec.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: name, MountPath: "/config/" + name})
+}
+
+// Deployment builds a Deployment with the given workload labels and pod spec;
+// its pods are labelled app=name.
+func Deployment(ns, name string, labels map[string]string, spec corev1.PodSpec) *appsv1.Deployment {
+	pod := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: pod},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod}, Spec: spec},
+		},
+	}
+}
+
+// StatefulSet builds a one-replica StatefulSet.
+func StatefulSet(ns, name string, labels map[string]string, spec corev1.PodSpec) *appsv1.StatefulSet {
+	pod := map[string]string{"app": name}
+	return &appsv1.StatefulSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    ptr.To[int32](1),
+			ServiceName: name,
+			Selector:    &metav1.LabelSelector{MatchLabels: pod},
+			Template:    corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod}, Spec: spec},
+		},
+	}
+}
+
+// DaemonSet builds a DaemonSet.
+func DaemonSet(ns, name string, labels map[string]string, spec corev1.PodSpec) *appsv1.DaemonSet {
+	pod := map[string]string{"app": name}
+	return &appsv1.DaemonSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: pod},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod}, Spec: spec},
+		},
+	}
+}
+
+// Manifest renders objects as a v1 List in JSON, which kubectl reads like YAML.
+func Manifest(t testing.TB, objs ...client.Object) string {
+	t.Helper()
+	items := make([]json.RawMessage, len(objs))
+	for i, o := range objs {
+		raw, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items[i] = raw
+	}
+	raw, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+// Apply runs `kubectl apply -f -` with objs and returns kubectl's stderr
+// (where admission warnings appear).
+func (e *Env) Apply(t testing.TB, objs ...client.Object) string {
+	t.Helper()
+	_, stderr := e.Kubectl(t, Manifest(t, objs...), "apply", "-f", "-")
+	return stderr
+}
+
+// Get reads obj (by its namespace and name) live.
+func (e *Env) Get(t testing.TB, obj client.Object) {
+	t.Helper()
+	if err := e.Client.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatalf("reading %T %s/%s: %v", obj, obj.GetNamespace(), obj.GetName(), err)
+	}
+}
+
+// TemplateHash returns the stamp on a workload's pod template.
+func TemplateHash(obj client.Object) string {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		return w.Spec.Template.Annotations[stamp.AnnotationHash]
+	case *appsv1.StatefulSet:
+		return w.Spec.Template.Annotations[stamp.AnnotationHash]
+	case *appsv1.DaemonSet:
+		return w.Spec.Template.Annotations[stamp.AnnotationHash]
+	}
+	return ""
+}
+
+// WaitTemplateHash polls obj until its template stamp differs from not (use ""
+// to wait for a first stamp) and returns it.
+func (e *Env) WaitTemplateHash(t testing.TB, obj client.Object, not string) string {
+	t.Helper()
+	var h string
+	Eventually(t, 30*time.Second, func() (bool, string) {
+		e.Get(t, obj)
+		h = TemplateHash(obj)
+		return h != "" && h != not, fmt.Sprintf("template stamp is %q", h)
+	})
+	return h
+}
+
+// WaitEvent polls until an event with reason about obj exists whose note
+// contains every given fragment, and returns its note.
+func (e *Env) WaitEvent(t testing.TB, obj client.Object, reason string, fragments ...string) string {
+	t.Helper()
+	var note string
+	Eventually(t, 30*time.Second, func() (bool, string) {
+		list := &eventsv1.EventList{}
+		if err := e.Client.List(t.Context(), list, client.InNamespace(obj.GetNamespace())); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, ev := range list.Items {
+			if ev.Regarding.Name != obj.GetName() || ev.Reason != reason {
+				continue
+			}
+			seen = append(seen, ev.Note)
+			ok := true
+			for _, f := range fragments {
+				ok = ok && strings.Contains(ev.Note, f)
+			}
+			if ok {
+				note = ev.Note
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("events %s on %s: %q", reason, obj.GetName(), seen)
+	})
+	return note
+}

@@ -1,0 +1,228 @@
+// Package integration runs configstamp (the real binary) against a real
+// kube-apiserver and etcd. No controller-manager runs here, so generations and
+// template stamps are what the tests look at; ReplicaSets and pods are the
+// end-to-end suite's business.
+package integration
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+var env *framework.Env
+
+func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, false)) }
+
+func TestWebhookStampsOnCreate(t *testing.T) {
+	ns := env.Namespace(t, "create", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "app-config")
+	cm := framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil)
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	// One kubectl apply: the ConfigMap and the Deployment arrive milliseconds apart.
+	env.Apply(t, cm, dep)
+
+	got := &appsv1.Deployment{}
+	got.Namespace, got.Name = ns, "app"
+	env.Get(t, got)
+	h := framework.TemplateHash(got)
+	if !strings.HasPrefix(h, "v1-") {
+		t.Fatalf("template stamp after CREATE = %q, want v1-…", h)
+	}
+	if got.Annotations[stamp.AnnotationAppliedHash] != h {
+		t.Errorf("record %q != stamp %q", got.Annotations[stamp.AnnotationAppliedHash], h)
+	}
+
+	// The reconciler agrees with the webhook: once it has seen the workload
+	// (an annotation wakes it after the create event), nothing changes.
+	before := env.Configstamp.ReconcileCounts(t)
+	env.Kubectl(t, "", "annotate", "-n", ns, "deployment/app", "example.com/touched=yes")
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": before["deployment"]})
+	env.Get(t, got)
+	if got.Generation != 1 || framework.TemplateHash(got) != h {
+		t.Fatalf("after the reconciler ran: generation %d, stamp %q; want 1, %q", got.Generation, framework.TemplateHash(got), h)
+	}
+}
+
+func TestUpdateWithoutStampGetsItBack(t *testing.T) {
+	ns := env.Namespace(t, "restore", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "app-config")
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil), dep)
+	got := dep.DeepCopy()
+	env.Get(t, got)
+	h := framework.TemplateHash(got)
+
+	// kubectl replace sends the manifest as it is: no stamp, no record.
+	env.Kubectl(t, framework.Manifest(t, dep), "replace", "-f", "-")
+	env.Get(t, got)
+	if framework.TemplateHash(got) != h {
+		t.Fatalf("stamp after replace = %q, want %q back", framework.TemplateHash(got), h)
+	}
+	if got.Generation != 1 {
+		t.Fatalf("generation after replace = %d, want 1 (no template change, no rollout)", got.Generation)
+	}
+	if got.Annotations[stamp.AnnotationAppliedHash] != h {
+		t.Fatalf("record after replace = %q, want %q", got.Annotations[stamp.AnnotationAppliedHash], h)
+	}
+
+	// A template change through the webhook keeps the (still right) stamp.
+	dep.Spec.Template.Spec.Containers[0].Image = "registry.example/app:2"
+	env.Apply(t, dep)
+	env.Get(t, got)
+	if got.Generation != 2 || framework.TemplateHash(got) != h {
+		t.Fatalf("after an image change: generation %d stamp %q; want 2, %q", got.Generation, framework.TemplateHash(got), h)
+	}
+}
+
+func TestDataChangePatchesTemplate(t *testing.T) {
+	ns := env.Namespace(t, "change", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "app-config")
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil), dep)
+	got := dep.DeepCopy()
+	h1 := env.WaitTemplateHash(t, got, "")
+
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "2"}, nil))
+	h2 := env.WaitTemplateHash(t, got, h1)
+	if got.Generation != 2 {
+		t.Fatalf("generation after one data change = %d, want 2", got.Generation)
+	}
+	if got.Annotations[stamp.AnnotationAppliedHash] != h2 {
+		t.Fatalf("record %q != stamp %q", got.Annotations[stamp.AnnotationAppliedHash], h2)
+	}
+	env.WaitEvent(t, got, "ConfigChanged", "ConfigMap/app-config", h2)
+
+	// The revert returns the old value, so the Deployment controller reuses the old ReplicaSet.
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil))
+	if h3 := env.WaitTemplateHash(t, got, h2); h3 != h1 {
+		t.Fatalf("stamp after revert = %q, want the original %q", h3, h1)
+	}
+}
+
+func TestMetadataAndUnreferencedKeyChangeNothing(t *testing.T) {
+	ns := env.Namespace(t, "quiet", nil)
+	spec := framework.PodSpec()
+	spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", ValueFrom: &corev1.EnvVarSource{
+		ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}, Key: "a"}}}}
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1", "b": "1"}, nil), dep)
+	got := dep.DeepCopy()
+	h := env.WaitTemplateHash(t, got, "")
+
+	before := env.Configstamp.ReconcileCounts(t)
+	cm := framework.ConfigMap(ns, "app-config", map[string]string{"a": "1", "b": "1"}, nil)
+	cm.Labels = map[string]string{"tier": "web"}
+	env.Apply(t, cm) // labels only
+	cm.Data["b"] = "2"
+	env.Apply(t, cm) // a key nobody references
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": before["deployment"]})
+
+	env.Get(t, got)
+	if got.Generation != 1 || framework.TemplateHash(got) != h {
+		t.Fatalf("generation %d stamp %q after metadata and unreferenced-key changes; want 1, %q", got.Generation, framework.TemplateHash(got), h)
+	}
+
+	cm.Data["a"] = "2" // the referenced key
+	env.Apply(t, cm)
+	env.WaitTemplateHash(t, got, h)
+}
+
+func TestSecretChangeRolls(t *testing.T) {
+	ns := env.Namespace(t, "secret", nil)
+	spec := framework.PodSpec()
+	spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}}}}
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	env.Apply(t, framework.Secret(ns, "creds", map[string]string{"password": "one"}), dep)
+	got := dep.DeepCopy()
+	h := env.WaitTemplateHash(t, got, "")
+
+	env.Apply(t, framework.Secret(ns, "creds", map[string]string{"password": "two"}))
+	env.WaitTemplateHash(t, got, h)
+	env.WaitEvent(t, got, "ConfigChanged", "Secret/creds")
+}
+
+func TestNamespaceOptIn(t *testing.T) {
+	ns := env.Namespace(t, "nsoptin", framework.OptIn)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "app-config")
+	in := framework.Deployment(ns, "in", nil, spec)
+	out := framework.Deployment(ns, "out", map[string]string{stamp.LabelEnabled: "false"}, spec)
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil), in, out)
+
+	env.Get(t, in)
+	if !strings.HasPrefix(framework.TemplateHash(in), "v1-") {
+		t.Fatalf("workload in an opted-in namespace not stamped at CREATE: %q", framework.TemplateHash(in))
+	}
+	before := env.Configstamp.ReconcileCounts(t)
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "2"}, nil))
+	env.WaitTemplateHash(t, in, framework.TemplateHash(in))
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": before["deployment"]})
+	env.Get(t, out)
+	if h := framework.TemplateHash(out); h != "" || out.Generation != 1 {
+		t.Fatalf("opted-out workload touched: stamp %q generation %d", h, out.Generation)
+	}
+}
+
+func TestMalformedValuesAreAdmittedWithWarningAndEvent(t *testing.T) {
+	ns := env.Namespace(t, "malformed", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "app-config")
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	dep.Annotations = map[string]string{stamp.AnnotationExtraConfigMaps: "Not_A_Name, extra"}
+	stderr := env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil),
+		framework.ConfigMap(ns, "extra", map[string]string{"x": "1"}, nil), dep)
+	if !strings.Contains(stderr, "Warning:") || !strings.Contains(stderr, "Not_A_Name") {
+		t.Fatalf("kubectl printed no admission warning naming the bad value; stderr:\n%s", stderr)
+	}
+	got := dep.DeepCopy()
+	h := env.WaitTemplateHash(t, got, "")
+	env.WaitEvent(t, got, "InvalidValue", "Not_A_Name")
+
+	// The valid name in the same list still counts.
+	env.Apply(t, framework.ConfigMap(ns, "extra", map[string]string{"x": "2"}, nil))
+	env.WaitTemplateHash(t, got, h)
+
+	// A malformed opt-in label is admitted unchanged, with a warning.
+	bad := framework.Deployment(ns, "bad-label", map[string]string{stamp.LabelEnabled: "yes"}, spec)
+	stderr = env.Apply(t, bad)
+	if !strings.Contains(stderr, "yes") {
+		t.Fatalf("no admission warning for the malformed label value; stderr:\n%s", stderr)
+	}
+	env.WaitEvent(t, bad, "InvalidValue", "yes")
+}
+
+func TestRolloutSelectorRecordsBaselineThenStamps(t *testing.T) {
+	ns := env.Namespace(t, "selector", nil)
+	spec := framework.PodSpec()
+	dep := framework.Deployment(ns, "web", nil, spec) // not opted in, references nothing
+	cm := framework.ConfigMap(ns, "web-config", map[string]string{"m": "hello"},
+		map[string]string{stamp.AnnotationRolloutSelector: "app=web"})
+	env.Apply(t, cm, dep)
+
+	got := dep.DeepCopy()
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		env.Get(t, got)
+		return got.Annotations[stamp.AnnotationAppliedHash] != "", "no baseline record yet"
+	})
+	if h := framework.TemplateHash(got); h != "" || got.Generation != 1 {
+		t.Fatalf("baseline touched the template: stamp %q generation %d", h, got.Generation)
+	}
+	cm.Data["m"] = "changed"
+	env.Apply(t, cm)
+	env.WaitTemplateHash(t, got, "")
+	if got.Generation != 2 {
+		t.Fatalf("generation = %d, want 2 (one rollout)", got.Generation)
+	}
+}

@@ -1,0 +1,201 @@
+package webhook
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+const ns = "apps"
+
+func newHandler(t *testing.T, objs ...client.Object) (admission.Handler, *stamp.Hasher) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithIndex(&corev1.ConfigMap{}, controllers.IndexHasSelector, func(o client.Object) []string {
+			if _, ok, _ := stamp.RolloutSelector(o.GetAnnotations()); ok {
+				return []string{"true"}
+			}
+			return nil
+		}).
+		WithIndex(&corev1.Secret{}, controllers.IndexHasSelector, func(client.Object) []string { return nil }).
+		Build()
+	hasher := stamp.NewHasher([]byte("0123456789abcdef0123456789abcdef"))
+	resolver := &controllers.Resolver{Sources: c, Index: c, Hasher: hasher}
+	d := &Stamper[*appsv1.Deployment]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)}
+	return withWarnings{byKind{"Deployment": admission.WithDefaulter(scheme, d).Handler}}, hasher
+}
+
+func deployment(labels, annotations map[string]string, templateAnnotations map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Labels: labels, Annotations: annotations},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}, Annotations: templateAnnotations},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "img:1",
+					EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}}},
+			},
+		},
+	}
+}
+
+func request(t *testing.T, op admissionv1.Operation, obj, old *appsv1.Deployment) admission.Request {
+	t.Helper()
+	raw := func(o *appsv1.Deployment) runtime.RawExtension {
+		if o == nil {
+			return runtime.RawExtension{}
+		}
+		b, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runtime.RawExtension{Raw: b}
+	}
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "1", Operation: op, Namespace: ns, Name: "web",
+		Kind:   metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+		Object: raw(obj), OldObject: raw(old), DryRun: ptr.To(false),
+	}}
+}
+
+// patched applies the response's JSON patch paths of interest and returns the
+// values the patch sets, keyed by JSON pointer.
+func patchValues(resp admission.Response) map[string]any {
+	out := map[string]any{}
+	for _, p := range resp.Patches {
+		out[p.Path] = p.Value
+	}
+	return out
+}
+
+const (
+	tmplHashPath = "/spec/template/metadata/annotations/configstamp.io~1config-hash"
+	tmplAnnPath  = "/spec/template/metadata/annotations"
+)
+
+// stampOf returns the template stamp set by a response, however the patch put it.
+func stampOf(resp admission.Response) string {
+	v := patchValues(resp)
+	if s, ok := v[tmplHashPath].(string); ok {
+		return s
+	}
+	if m, ok := v[tmplAnnPath].(map[string]any); ok {
+		s, _ := m[stamp.AnnotationHash].(string)
+		return s
+	}
+	return ""
+}
+
+func TestCreateStamps(t *testing.T) {
+	cfg := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cfg"}, Data: map[string]string{"k": "v"}}
+	h, _ := newHandler(t, cfg)
+	resp := h.Handle(t.Context(), request(t, admissionv1.Create, deployment(map[string]string{stamp.LabelEnabled: "true"}, nil, nil), nil))
+	if !resp.Allowed {
+		t.Fatalf("not allowed: %v", resp.Result)
+	}
+	if s := stampOf(resp); !strings.HasPrefix(s, "v1-") {
+		t.Fatalf("CREATE stamp = %q (patches %v)", s, resp.Patches)
+	}
+}
+
+func TestNotOptedInIsUntouched(t *testing.T) {
+	h, _ := newHandler(t)
+	for name, labels := range map[string]map[string]string{
+		"no label":  nil,
+		"false":     {stamp.LabelEnabled: "false"},
+		"malformed": {stamp.LabelEnabled: "yes"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp := h.Handle(t.Context(), request(t, admissionv1.Create, deployment(labels, nil, nil), nil))
+			if !resp.Allowed || len(resp.Patches) != 0 {
+				t.Fatalf("allowed %v patches %v", resp.Allowed, resp.Patches)
+			}
+			if name == "malformed" && (len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `"yes"`)) {
+				t.Fatalf("warnings %q, want one naming the value", resp.Warnings)
+			}
+		})
+	}
+}
+
+func TestUpdate(t *testing.T) {
+	cfg := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cfg"}, Data: map[string]string{"k": "v"}}
+	h, _ := newHandler(t, cfg)
+	on := map[string]string{stamp.LabelEnabled: "true"}
+	created := h.Handle(t.Context(), request(t, admissionv1.Create, deployment(on, nil, nil), nil))
+	good := stampOf(created)
+	stamped := deployment(on, map[string]string{stamp.AnnotationAppliedHash: good}, map[string]string{stamp.AnnotationHash: good})
+
+	tests := map[string]struct {
+		obj       *appsv1.Deployment
+		wantStamp string // "" = the patch sets no stamp
+	}{
+		"unchanged": {obj: stamped.DeepCopy()},
+		"stamp dropped by a re-applied manifest": {
+			obj:       deployment(on, nil, nil),
+			wantStamp: good,
+		},
+		"stale stamp proposed (lagging cache) is corrected": {
+			obj:       deployment(on, nil, map[string]string{stamp.AnnotationHash: "v1-00000000000000000000000000000000"}),
+			wantStamp: good,
+		},
+		"template change gets the stamp": {
+			obj: func() *appsv1.Deployment {
+				d := deployment(on, nil, nil)
+				d.Spec.Template.Spec.Containers[0].Image = "img:2"
+				return d
+			}(),
+			wantStamp: good,
+		},
+		"scale keeps the template": {
+			obj: func() *appsv1.Deployment {
+				d := stamped.DeepCopy()
+				d.Spec.Replicas = ptr.To[int32](5)
+				return d
+			}(),
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			resp := h.Handle(t.Context(), request(t, admissionv1.Update, tc.obj, stamped))
+			if !resp.Allowed {
+				t.Fatalf("not allowed: %v", resp.Result)
+			}
+			if got := stampOf(resp); got != tc.wantStamp {
+				t.Fatalf("stamp set by patch = %q, want %q (patches %v)", got, tc.wantStamp, resp.Patches)
+			}
+		})
+	}
+}
+
+func TestBadAnnotationWarnsAndStillStamps(t *testing.T) {
+	h, _ := newHandler(t)
+	d := deployment(map[string]string{stamp.LabelEnabled: "true"}, map[string]string{stamp.AnnotationExtraSecrets: "UPPER"}, nil)
+	resp := h.Handle(t.Context(), request(t, admissionv1.Create, d, nil))
+	if !resp.Allowed || stampOf(resp) == "" {
+		t.Fatalf("allowed %v stamp %q", resp.Allowed, stampOf(resp))
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "UPPER") {
+		t.Fatalf("warnings = %q", resp.Warnings)
+	}
+}
