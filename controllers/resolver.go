@@ -59,34 +59,23 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 	}
 	comp.Selected = selected
 
-	counted := stamp.NewRefs()
 	sources := make(map[stamp.ObjectRef]stamp.Source, refs.Len())
 	for _, ref := range refs.Objects() {
-		src, ignored, problem, err := r.source(ctx, namespace, ref)
+		src, problem, err := r.source(ctx, namespace, ref)
 		if err != nil {
 			return nil, err
 		}
 		if problem != nil {
 			comp.Problems = append(comp.Problems, SubjectProblem{Source: &ref, Problem: *problem})
 		}
-		if ignored {
-			continue
-		}
-		keys := refs.Keys(ref)
-		if keys.All {
-			counted.AddAll(ref)
-		}
-		for k := range keys.Keys {
-			counted.AddKey(ref, k)
-		}
-		sources[ref] = src
+		sources[ref] = src // an ignored source is left out by Compute
 	}
-	comp.Result = r.Hasher.Compute(namespace, counted, sources)
+	comp.Result = r.Hasher.Compute(namespace, refs, sources)
 	return comp, nil
 }
 
 // source reads one referenced object. A missing object is an absent source.
-func (r *Resolver) source(ctx context.Context, namespace string, ref stamp.ObjectRef) (stamp.Source, bool, *stamp.Problem, error) {
+func (r *Resolver) source(ctx context.Context, namespace string, ref stamp.ObjectRef) (stamp.Source, *stamp.Problem, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}
 	var obj client.Object
 	switch ref.Kind {
@@ -95,25 +84,19 @@ func (r *Resolver) source(ctx context.Context, namespace string, ref stamp.Objec
 	case stamp.KindSecret:
 		obj = &corev1.Secret{}
 	default:
-		return stamp.Source{}, false, nil, fmt.Errorf("unknown source kind %q", ref.Kind)
+		return stamp.Source{}, nil, fmt.Errorf("unknown source kind %q", ref.Kind)
 	}
 	if err := r.Sources.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			return stamp.AbsentSource(ref), false, nil, nil
+			return stamp.AbsentSource(ref), nil, nil
 		}
-		return stamp.Source{}, false, nil, fmt.Errorf("while reading %s/%s: %w", ref.Kind, key, err)
+		return stamp.Source{}, nil, fmt.Errorf("while reading %s %s: %w", ref.Kind, key, err)
 	}
-	ignored, problem := stamp.Ignored(obj.GetAnnotations())
-	if ignored {
-		return stamp.Source{}, true, problem, nil
+	_, problem := stamp.Ignored(obj.GetAnnotations())
+	if cm, ok := obj.(*corev1.ConfigMap); ok {
+		return stamp.SourceFromConfigMap(cm), problem, nil
 	}
-	switch o := obj.(type) {
-	case *corev1.ConfigMap:
-		return stamp.SourceFromConfigMap(o), false, problem, nil
-	case *corev1.Secret:
-		return stamp.SourceFromSecret(o), false, problem, nil
-	}
-	return stamp.Source{}, false, problem, nil
+	return stamp.SourceFromSecret(obj.(*corev1.Secret)), problem, nil
 }
 
 // selectedSources returns the ConfigMaps and Secrets of namespace whose rollout
