@@ -271,6 +271,14 @@ func run() error {
 		return fmt.Errorf("while adding the cache ready check: %w", err)
 	}
 
+	if o.certMode == "cert-manager" {
+		// The files are mounted from cert-manager's Secret and hot-reloaded by the
+		// webhook server's certificate watcher; ready only while they are valid.
+		if err := mgr.AddReadyzCheck("certificate", certs.FilesValid(certDir)); err != nil {
+			return fmt.Errorf("while adding the certificate ready check: %w", err)
+		}
+	}
+
 	setupLog.Info("starting", "namespace", o.namespace, "certMode", o.certMode, "webhookURL", o.webhookURL)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("while running the manager: %w", err)

@@ -112,6 +112,13 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, fmt.Errorf("while patching %s %s: %w", r.Kind.Name, req.NamespacedName, err)
 	}
 
+	if action == Rollout && PodTemplate(obj).Annotations[stamp.AnnotationHash] != comp.Hash {
+		// The webhook's consistent read disagreed with this cache (it lags behind a
+		// write the webhook already saw) and kept the right stamp: nothing rolled.
+		logger.V(1).Info("webhook corrected a stale hash", "proposed", comp.Hash,
+			"kept", PodTemplate(obj).Annotations[stamp.AnnotationHash])
+		return reconcile.Result{}, nil
+	}
 	if action == Rollout {
 		changed := stamp.Changed(stamp.ParseSources(obj.GetAnnotations()[stamp.AnnotationSources]), comp.Sources)
 		names := make([]string, len(changed))

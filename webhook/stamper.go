@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -53,7 +54,12 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	namespace := req.Namespace
 
 	ns := &corev1.Namespace{}
-	if err := s.Cache.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+	err = s.Cache.Get(ctx, client.ObjectKey{Name: namespace}, ns)
+	if apierrors.IsNotFound(err) {
+		// Created by the same `kubectl apply` a moment ago: the cache may lag.
+		err = s.Resolver.Sources.Get(ctx, client.ObjectKey{Name: namespace}, ns)
+	}
+	if err != nil {
 		logger.Error(err, "while reading namespace; admitting unchanged")
 		return nil
 	}
