@@ -22,7 +22,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,7 +36,6 @@ import (
 )
 
 type options struct {
-	kubeconfig          string
 	namespace           string
 	certMode            string
 	certDir             string
@@ -73,7 +71,7 @@ func main() {
 func parseFlags() *options {
 	o := &options{}
 	fs := flag.CommandLine
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Empty: in-cluster config or $KUBECONFIG.")
+	// --kubeconfig is registered by controller-runtime (pkg/client/config) and read by ctrl.GetConfig.
 	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "configstamp-system"), "configstamp's own namespace (hash key, TLS secret, leader election).")
 	fs.StringVar(&o.certMode, "cert-mode", "cert-manager", `"cert-manager": serve the mounted files from --cert-dir (hot-reloaded); "self": make and rotate a CA and serving certificate kept in a Secret, and inject the CA bundle.`)
 	fs.StringVar(&o.certDir, "cert-dir", "", "Directory of tls.crt and tls.key. Default: the mounted /tmp/k8s-webhook-server/serving-certs in cert-manager mode, a temporary directory in self mode.")
@@ -126,13 +124,7 @@ func newLogger(format string, level int) (logr.Logger, error) {
 }
 
 func restConfig(o *options) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if o.kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-	} else {
-		cfg, err = ctrl.GetConfig()
-	}
+	cfg, err := ctrl.GetConfig() // --kubeconfig, $KUBECONFIG, in-cluster, ~/.kube/config
 	if err != nil {
 		return nil, fmt.Errorf("while loading the kubeconfig: %w", err)
 	}

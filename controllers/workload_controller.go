@@ -86,6 +86,7 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 
 	stamped := tmpl.Annotations[stamp.AnnotationHash]
 	recorded := obj.GetAnnotations()[stamp.AnnotationAppliedHash]
+	previousSources := stamp.ParseSources(obj.GetAnnotations()[stamp.AnnotationSources])
 	sources := stamp.FormatSources(comp.Sources)
 	action := Decide(stamped, recorded, comp.Hash)
 	if action == Nothing && obj.GetAnnotations()[stamp.AnnotationSources] != sources {
@@ -120,7 +121,7 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, nil
 	}
 	if action == Rollout {
-		changed := stamp.Changed(stamp.ParseSources(obj.GetAnnotations()[stamp.AnnotationSources]), comp.Sources)
+		changed := stamp.Changed(previousSources, comp.Sources)
 		names := make([]string, len(changed))
 		for i, c := range changed {
 			names[i] = c.String()

@@ -190,3 +190,24 @@ func (e *Env) WaitEvent(t testing.TB, obj client.Object, reason string, fragment
 	})
 	return note
 }
+
+// TemplateJSON returns a workload's pod template as JSON, to compare before and
+// after: a Deployment's generation also moves on metadata annotation changes, so
+// only the template says whether pods would roll.
+func TemplateJSON(t testing.TB, obj client.Object) string {
+	t.Helper()
+	var tmpl any
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		tmpl = w.Spec.Template
+	case *appsv1.StatefulSet:
+		tmpl = w.Spec.Template
+	case *appsv1.DaemonSet:
+		tmpl = w.Spec.Template
+	}
+	raw, err := json.Marshal(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
