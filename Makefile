@@ -62,3 +62,5 @@ demo-down: ## Stop the demo's configstamp and control plane.
 	DEMO_DIR=$(DEMO_DIR) hack/demo.sh down
 
 include hack/controlplane.mk
+
+include hack/manifests.mk

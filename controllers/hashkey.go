@@ -14,7 +14,7 @@ import (
 // HashKeyDataKey is the key of the HMAC key in its Secret.
 const HashKeyDataKey = "key"
 
-// +kubebuilder:rbac:groups="",namespace=configstamp-system,resources=secrets,verbs=create;update;patch
+// +kubebuilder:rbac:groups="",namespace=configstamp-system,resources=secrets,verbs=create;update
 
 // EnsureHashKey returns the per-installation HMAC key kept in the Secret
 // namespace/name, creating it with 32 random bytes on first start. Replicas

@@ -21,7 +21,7 @@ import (
 // Path is where the webhook serves all three workload kinds.
 const Path = "/mutate-workloads"
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;create;update;patch
+// RBAC for the MutatingWebhookConfiguration has no marker: only self mode writes it (get/update/patch of its own name, config/selfsigned).
 
 // Setup registers the webhook on the manager's webhook server. resolver must
 // read sources live; the cache is used for Namespaces and selector discovery.
