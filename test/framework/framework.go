@@ -39,12 +39,12 @@ const OwnNamespace = "configstamp-system"
 
 // Env is one control plane and the configstamp process running against it.
 type Env struct {
-	CP         *localcp.ControlPlane
-	Kubeconfig string
-	Config     *rest.Config
-	Client     client.Client
-	Binary     string
-	Root       string
+	CP          *localcp.ControlPlane
+	Kubeconfig  string
+	Config      *rest.Config
+	Client      client.Client
+	Binary      string
+	Root        string
 	Configstamp *Process
 }
 
