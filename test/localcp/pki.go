@@ -22,10 +22,10 @@ import (
 
 // pki holds the paths of the files written by writePKI.
 type pki struct {
-	caCert, caKey         string
+	caCert, caKey           string
 	servingCert, servingKey string
-	adminCert, adminKey   string
-	saKey, saPub          string
+	adminCert, adminKey     string
+	saKey, saPub            string
 }
 
 type keyPair struct {

@@ -1,6 +1,12 @@
 package localcp
 
-import "syscall"
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+)
 
 // sysProcAttr ties a child to the test process (SIGKILL when the parent dies)
 // or, when detached, puts it in its own session so it outlives the parent.
@@ -13,4 +19,33 @@ func sysProcAttr(detach bool) *syscall.SysProcAttr {
 		return &syscall.SysProcAttr{Setsid: true}
 	}
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// pidAlive reports whether pid exists and is not a zombie (a detached
+// component's parent may have exited without reaping it).
+func pidAlive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state letter follows the ")" that closes the command name.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return true
+	}
+	return data[i+2] != 'Z' && data[i+2] != 'X'
+}
+
+// pidRuns reports whether pid is alive and runs the binary called name, so a
+// reused pid in a stale pids file is never signalled.
+func pidRuns(pid int, name string) bool {
+	if !pidAlive(pid) {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
+	return filepath.Base(string(argv0)) == name
 }

@@ -9,3 +9,7 @@ import "syscall"
 func sysProcAttr(detach bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: detach}
 }
+
+func pidAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func pidRuns(pid int, _ string) bool { return pidAlive(pid) }

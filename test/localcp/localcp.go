@@ -1,0 +1,536 @@
+// Package localcp runs a real Kubernetes control plane on loopback: etcd and
+// kube-apiserver, and optionally kube-controller-manager, kube-scheduler and
+// kwok with one fake node, from the binaries built by `make controlplane`
+// (hack/controlplane.mk). It is used by integration and end-to-end tests,
+// benchmarks and the demo (through the hack/localcp CLI).
+package localcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const (
+	// NodeName is the fake node that kwok manages in a Full control plane.
+	NodeName = "kwok-node-0"
+	// kwokAnnotation marks the nodes kwok manages (--manage-nodes-with-annotation-selector).
+	kwokAnnotation = "kwok.x-k8s.io/node"
+
+	etcdBin       = "etcd"
+	apiserverBin  = "kube-apiserver"
+	kcmBin        = "kube-controller-manager"
+	schedulerBin  = "kube-scheduler"
+	kwokBin       = "kwok"
+	kwokStages    = "kwok-stages.yaml"
+	stopGrace     = 5 * time.Second
+	startAttempts = 3 // on port clashes with other control planes
+)
+
+// ErrBinariesMissing is returned (wrapped) by Start when BinDir lacks a binary.
+var ErrBinariesMissing = errors.New("control plane binaries missing")
+
+// ErrNotRunning is returned (wrapped) by Attach when no healthy control plane
+// was started in the directory.
+var ErrNotRunning = errors.New("no running control plane")
+
+// Options configure Start. The zero value is valid.
+type Options struct {
+	// BinDir holds the binaries. Default: $CONFIGSTAMP_BIN, else bin/ next to
+	// the go.mod of github.com/configstamp/configstamp found from the working
+	// directory upwards.
+	BinDir string
+	// Dir is the state directory (certificates, etcd data, kubeconfig, logs,
+	// pids). Default: a new temporary directory, removed by Stop. An existing
+	// directory is reused but the cluster is always fresh: components a
+	// previous Start left running there are stopped and etcd data is wiped.
+	Dir string
+	// Full adds kube-controller-manager, kube-scheduler and kwok with one fake
+	// node (NodeName) that is Ready and schedulable when Start returns.
+	// Without it only etcd and kube-apiserver run.
+	Full bool
+	// EtcdQuotaBytes is etcd's --quota-backend-bytes. Default 8 GiB.
+	EtcdQuotaBytes int64
+	// Detach starts the components in their own session, without the
+	// parent-death signal, so they outlive the calling process (hack/localcp up).
+	Detach bool
+	// Logf receives progress lines. Default: discard.
+	Logf func(format string, args ...any)
+}
+
+// ControlPlane is a running control plane.
+type ControlPlane struct {
+	Dir            string // state directory
+	KubeconfigPath string // admin kubeconfig (client certificate, system:masters)
+	APIServerURL   string // https://127.0.0.1:<port>
+	Full           bool   // runs kube-controller-manager, kube-scheduler and kwok
+
+	binDir   string
+	detach   bool
+	ownsDir  bool
+	logf     func(string, ...any)
+	procs    []*process
+	pki      *pki
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts a fresh control plane and returns once it is usable: the API
+// server is ready with RBAC bootstrapped and, if Full, the fake node is Ready
+// and untainted and the default ServiceAccount exists. ctx bounds only the
+// start-up; call Stop to end the processes. On error everything started is
+// stopped again.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	began := time.Now()
+	c := &ControlPlane{Full: opts.Full, detach: opts.Detach, logf: opts.Logf}
+	if c.logf == nil {
+		c.logf = func(string, ...any) {}
+	}
+	if err := c.init(opts); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = c.Stop()
+		}
+	}()
+	p, err := writePKI(filepath.Join(c.Dir, "pki"))
+	if err != nil {
+		return nil, fmt.Errorf("writing certificates: %w", err)
+	}
+	c.pki = p
+	quota := opts.EtcdQuotaBytes
+	if quota <= 0 {
+		quota = 8 << 30
+	}
+	for attempt := 1; ; attempt++ {
+		err = c.startCore(ctx, quota)
+		if err == nil {
+			break
+		}
+		if attempt == startAttempts || !portClash(err) {
+			return nil, err
+		}
+		c.logf("port clash (%v), retrying with new ports", err)
+		if err := c.stopProcs(stopGrace); err != nil {
+			return nil, err
+		}
+	}
+	cs, err := c.clientset()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.waitFor(ctx, "RBAC bootstrap and default namespace", time.Minute, func(ctx context.Context) error {
+		if _, err := cs.RbacV1().ClusterRoles().Get(ctx, "cluster-admin", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		_, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if opts.Full {
+		if err := c.startNodeComponents(ctx, cs); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	c.logf("control plane ready in %s: export KUBECONFIG=%s", time.Since(began).Round(time.Millisecond), c.KubeconfigPath)
+	return c, nil
+}
+
+// init resolves the binary and state directories.
+func (c *ControlPlane) init(opts Options) error {
+	var err error
+	c.binDir = opts.BinDir
+	if c.binDir == "" {
+		if c.binDir, err = defaultBinDir(); err != nil {
+			return err
+		}
+	}
+	if c.binDir, err = filepath.Abs(c.binDir); err != nil { // components run in Dir
+		return err
+	}
+	bins := []string{etcdBin, apiserverBin}
+	if opts.Full {
+		bins = append(bins, kcmBin, schedulerBin, kwokBin, kwokStages)
+	}
+	var missing []string
+	for _, b := range bins {
+		if _, err := os.Stat(filepath.Join(c.binDir, b)); err != nil {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf(`%w: %s not in %s; run "make controlplane"`, ErrBinariesMissing, strings.Join(missing, ", "), c.binDir)
+	}
+	c.Dir = opts.Dir
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "localcp-"); err != nil {
+			return err
+		}
+		c.ownsDir = true
+	} else if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return err
+	}
+	if c.Dir, err = filepath.Abs(c.Dir); err != nil {
+		return err
+	}
+	// A previous detached Start may still run here; its etcd data is about to go.
+	if err := StopDir(c.Dir); err != nil {
+		return fmt.Errorf("stopping the previous control plane in %s: %w", c.Dir, err)
+	}
+	c.KubeconfigPath = filepath.Join(c.Dir, "kubeconfig")
+	return nil
+}
+
+// startCore starts etcd and kube-apiserver on fresh ports and waits for /readyz.
+func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	c.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
+
+	dataDir := filepath.Join(c.Dir, "etcd")
+	if err := os.RemoveAll(dataDir); err != nil {
+		return err
+	}
+	// A unique member name tells our etcd apart from another one that won the
+	// race for the port (ours then exits, and Start retries).
+	member := fmt.Sprintf("localcp-%d-%d", os.Getpid(), ports[1])
+	if err := c.start(etcdBin, []string{
+		"--name=" + member,
+		"--data-dir=" + dataDir,
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=" + member + "=" + peerURL,
+		"--unsafe-no-fsync", // throwaway data: skip fsync, much faster on slow disks
+		// A single member elects itself after one election timeout: 100ms
+		// instead of 1s makes etcd ready ~0.5s sooner. No peers, so no cost.
+		"--heartbeat-interval=10",
+		"--election-timeout=100",
+		"--quota-backend-bytes=" + strconv.FormatInt(quota, 10),
+		"--log-level=warn",
+	}); err != nil {
+		return err
+	}
+	if err := c.waitFor(ctx, "etcd healthy", 30*time.Second, func(ctx context.Context) error {
+		if err := httpOK(ctx, http.MethodGet, http.DefaultClient, etcdURL+"/health", `"health":"true"`); err != nil {
+			return err
+		}
+		// grpc-gateway endpoint of MemberList.
+		return httpOK(ctx, http.MethodPost, http.DefaultClient, etcdURL+"/v3/cluster/member/list", `"`+member+`"`)
+	}); err != nil {
+		return err
+	}
+
+	p := c.pki
+	if err := c.start(apiserverBin, []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[2]),
+		"--tls-cert-file=" + p.servingCert,
+		"--tls-private-key-file=" + p.servingKey,
+		"--client-ca-file=" + p.caCert,
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.saPub,
+		"--service-account-signing-key-file=" + p.saKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		// The endpoint reconciler would publish 127.0.0.1 as the endpoint of
+		// the `kubernetes` Service, which validation rejects (loopback).
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--profiling=false",
+	}); err != nil {
+		return err
+	}
+	if err := writeKubeconfig(c.KubeconfigPath, c.APIServerURL, p); err != nil {
+		return err
+	}
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		return err
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	return c.waitFor(ctx, "kube-apiserver /readyz", 2*time.Minute, func(ctx context.Context) error {
+		return httpOK(ctx, http.MethodGet, hc, c.APIServerURL+"/readyz", "ok")
+	})
+}
+
+// startNodeComponents registers the fake node, starts kube-controller-manager,
+// kube-scheduler and kwok, and waits until the node can take pods.
+func (c *ControlPlane) startNodeComponents(ctx context.Context, cs kubernetes.Interface) error {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("1000"),
+		corev1.ResourceMemory: resource.MustParse("1Ti"),
+		corev1.ResourcePods:   resource.MustParse("10000"),
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        NodeName,
+			Annotations: map[string]string{kwokAnnotation: "fake"},
+			Labels: map[string]string{
+				"type":                   "kwok",
+				"kubernetes.io/hostname": NodeName,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     "amd64",
+			},
+		},
+		// Status is kept on create for nodes (kubelets self-register that way);
+		// kwok's node-initialize stage keeps the allocatable it finds.
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+	}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating node %s: %w", NodeName, err)
+	}
+
+	p := c.pki
+	if err := c.start(kcmBin, []string{
+		"--kubeconfig=" + c.KubeconfigPath,
+		"--leader-elect=false",
+		"--secure-port=0", // no serving port at all
+		"--controllers=*", // includes node-lifecycle, which lifts the not-ready taint
+		"--use-service-account-credentials=false",
+		"--service-account-private-key-file=" + p.saKey,
+		"--root-ca-file=" + p.caCert,
+		"--cluster-signing-cert-file=" + p.caCert,
+		"--cluster-signing-key-file=" + p.caKey,
+		// client-go's default 20 QPS would make kcm the bottleneck of benchmarks.
+		"--kube-api-qps=500",
+		"--kube-api-burst=1000",
+	}); err != nil {
+		return err
+	}
+	if err := c.start(schedulerBin, []string{
+		"--kubeconfig=" + c.KubeconfigPath,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--kube-api-qps=500",
+		"--kube-api-burst=1000",
+	}); err != nil {
+		return err
+	}
+	if err := c.start(kwokBin, []string{
+		"--kubeconfig=" + c.KubeconfigPath,
+		"--config=" + filepath.Join(c.binDir, kwokStages),
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=" + kwokAnnotation + "=fake",
+		// kwok (unlike kwokctl) defaults to 0 = no node leases; without lease
+		// renewals node-lifecycle marks the node NotReady after its grace period.
+		"--node-lease-duration-seconds=40",
+		// Pod IPs; the default 10.0.0.0/24 runs out after 254 pods.
+		"--cidr=10.128.0.0/12",
+		// No --server-address/--node-port: kwok then opens no port.
+	}, "KWOK_WORKDIR="+filepath.Join(c.Dir, "kwok")); err != nil { // keep ~/.kwok/kwok.yaml out
+		return err
+	}
+	if err := c.waitFor(ctx, "node "+NodeName+" Ready and untainted", 2*time.Minute, func(ctx context.Context) error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return nodeUsable(n)
+	}); err != nil {
+		return err
+	}
+	// The serviceaccount controller creates it; pods cannot be created before.
+	return c.waitFor(ctx, "default ServiceAccount", time.Minute, func(ctx context.Context) error {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+}
+
+func nodeUsable(n *corev1.Node) error {
+	ready := false
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			ready = cond.Status == corev1.ConditionTrue
+		}
+	}
+	if !ready {
+		return errors.New("node not Ready")
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return fmt.Errorf("node has taint %s:%s", t.Key, t.Effect)
+		}
+	}
+	return nil
+}
+
+// RESTConfig returns an admin client configuration.
+func (c *ControlPlane) RESTConfig() (*rest.Config, error) {
+	return clientcmd.BuildConfigFromFlags("", c.KubeconfigPath)
+}
+
+func (c *ControlPlane) clientset() (*kubernetes.Clientset, error) {
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// LogPath returns the log file of a component ("etcd", "kube-apiserver",
+// "kube-controller-manager", "kube-scheduler", "kwok").
+func (c *ControlPlane) LogPath(component string) string {
+	return filepath.Join(c.Dir, component+".log")
+}
+
+// Tail returns the last n lines of a component's log, for test failure output.
+func (c *ControlPlane) Tail(component string, n int) string {
+	return tailFile(c.LogPath(component), n)
+}
+
+// Stop ends all components (SIGTERM, then SIGKILL after a few seconds) and
+// waits for them. It removes the state directory if Start created it.
+// Calling it again returns the first result.
+func (c *ControlPlane) Stop() error {
+	c.stopOnce.Do(func() {
+		c.stopErr = c.stopProcs(stopGrace)
+		if c.stopErr != nil {
+			return
+		}
+		if c.ownsDir {
+			c.stopErr = os.RemoveAll(c.Dir)
+		} else {
+			_ = os.Remove(filepath.Join(c.Dir, pidsFile))
+		}
+	})
+	return c.stopErr
+}
+
+// Attach returns the control plane that a detached Start left running in dir,
+// if all its components are alive and the API server is ready; otherwise an
+// error wrapping ErrNotRunning. Stop on the result ends it.
+func Attach(ctx context.Context, dir string) (*ControlPlane, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	procs, all, err := attachProcs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w in %s: %v", ErrNotRunning, dir, err)
+	}
+	if !all {
+		return nil, fmt.Errorf("%w in %s: some components have exited", ErrNotRunning, dir)
+	}
+	c := &ControlPlane{Dir: dir, KubeconfigPath: filepath.Join(dir, "kubeconfig"), procs: procs, logf: func(string, ...any) {}}
+	for _, p := range procs {
+		c.Full = c.Full || p.name == kwokBin
+	}
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%w in %s: %v", ErrNotRunning, dir, err)
+	}
+	c.APIServerURL = cfg.Host
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := httpOK(ctx, http.MethodGet, hc, c.APIServerURL+"/readyz", "ok"); err != nil {
+		return nil, fmt.Errorf("%w in %s: %v", ErrNotRunning, dir, err)
+	}
+	return c, nil
+}
+
+// StopDir stops whatever components listed in dir/pids are still running,
+// healthy or not. No pids file means nothing to stop.
+func StopDir(dir string) error {
+	procs, _, err := attachProcs(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c := &ControlPlane{Dir: dir, procs: procs, logf: func(string, ...any) {}}
+	return c.Stop()
+}
+
+// httpOK sends a request (POSTs carry "{}") and expects status 200 and a body
+// containing want.
+func httpOK(ctx context.Context, method string, hc *http.Client, url, want string) error {
+	var body io.Reader
+	if method == http.MethodPost {
+		body = strings.NewReader("{}")
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(data), want) {
+		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(data))
+	}
+	return nil
+}
+
+// defaultBinDir is $CONFIGSTAMP_BIN or <repo>/bin, the repo being the nearest
+// directory upwards whose go.mod declares this module.
+func defaultBinDir() (string, error) {
+	if d := os.Getenv("CONFIGSTAMP_BIN"); d != "" {
+		return d, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && declaresModule(data, "github.com/configstamp/configstamp") {
+			return filepath.Join(dir, "bin"), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("%w: no go.mod of github.com/configstamp/configstamp above the working directory to find bin/; set CONFIGSTAMP_BIN or Options.BinDir", ErrBinariesMissing)
+		}
+		dir = parent
+	}
+}
+
+func declaresModule(gomod []byte, path string) bool {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" && strings.Trim(f[1], `"`) == path {
+			return true
+		}
+	}
+	return false
+}
