@@ -59,6 +59,7 @@ type options struct {
 	certLifetime        time.Duration
 	renewBefore         time.Duration
 	gracefulShutdownFor time.Duration
+	rollout             controllers.RolloutPolicy
 }
 
 func main() {
@@ -95,6 +96,12 @@ func parseFlags() *options {
 	fs.DurationVar(&o.certLifetime, "cert-lifetime", 365*24*time.Hour, "Self mode: serving certificate validity.")
 	fs.DurationVar(&o.renewBefore, "renew-before", 30*24*time.Hour, "Self mode: renew a certificate with less validity left than this.")
 	fs.DurationVar(&o.gracefulShutdownFor, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for runnables on shutdown.")
+	fs.DurationVar(&o.rollout.Debounce, "debounce", 2*time.Second, "Quiet window: changes to a workload's sources closer together than this give one rollout (annotation configstamp.io/debounce overrides). 0 rolls at once.")
+	fs.DurationVar(&o.rollout.MaxWait, "debounce-max-wait", 30*time.Second, "Longest a rollout waits for a quiet window, so a source rewritten every second still rolls.")
+	fs.IntVar(&o.rollout.MaxConcurrent, "max-concurrent-rollouts", 10, "Budget of workloads rolling at once because of configstamp; a workload holds a slot from its stamp until its rollout completes or fails. 0: unlimited.")
+	fs.Float64Var(&o.rollout.PerSecond, "max-rollouts-per-second", 0, "Global rate of rollout starts. 0: unlimited.")
+	fs.DurationVar(&o.rollout.ProgressDeadline, "progress-deadline", 10*time.Minute, "A StatefulSet or DaemonSet rollout not complete after this has failed (Deployments use their progressDeadlineSeconds).")
+	fs.BoolVar(&o.rollout.HaltOnFailure, "halt-on-failure", true, "When a rollout configstamp started fails, start no further rollouts caused by the same change until that source changes again.")
 	flag.Parse()
 	return o
 }
@@ -222,11 +229,13 @@ func run() error {
 		return err
 	}
 	hasher := stamp.NewHasher(hashKey)
+	scheduler := controllers.NewScheduler(o.rollout, mgr.GetCache())
 	for _, kind := range controllers.Workloads {
 		r := &controllers.WorkloadReconciler{
 			Client: mgr.GetClient(), Kind: kind,
 			Resolver:                &controllers.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Hasher: hasher},
 			Recorder:                mgr.GetEventRecorder("configstamp"),
+			Scheduler:               scheduler,
 			MaxConcurrentReconciles: o.concurrency,
 		}
 		if err := r.SetupWithManager(mgr); err != nil {

@@ -22,6 +22,29 @@ const IndexSources = "configstamp.io/sources"
 // without scanning every object of its namespace.
 const IndexHasSelector = "configstamp.io/has-selector"
 
+// IndexRolling indexes workloads holding a rollout slot (AnnotationRolloutStarted), value "true".
+const IndexRolling = "configstamp.io/rolling"
+
+// IndexHalted indexes workloads by every change whose rollout failed on them
+// (AnnotationHalted), as stamp.Change.String() values.
+const IndexHalted = "configstamp.io/halted"
+
+func indexRolling(obj client.Object) []string {
+	if _, ok := obj.GetAnnotations()[stamp.AnnotationRolloutStarted]; ok {
+		return []string{"true"}
+	}
+	return nil
+}
+
+func indexHalted(obj client.Object) []string {
+	changes := stamp.ParseChanges(obj.GetAnnotations()[stamp.AnnotationHalted])
+	out := make([]string, len(changes))
+	for i, c := range changes {
+		out[i] = c.String()
+	}
+	return out
+}
+
 func indexWorkloadSources(obj client.Object) []string {
 	tmpl := PodTemplate(obj)
 	if tmpl == nil {
@@ -41,8 +64,12 @@ func indexHasSelector(obj client.Object) []string {
 // SetupIndexes registers the field indexes on the manager's cache.
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	for _, kind := range Workloads {
-		if err := indexer.IndexField(ctx, kind.New(), IndexSources, indexWorkloadSources); err != nil {
-			return fmt.Errorf("while indexing %s sources: %w", kind.Name, err)
+		for name, fn := range map[string]client.IndexerFunc{
+			IndexSources: indexWorkloadSources, IndexRolling: indexRolling, IndexHalted: indexHalted,
+		} {
+			if err := indexer.IndexField(ctx, kind.New(), name, fn); err != nil {
+				return fmt.Errorf("while indexing %s by %s: %w", kind.Name, name, err)
+			}
 		}
 	}
 	for _, obj := range []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}} {

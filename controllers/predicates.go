@@ -15,12 +15,17 @@ import (
 // workloadChanged passes workload updates that can change what configstamp
 // decides: a new generation (template, annotations of the spec), labels (opt-in,
 // template labels matched by selectors) or annotations (extra-*, the record).
-// Status-only updates, frequent during rollouts, are dropped.
+// Other status-only updates, frequent during rollouts, are dropped.
 func workloadChanged() predicate.Predicate {
 	return predicate.Or[client.Object](
 		predicate.GenerationChangedPredicate{},
 		predicate.LabelChangedPredicate{},
 		predicate.AnnotationChangedPredicate{},
+		// Status updates matter while a rollout configstamp started is under way.
+		predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+			_, rolling := e.ObjectNew.GetAnnotations()[stamp.AnnotationRolloutStarted]
+			return rolling
+		}},
 	)
 }
 

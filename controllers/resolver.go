@@ -32,6 +32,8 @@ type Computation struct {
 	Problems []SubjectProblem
 	// Selected are the sources whose rollout selector matches the template labels.
 	Selected []stamp.ObjectRef
+	// Data is what was read of every referenced source.
+	Data map[stamp.ObjectRef]stamp.Source
 }
 
 // SubjectProblem is a bad value and the object that carries it.
@@ -70,6 +72,7 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 		}
 		sources[ref] = src // an ignored source is left out by Compute
 	}
+	comp.Data = sources
 	comp.Result = r.Hasher.Compute(namespace, refs, sources)
 	return comp, nil
 }
