@@ -21,7 +21,7 @@ import (
 
 var env *framework.Env
 
-func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, true)) }
+func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, framework.Config{Full: true})) }
 
 // replicaSets returns the ReplicaSets of Deployment name (pods labelled app=name).
 func replicaSets(t *testing.T, ns, name string) []appsv1.ReplicaSet {

@@ -46,17 +46,33 @@ type Env struct {
 	Binary      string
 	Root        string
 	Configstamp *Process
+	dir         string
+	keep        bool
 }
 
-// Main starts the control plane (full: with controller-manager, scheduler and
-// kwok) and configstamp, runs the tests, and stops everything. Use from TestMain:
+// Config says what a suite runs.
+type Config struct {
+	// Full adds kube-controller-manager, kube-scheduler and kwok.
+	Full bool
+	// Args are extra configstamp flags.
+	Args []string
+	// HashKey, when set, is stored as configstamp's HMAC key before it starts,
+	// so a test can compute the stamps it expects.
+	HashKey []byte
+	// KwokStages replaces kwok's stage file (see localcp.Options).
+	KwokStages string
+}
+
+// Main starts the control plane and configstamp, runs the tests, and stops
+// everything. Use from TestMain:
 //
-//	func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, true)) }
-func Main(m *testing.M, env **Env, full bool, args ...string) int {
-	e, err := start(full, args)
+//	func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, framework.Config{Full: true})) }
+func Main(m *testing.M, env **Env, cfg Config) int {
+	e, err := start(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "framework:", err)
 		if e != nil {
+			e.dumpLogs()
 			e.stop()
 		}
 		return 1
@@ -65,12 +81,14 @@ func Main(m *testing.M, env **Env, full bool, args ...string) int {
 	code := m.Run()
 	if code != 0 {
 		e.dumpLogs()
+		e.keep = true
+		fmt.Fprintf(os.Stderr, "framework: logs kept in %s\n", e.dir)
 	}
 	e.stop()
 	return code
 }
 
-func start(full bool, args []string) (*Env, error) {
+func start(cfg Config) (*Env, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
@@ -80,6 +98,7 @@ func start(full bool, args []string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.dir = dir
 	e.Binary = filepath.Join(dir, "configstamp")
 	build := exec.Command("go", "build", "-o", e.Binary, "./cmd")
 	build.Dir = root
@@ -88,7 +107,7 @@ func start(full bool, args []string) (*Env, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	e.CP, err = localcp.Start(ctx, localcp.Options{Dir: filepath.Join(dir, "cluster"), Full: full,
+	e.CP, err = localcp.Start(ctx, localcp.Options{Dir: filepath.Join(dir, "cluster"), Full: cfg.Full, KwokStages: cfg.KwokStages,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 	if err != nil {
 		return e, fmt.Errorf("starting the local control plane: %w", err)
@@ -105,7 +124,14 @@ func start(full bool, args []string) (*Env, error) {
 	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OwnNamespace}}); err != nil {
 		return e, err
 	}
-	e.Configstamp, err = e.StartConfigstamp(ctx, filepath.Join(dir, "configstamp.log"), args...)
+	if cfg.HashKey != nil {
+		key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: OwnNamespace, Name: "configstamp-hash-key"},
+			Data: map[string][]byte{"key": cfg.HashKey}}
+		if err := e.Client.Create(ctx, key); err != nil {
+			return e, err
+		}
+	}
+	e.Configstamp, err = e.StartConfigstamp(ctx, filepath.Join(dir, "configstamp.log"), cfg.Args...)
 	return e, err
 }
 
@@ -115,6 +141,9 @@ func (e *Env) stop() {
 	}
 	if e.CP != nil {
 		_ = e.CP.Stop()
+	}
+	if e.dir != "" && !e.keep && os.Getenv("CONFIGSTAMP_KEEP_TEST_DIR") == "" {
+		_ = os.RemoveAll(e.dir)
 	}
 }
 
@@ -250,6 +279,33 @@ func (p *Process) Stop() {
 // Restart stops and starts configstamp with the same flags.
 func (p *Process) Restart(ctx context.Context) error {
 	p.Stop()
+	return p.start(ctx)
+}
+
+// RestartWith stops configstamp and starts it with the suite's flags plus extra
+// (later flags win).
+func (p *Process) RestartWith(ctx context.Context, extra ...string) error {
+	p.Stop()
+	base := p.args
+	p.args = append(append([]string{}, base...), extra...)
+	defer func() { p.args = base }()
+	return p.start(ctx)
+}
+
+// Kill ends configstamp with SIGKILL, as a crash or a node loss would: no
+// graceful shutdown, no lease release.
+func (p *Process) Kill() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Start starts configstamp again (after Kill or Stop) with the suite's flags plus extra.
+func (p *Process) Start(ctx context.Context, extra ...string) error {
+	base := p.args
+	p.args = append(append([]string{}, base...), extra...)
+	defer func() { p.args = base }()
 	return p.start(ctx)
 }
 

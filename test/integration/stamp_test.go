@@ -21,7 +21,9 @@ var env *framework.Env
 
 func TestMain(m *testing.M) {
 	// No controller-manager runs here, so no rollout ever completes: follow none.
-	os.Exit(framework.Main(m, &env, false, "--max-concurrent-rollouts=0", "--halt-on-failure=false", "--debounce=0"))
+	os.Exit(framework.Main(m, &env, framework.Config{
+		Args: []string{"--max-concurrent-rollouts=0", "--halt-on-failure=false", "--debounce=0"},
+	}))
 }
 
 func TestWebhookStampsOnCreate(t *testing.T) {

@@ -67,6 +67,9 @@ type Options struct {
 	Full bool
 	// EtcdQuotaBytes is etcd's --quota-backend-bytes. Default 8 GiB.
 	EtcdQuotaBytes int64
+	// KwokStages replaces kwok's stage file (default BinDir/kwok-stages.yaml),
+	// e.g. to keep chosen pods unready in a test.
+	KwokStages string
 	// Detach starts the components in their own session, without the
 	// parent-death signal, so they outlive the calling process (hack/localcp up).
 	Detach bool
@@ -82,6 +85,7 @@ type ControlPlane struct {
 	Full           bool   // runs kube-controller-manager, kube-scheduler and kwok
 
 	binDir   string
+	stages   string
 	detach   bool
 	ownsDir  bool
 	logf     func(string, ...any)
@@ -164,6 +168,10 @@ func (c *ControlPlane) init(opts Options) error {
 		if c.binDir, err = defaultBinDir(); err != nil {
 			return err
 		}
+	}
+	c.stages = opts.KwokStages
+	if c.stages == "" {
+		c.stages = filepath.Join(c.binDir, kwokStages)
 	}
 	if c.binDir, err = filepath.Abs(c.binDir); err != nil { // components run in Dir
 		return err
@@ -339,7 +347,7 @@ func (c *ControlPlane) startNodeComponents(ctx context.Context, cs kubernetes.In
 	}
 	if err := c.start(kwokBin, []string{
 		"--kubeconfig=" + c.KubeconfigPath,
-		"--config=" + filepath.Join(c.binDir, kwokStages),
+		"--config=" + c.stages,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + kwokAnnotation + "=fake",
 		// kwok (unlike kwokctl) defaults to 0 = no node leases; without lease
