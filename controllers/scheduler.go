@@ -45,9 +45,14 @@ type debounceState struct {
 }
 
 type waiter struct {
-	priority int
-	seen     time.Time
+	priority    int
+	first, seen time.Time
 }
+
+// gather is how long a workload waits for the other members of its wave to
+// register before the wave order is applied: the workloads of one change are
+// enqueued together and reach the scheduler within milliseconds.
+const gather = 500 * time.Millisecond
 
 // Scheduler decides when a workload that needs a rollout may have it: after
 // its debounce window, within the budget of concurrent rollouts and the global
@@ -119,8 +124,18 @@ func (s *Scheduler) Acquire(ctx context.Context, k workloadKey, priority int) (t
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	s.waiting[k] = waiter{priority: priority, seen: now}
+	w, ok := s.waiting[k]
+	if !ok {
+		w.first = now
+	}
+	w.priority, w.seen = priority, now
+	s.waiting[k] = w
 	defer func() { waitingWorkloads.Set(float64(len(s.waiting))) }()
+	if s.Policy.MaxConcurrent > 0 || s.Policy.PerSecond > 0 {
+		if waited := now.Sub(w.first); waited < gather {
+			return gather - waited, nil
+		}
+	}
 
 	free := -1 // unlimited
 	if s.Policy.MaxConcurrent > 0 {

@@ -1,0 +1,430 @@
+// Package safety tests rollout safety end to end on the full local control
+// plane: debounce, the concurrency budget, halting a bad change, and resuming
+// a wave after configstamp is killed.
+package safety
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+var env *framework.Env
+
+// hashKey is the suite's HMAC key, so the test can compute stamps in advance.
+var hashKey = []byte("configstamp-safety-suite-hmac-key!")
+
+// haltNamespace and the bad data are fixed so that the stamp of the third
+// workload's bad rollout is known before kwok starts: kwok keeps pods with that
+// stamp unready, as an application would crash on a bad config.
+const haltNamespace = "halt"
+
+func TestMain(m *testing.M) {
+	stages, err := stagesHolding(haltWorkloadHash("bad"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(framework.Main(m, &env, framework.Config{
+		Full: true, HashKey: hashKey, KwokStages: stages,
+		Args: []string{"--max-concurrent-rollouts=5", "--debounce=2s"},
+	}))
+}
+
+// haltSpec is the pod spec of halt-wave workload name: its own ConfigMap and the shared one.
+func haltSpec(name string) corev1.PodSpec {
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "cfg-"+name)
+	framework.MountConfigMap(&spec, "shared")
+	return spec
+}
+
+// haltWorkloadHash is the stamp of the third halt-wave workload when the
+// shared ConfigMap holds mode=shared.
+func haltWorkloadHash(shared string) string {
+	name := haltNames[2]
+	spec := haltSpec(name)
+	refs, _ := stamp.WorkloadRefs(nil, &spec)
+	sources := map[stamp.ObjectRef]stamp.Source{}
+	for _, cm := range []*corev1.ConfigMap{
+		framework.ConfigMap(haltNamespace, "cfg-"+name, map[string]string{"v": name}, nil),
+		framework.ConfigMap(haltNamespace, "shared", map[string]string{"mode": shared}, nil),
+	} {
+		src := stamp.SourceFromConfigMap(cm)
+		sources[src.Ref] = src
+	}
+	return stamp.NewHasher(hashKey).Compute(haltNamespace, refs, sources).Hash
+}
+
+var haltNames = []string{"w-0", "w-1", "w-2", "w-3", "w-4", "w-5"}
+
+// stagesHolding writes a copy of kwok's stages whose pod-ready stage skips
+// pods stamped with hash, and returns its path.
+func stagesHolding(hash string) (string, error) {
+	bin := os.Getenv("CONFIGSTAMP_BIN")
+	if bin == "" {
+		wd, _ := os.Getwd()
+		bin = filepath.Join(wd, "..", "..", "bin")
+	}
+	data, err := os.ReadFile(filepath.Join(bin, "kwok-stages.yaml"))
+	if err != nil {
+		return "", fmt.Errorf("reading kwok stages (run make controlplane): %w", err)
+	}
+	docs := strings.Split(string(data), "\n---")
+	found := false
+	for i, doc := range docs {
+		var stage map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &stage); err != nil || stage == nil {
+			continue
+		}
+		meta, _ := stage["metadata"].(map[string]any)
+		if meta["name"] != "pod-ready" {
+			continue
+		}
+		sel := stage["spec"].(map[string]any)["selector"].(map[string]any)
+		exprs, _ := sel["matchExpressions"].([]any)
+		sel["matchExpressions"] = append(exprs, map[string]any{
+			"key":      `.metadata.annotations["configstamp.io/config-hash"]`,
+			"operator": "NotIn", "values": []any{hash},
+		})
+		out, err := yaml.Marshal(stage)
+		if err != nil {
+			return "", err
+		}
+		docs[i] = "\n" + string(out)
+		found = true
+	}
+	if !found {
+		return "", fmt.Errorf("no pod-ready stage in kwok's stages")
+	}
+	f, err := os.CreateTemp("", "kwok-stages-*.yaml")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	_, err = f.WriteString(strings.Join(docs, "\n---"))
+	return f.Name(), err
+}
+
+func replicaSets(t *testing.T, ns, app string) int {
+	t.Helper()
+	list := &appsv1.ReplicaSetList{}
+	if err := env.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+func complete(d *appsv1.Deployment) bool {
+	s, want := d.Status, *d.Spec.Replicas
+	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
+}
+
+func waitComplete(t *testing.T, ns string, names ...string) {
+	t.Helper()
+	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
+		for _, n := range names {
+			d := &appsv1.Deployment{}
+			d.Namespace, d.Name = ns, n
+			env.Get(t, d)
+			if !complete(d) {
+				return false, "deployment " + n + " not rolled out"
+			}
+		}
+		return true, ""
+	})
+}
+
+// createWave creates n opted-in Deployments that each mount their own
+// ConfigMap and the shared one, and waits until all are available.
+func createWave(t *testing.T, ns string, names []string, annotate func(*appsv1.Deployment)) map[string]string {
+	t.Helper()
+	objs := []client.Object{framework.ConfigMap(ns, "shared", map[string]string{"mode": "one"}, nil)}
+	for _, n := range names {
+		objs = append(objs, framework.ConfigMap(ns, "cfg-"+n, map[string]string{"v": n}, nil))
+		d := framework.Deployment(ns, n, framework.OptIn, haltSpec(n))
+		if annotate != nil {
+			annotate(d)
+		}
+		objs = append(objs, d)
+	}
+	env.Apply(t, objs...)
+	waitComplete(t, ns, names...)
+	hashes := map[string]string{}
+	for _, n := range names {
+		d := &appsv1.Deployment{}
+		d.Namespace, d.Name = ns, n
+		env.Get(t, d)
+		hashes[n] = framework.TemplateHash(d)
+	}
+	return hashes
+}
+
+// concurrency watches the Deployments of ns and records the most that were
+// mid-rollout at once: from the event where a new stamp (not in initial)
+// appears until the Deployment controller reports that generation complete.
+type concurrency struct {
+	mu      sync.Mutex
+	initial map[string]string
+	since   map[string]int64 // name -> generation at which the new stamp appeared
+	rolling map[string]bool
+	done    map[string]bool
+	peak    int
+}
+
+func watchConcurrency(t *testing.T, ns string, initial map[string]string) *concurrency {
+	t.Helper()
+	c := &concurrency{initial: initial, since: map[string]int64{}, rolling: map[string]bool{}, done: map[string]bool{}}
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := wc.Watch(ctx, &appsv1.DeploymentList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			if d, ok := ev.Object.(*appsv1.Deployment); ok {
+				c.observe(d)
+			}
+		}
+	}()
+	return c
+}
+
+func (c *concurrency) observe(d *appsv1.Deployment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := framework.TemplateHash(d)
+	if h == c.initial[d.Name] || c.done[d.Name] {
+		return
+	}
+	if _, ok := c.since[d.Name]; !ok {
+		c.since[d.Name] = d.Generation
+	}
+	s, want := d.Status, *d.Spec.Replicas
+	finished := s.ObservedGeneration >= c.since[d.Name] && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
+	if finished {
+		delete(c.rolling, d.Name)
+		c.done[d.Name] = true
+		return
+	}
+	c.rolling[d.Name] = true
+	c.peak = max(c.peak, len(c.rolling))
+}
+
+func (c *concurrency) stats() (peak, done int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peak, len(c.done)
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%02d", prefix, i)
+	}
+	return out
+}
+
+func TestBurstOfChangesGivesOneRollout(t *testing.T) {
+	ns := env.Namespace(t, "burst", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "a")
+	spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "s"}}}}
+	spec.Containers[0].Env = []corev1.EnvVar{{Name: "B", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "b"}, Key: "k"}}}}
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	a := framework.ConfigMap(ns, "a", map[string]string{"v": "0"}, nil)
+	b := framework.ConfigMap(ns, "b", map[string]string{"k": "0"}, nil)
+	s := framework.Secret(ns, "s", map[string]string{"p": "0"})
+	env.Apply(t, a, b, s, dep)
+	waitComplete(t, ns, "app")
+	env.Get(t, dep)
+	h0 := framework.TemplateHash(dep)
+
+	// Five changes to three sources, within one second.
+	began := time.Now()
+	for i, obj := range []client.Object{a, b, s, a, b} {
+		switch o := obj.(type) {
+		case *corev1.ConfigMap:
+			for k := range o.Data {
+				o.Data[k] = fmt.Sprint(i + 1)
+			}
+		case *corev1.Secret:
+			o.Data["p"] = []byte(fmt.Sprint(i + 1))
+		}
+		obj.SetResourceVersion("")
+		if err := env.Client.Update(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if elapsed := time.Since(began); elapsed > time.Second {
+		t.Fatalf("the five changes took %v, more than the one second this test is about", elapsed)
+	}
+	env.WaitTemplateHash(t, dep, h0)
+	waitComplete(t, ns, "app")
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	if n := replicaSets(t, ns, "app"); n != 2 {
+		t.Fatalf("ReplicaSets after five changes within a second: %d, want 2 (exactly one new)", n)
+	}
+	if d, err := env.Configstamp.Metrics("configstamp_debounced_changes_total"); err != nil || d < 1 {
+		t.Fatalf("debounced changes metric = %v (%v), want at least 1", d, err)
+	}
+}
+
+func TestBudgetBoundsConcurrentRollouts(t *testing.T) {
+	ns := env.Namespace(t, "budget", nil)
+	wave := names("app", 30)
+	initial := createWave(t, ns, wave, nil)
+	c := watchConcurrency(t, ns, initial)
+
+	began := time.Now()
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "two"}, nil))
+	framework.Eventually(t, 5*time.Minute, func() (bool, string) {
+		peak, done := c.stats()
+		return done == len(wave), fmt.Sprintf("%d of %d rolled out, peak %d", done, len(wave), peak)
+	})
+	peak, _ := c.stats()
+	t.Logf("30-workload wave with budget 5: %v, peak concurrent rollouts %d", time.Since(began).Round(time.Millisecond), peak)
+	if peak > 5 {
+		t.Fatalf("peak concurrent rollouts %d exceeds the budget of 5", peak)
+	}
+	if peak < 2 {
+		t.Fatalf("peak concurrent rollouts %d: the wave ran one at a time, the budget was not used", peak)
+	}
+	for _, n := range wave {
+		if got := replicaSets(t, ns, n); got != 2 {
+			t.Errorf("%s has %d ReplicaSets, want 2 (rolled exactly once)", n, got)
+		}
+	}
+}
+
+func TestFailedRolloutHaltsTheWave(t *testing.T) {
+	// One slot and no debounce make the wave strictly sequential: w-0, w-1, w-2 (fails), ...
+	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=1", "--debounce=0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Configstamp.Restart(context.Background()) })
+	ns := haltNamespace
+	env.Kubectl(t, "", "create", "namespace", ns)
+	short := func(d *appsv1.Deployment) {
+		d.Spec.ProgressDeadlineSeconds = new(int32(4))
+	}
+	initial := createWave(t, ns, haltNames, short)
+
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "bad"}, nil))
+	bad := &appsv1.Deployment{}
+	bad.Namespace, bad.Name = ns, haltNames[2]
+	env.WaitEvent(t, bad, "RolloutFailed", "did not complete")
+	env.Get(t, bad)
+	if framework.TemplateHash(bad) != haltWorkloadHash("bad") {
+		t.Fatalf("the failing workload carries %s, want the precomputed %s", framework.TemplateHash(bad), haltWorkloadHash("bad"))
+	}
+	shared := framework.ConfigMap(ns, "shared", nil, nil)
+	env.WaitEvent(t, shared, "RolloutFailed", haltNames[2])
+	// The rest of the wave is halted: each says so, and keeps its only ReplicaSet.
+	for _, n := range haltNames[3:] {
+		d := &appsv1.Deployment{}
+		d.Namespace, d.Name = ns, n
+		env.WaitEvent(t, d, "RolloutHalted", "ConfigMap/shared")
+	}
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	for i, n := range haltNames {
+		want := 1
+		if i <= 2 {
+			want = 2 // rolled (w-0, w-1) or tried (w-2, whose old pod keeps serving)
+		}
+		if got := replicaSets(t, ns, n); got != want {
+			t.Errorf("after the halt %s has %d ReplicaSets, want %d", n, got, want)
+		}
+		d := &appsv1.Deployment{}
+		d.Namespace, d.Name = ns, n
+		env.Get(t, d)
+		if i > 2 && framework.TemplateHash(d) != initial[n] {
+			t.Errorf("halted %s was stamped anyway", n)
+		}
+	}
+
+	// A corrected change lifts the halt and completes the wave.
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "fixed"}, nil))
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for _, n := range haltNames {
+			d := &appsv1.Deployment{}
+			d.Namespace, d.Name = ns, n
+			env.Get(t, d)
+			if d.Annotations[stamp.AnnotationAppliedHash] == initial[n] || !complete(d) {
+				return false, n + " not yet rolled to the fix"
+			}
+		}
+		return true, ""
+	})
+	for i, n := range haltNames {
+		want := 2 // halted ones roll once, from the original straight to the fix
+		if i <= 2 {
+			want = 3
+		}
+		if got := replicaSets(t, ns, n); got != want {
+			t.Errorf("after the fix %s has %d ReplicaSets, want %d", n, got, want)
+		}
+	}
+}
+
+func TestKilledMidWaveRollsEachOnce(t *testing.T) {
+	ns := env.Namespace(t, "resume", nil)
+	wave := names("app", 30)
+	initial := createWave(t, ns, wave, nil)
+	c := watchConcurrency(t, ns, initial)
+
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "two"}, nil))
+	// Kill configstamp once the wave is under way but far from done.
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		peak, done := c.stats()
+		return peak >= 1 && done >= 1, fmt.Sprintf("peak %d done %d", peak, done)
+	})
+	_, doneAtKill := c.stats()
+	env.Configstamp.Kill()
+	if doneAtKill >= len(wave) {
+		t.Fatalf("the wave finished (%d) before configstamp was killed", doneAtKill)
+	}
+	t.Logf("killed configstamp with %d of %d workloads rolled", doneAtKill, len(wave))
+	began := time.Now()
+	if err := env.Configstamp.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 5*time.Minute, func() (bool, string) {
+		_, done := c.stats()
+		return done == len(wave), fmt.Sprintf("%d of %d rolled out", done, len(wave))
+	})
+	peak, _ := c.stats()
+	t.Logf("wave resumed after restart and finished %v later; peak concurrent %d", time.Since(began).Round(time.Millisecond), peak)
+	if peak > 5 {
+		t.Errorf("peak concurrent rollouts %d exceeds the budget of 5", peak)
+	}
+	for _, n := range wave {
+		if got := replicaSets(t, ns, n); got != 2 {
+			t.Errorf("%s has %d ReplicaSets, want 2 (rolled exactly once across the restart)", n, got)
+		}
+	}
+}
