@@ -30,7 +30,7 @@ lint: vet ## gofmt check and go vet.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: build controlplane lint ## Unit, integration and end-to-end tests (starts local control planes).
+test: build controlplane controller-gen lint ## Unit, integration and end-to-end tests (starts local control planes).
 	$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
 
 .PHONY: test-unit
@@ -64,3 +64,4 @@ demo-down: ## Stop the demo's configstamp and control plane.
 include hack/controlplane.mk
 
 include hack/manifests.mk
+include hack/bench.mk

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -244,7 +245,11 @@ func run() error {
 	}
 	// The webhook reads sources live (consistent reads), not from the cache.
 	live := &controllers.Resolver{Sources: mgr.GetAPIReader(), Index: mgr.GetCache(), Hasher: hasher}
-	if err := webhook.Setup(mgr, live); err != nil {
+	self, err := whoami(ctx, direct)
+	if err != nil {
+		return err
+	}
+	if err := webhook.Setup(mgr, live, self); err != nil {
 		return fmt.Errorf("while setting up the webhook: %w", err)
 	}
 
@@ -280,11 +285,21 @@ func run() error {
 		}
 	}
 
-	setupLog.Info("starting", "namespace", o.namespace, "certMode", o.certMode, "webhookURL", o.webhookURL)
+	setupLog.Info("starting", "user", self, "namespace", o.namespace, "certMode", o.certMode, "webhookURL", o.webhookURL)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("while running the manager: %w", err)
 	}
 	return nil
+}
+
+// whoami returns the user name configstamp's requests carry, as the API server
+// sees it (SelfSubjectReview needs no RBAC).
+func whoami(ctx context.Context, c client.Client) (string, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("while asking the API server who configstamp is: %w", err)
+	}
+	return review.Status.UserInfo.Username, nil
 }
 
 // cachesSynced is ready once the informers configstamp reads have synced.

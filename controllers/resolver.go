@@ -34,6 +34,8 @@ type Computation struct {
 	Selected []stamp.ObjectRef
 	// Data is what was read of every referenced source.
 	Data map[stamp.ObjectRef]stamp.Source
+	// Versions are the resourceVersions read (stamp.VersionAbsent for missing objects).
+	Versions map[stamp.ObjectRef]string
 }
 
 // SubjectProblem is a bad value and the object that carries it.
@@ -62,8 +64,9 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 	comp.Selected = selected
 
 	sources := make(map[stamp.ObjectRef]stamp.Source, refs.Len())
+	comp.Versions = make(map[stamp.ObjectRef]string, refs.Len())
 	for _, ref := range refs.Objects() {
-		src, problem, err := r.source(ctx, namespace, ref)
+		src, version, problem, err := r.source(ctx, namespace, ref)
 		if err != nil {
 			return nil, err
 		}
@@ -71,6 +74,7 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 			comp.Problems = append(comp.Problems, SubjectProblem{Source: &ref, Problem: *problem})
 		}
 		sources[ref] = src // an ignored source is left out by Compute
+		comp.Versions[ref] = version
 	}
 	comp.Data = sources
 	comp.Result = r.Hasher.Compute(namespace, refs, sources)
@@ -78,7 +82,7 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 }
 
 // source reads one referenced object. A missing object is an absent source.
-func (r *Resolver) source(ctx context.Context, namespace string, ref stamp.ObjectRef) (stamp.Source, *stamp.Problem, error) {
+func (r *Resolver) source(ctx context.Context, namespace string, ref stamp.ObjectRef) (stamp.Source, string, *stamp.Problem, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}
 	var obj client.Object
 	switch ref.Kind {
@@ -87,19 +91,19 @@ func (r *Resolver) source(ctx context.Context, namespace string, ref stamp.Objec
 	case stamp.KindSecret:
 		obj = &corev1.Secret{}
 	default:
-		return stamp.Source{}, nil, fmt.Errorf("unknown source kind %q", ref.Kind)
+		return stamp.Source{}, "", nil, fmt.Errorf("unknown source kind %q", ref.Kind)
 	}
 	if err := r.Sources.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			return stamp.AbsentSource(ref), nil, nil
+			return stamp.AbsentSource(ref), stamp.VersionAbsent, nil, nil
 		}
-		return stamp.Source{}, nil, fmt.Errorf("while reading %s %s: %w", ref.Kind, key, err)
+		return stamp.Source{}, "", nil, fmt.Errorf("while reading %s %s: %w", ref.Kind, key, err)
 	}
 	_, problem := stamp.Ignored(obj.GetAnnotations())
 	if cm, ok := obj.(*corev1.ConfigMap); ok {
-		return stamp.SourceFromConfigMap(cm), problem, nil
+		return stamp.SourceFromConfigMap(cm), cm.ResourceVersion, problem, nil
 	}
-	return stamp.SourceFromSecret(obj.(*corev1.Secret)), problem, nil
+	return stamp.SourceFromSecret(obj.(*corev1.Secret)), obj.GetResourceVersion(), problem, nil
 }
 
 // selectedSources returns the ConfigMaps and Secrets of namespace whose rollout

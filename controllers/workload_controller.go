@@ -119,11 +119,19 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if action == Nothing && annotations[stamp.AnnotationSources] != sources {
 		action = Record
 	}
-	switch action {
-	case Nothing:
+	if action == Nothing {
 		return reconcile.Result{}, nil
-	case Record:
-		err := r.patch(ctx, obj, map[string]any{stamp.AnnotationAppliedHash: comp.Hash, stamp.AnnotationSources: sources}, "")
+	}
+	versions := stamp.FormatVersions(comp.Versions)
+	if stale, _ := stamp.CompareVersions(stamp.ParseVersions(annotations[stamp.AnnotationSourceVersions]), comp.Versions); stale {
+		// The stamp was written from a live read newer than this cache (a
+		// ConfigMap and a workload applied together): wait for the cache.
+		log.FromContext(ctx).V(1).Info("cache behind the recorded source versions; waiting")
+		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	}
+	if action == Record {
+		err := r.patch(ctx, obj, map[string]any{stamp.AnnotationAppliedHash: comp.Hash, stamp.AnnotationSources: sources,
+			stamp.AnnotationSourceVersions: versions}, "")
 		log.FromContext(ctx).V(1).Info("recorded hash", "hash", comp.Hash, "baseline", stamped == "" && recorded == "")
 		return reconcile.Result{}, err
 	}
@@ -161,7 +169,8 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{RequeueAfter: wait}, err
 	}
 
-	meta := map[string]any{stamp.AnnotationAppliedHash: comp.Hash, stamp.AnnotationSources: sources, stamp.AnnotationHalted: nil}
+	meta := map[string]any{stamp.AnnotationAppliedHash: comp.Hash, stamp.AnnotationSources: sources,
+		stamp.AnnotationSourceVersions: versions, stamp.AnnotationHalted: nil}
 	if r.Scheduler.Policy.Tracks() {
 		meta[stamp.AnnotationRolloutStarted] = time.Now().UTC().Format(time.RFC3339)
 		meta[stamp.AnnotationRolloutCause] = stamp.FormatChanges(causes)

@@ -25,16 +25,17 @@ const Path = "/mutate-workloads"
 
 // Setup registers the webhook on the manager's webhook server. resolver must
 // read sources live; the cache is used for Namespaces and selector discovery.
-func Setup(mgr ctrl.Manager, resolver *controllers.Resolver) error {
+// self is configstamp's own user name (see Stamper.Self).
+func Setup(mgr ctrl.Manager, resolver *controllers.Resolver, self string) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	recorder := mgr.GetEventRecorder("configstamp-webhook")
 	handlers := map[string]admission.Handler{
 		"Deployment": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self}).Handler,
 		"StatefulSet": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.StatefulSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self}).Handler,
 		"DaemonSet": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.DaemonSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self}).Handler,
 	}
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: withWarnings{byKind(handlers)}})
 	return nil

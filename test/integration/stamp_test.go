@@ -5,6 +5,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/test/framework"
@@ -230,5 +232,58 @@ func TestRolloutSelectorRecordsBaselineThenStamps(t *testing.T) {
 	env.WaitTemplateHash(t, got, "")
 	if framework.TemplateJSON(t, got) == tmpl {
 		t.Fatal("template unchanged after a data change")
+	}
+}
+
+// A shared ConfigMap's change reaches every workload with one PATCH each and
+// no reads: the webhook accepts the reconciler's patches on the strength of the
+// source versions they carry, instead of re-reading every source.
+func TestFanOutCostsOnePatchAndNoReads(t *testing.T) {
+	ns := env.Namespace(t, "fanout", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "shared")
+	objs := []client.Object{framework.ConfigMap(ns, "shared", map[string]string{"a": "1"}, nil)}
+	var deps []*appsv1.Deployment
+	for i := range 10 {
+		d := framework.Deployment(ns, fmt.Sprintf("app-%d", i), framework.OptIn, spec)
+		deps = append(deps, d)
+		objs = append(objs, d)
+	}
+	env.Apply(t, objs...)
+	before := env.Configstamp.ReconcileCounts(t)
+	env.Kubectl(t, "", "annotate", "-n", ns, "deployment/app-0", "example.com/touched=yes")
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": before["deployment"]})
+	hashes := map[string]string{}
+	for _, d := range deps {
+		env.Get(t, d)
+		hashes[d.Name] = framework.TemplateHash(d)
+	}
+
+	gets := func() float64 {
+		v, err := env.Configstamp.Metrics("rest_client_requests_total", `method="GET"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	patches := func() float64 {
+		v, err := env.Configstamp.Metrics("rest_client_requests_total", `method="PATCH"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	getsBefore, patchesBefore := gets(), patches()
+	before = env.Configstamp.ReconcileCounts(t)
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"a": "2"}, nil))
+	for _, d := range deps {
+		env.WaitTemplateHash(t, d, hashes[d.Name])
+	}
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": before["deployment"]})
+	if n := gets() - getsBefore; n != 0 {
+		t.Errorf("configstamp sent %v GET requests during a fan-out to 10 workloads, want 0", n)
+	}
+	if n := patches() - patchesBefore; n != 10 {
+		t.Errorf("configstamp sent %v PATCH requests for 10 workloads, want 10", n)
 	}
 }
