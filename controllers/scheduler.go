@@ -137,7 +137,6 @@ func (s *Scheduler) Acquire(ctx context.Context, k workloadKey, priority int) (t
 		}
 	}
 
-	free := -1 // unlimited
 	if s.Policy.MaxConcurrent > 0 {
 		rolling, err := s.rolling(ctx)
 		if err != nil {
@@ -150,13 +149,12 @@ func (s *Scheduler) Acquire(ctx context.Context, k workloadKey, priority int) (t
 				rolling[ik] = true
 			}
 		}
-		free = s.Policy.MaxConcurrent - len(rolling)
-		if free <= 0 {
-			return time.Second, nil
+		free := s.Policy.MaxConcurrent - len(rolling)
+		if rank := s.rank(k, now); rank >= free {
+			// The budget is used up, or others come first in this wave: ask again
+			// roughly when a slot may be ours, so a long wave does not spin.
+			return min(time.Duration(rank/s.Policy.MaxConcurrent+1)*500*time.Millisecond, 5*time.Second), nil
 		}
-	}
-	if free >= 0 && s.rank(k, now) >= free {
-		return 500 * time.Millisecond, nil // others come first in this wave
 	}
 	if r := s.limiter.ReserveN(now, 1); r.DelayFrom(now) > 0 {
 		r.CancelAt(now)
