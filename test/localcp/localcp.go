@@ -73,6 +73,10 @@ type Options struct {
 	// Detach starts the components in their own session, without the
 	// parent-death signal, so they outlive the calling process (hack/localcp up).
 	Detach bool
+	// AuditLog makes kube-apiserver write a JSON audit log of every request
+	// at level Metadata (stage RequestReceived omitted) to AuditLogPath(), for
+	// benchmarks that count requests by user agent.
+	AuditLog bool
 	// Logf receives progress lines. Default: discard.
 	Logf func(format string, args ...any)
 }
@@ -86,6 +90,7 @@ type ControlPlane struct {
 
 	binDir   string
 	stages   string
+	auditLog bool
 	detach   bool
 	ownsDir  bool
 	logf     func(string, ...any)
@@ -102,7 +107,7 @@ type ControlPlane struct {
 // stopped again.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	began := time.Now()
-	c := &ControlPlane{Full: opts.Full, detach: opts.Detach, logf: opts.Logf}
+	c := &ControlPlane{Full: opts.Full, detach: opts.Detach, logf: opts.Logf, auditLog: opts.AuditLog}
 	if c.logf == nil {
 		c.logf = func(string, ...any) {}
 	}
@@ -255,7 +260,11 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 	}
 
 	p := c.pki
-	if err := c.start(apiserverBin, []string{
+	audit, err := c.auditFlags()
+	if err != nil {
+		return err
+	}
+	if err := c.start(apiserverBin, append([]string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -273,7 +282,7 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--profiling=false",
-	}); err != nil {
+	}, audit...)); err != nil {
 		return err
 	}
 	if err := writeKubeconfig(c.KubeconfigPath, c.APIServerURL, p); err != nil {
@@ -290,6 +299,44 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 	return c.waitFor(ctx, "kube-apiserver /readyz", 2*time.Minute, func(ctx context.Context) error {
 		return httpOK(ctx, http.MethodGet, hc, c.APIServerURL+"/readyz", "ok")
 	})
+}
+
+// auditPolicy logs every request at level Metadata, once it has completed.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`
+
+// auditFlags writes the audit policy and returns kube-apiserver's audit flags
+// (none unless Options.AuditLog). A previous run's log is removed.
+func (c *ControlPlane) auditFlags() ([]string, error) {
+	if !c.auditLog {
+		return nil, nil
+	}
+	policy := filepath.Join(c.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(c.AuditLogPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return []string{
+		"--audit-policy-file=" + policy,
+		"--audit-log-path=" + c.AuditLogPath(),
+		"--audit-log-format=json",
+		"--audit-log-maxsize=100000", // MB: never rotate during a run
+	}, nil
+}
+
+// AuditLogPath returns kube-apiserver's audit log (JSON lines), or "" when
+// the control plane was started without Options.AuditLog.
+func (c *ControlPlane) AuditLogPath() string {
+	if !c.auditLog {
+		return ""
+	}
+	return filepath.Join(c.Dir, "audit.log")
 }
 
 // startNodeComponents registers the fake node, starts kube-controller-manager,

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// runFanout changes the one ConfigMap key that every Deployment of a namespace
+// references and times until every template carries a new stamp.
+func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
+	const ns = "bench-fanout"
+	n := cfg.fanout
+	f := &fixture{namespaces: []string{ns}, configMaps: n, secrets: n, shared: 1, deployments: n, size: cfg.size, keys: cfg.keys}
+	if err := f.setup(ctx, e, cfg); err != nil {
+		return err
+	}
+	w, err := watchStamps(ctx, e, ns)
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = f.deploymentName(i)
+	}
+	failOpenBefore, err := e.webhookFailOpen(ctx)
+	if err != nil {
+		return err
+	}
+	hookBefore, err := e.configstamp.webhookLatency()
+	if err != nil {
+		return err
+	}
+	before := w.stamps()
+	from := time.Now()
+	answered, err := f.updateConfigMap(ctx, e, ns, f.sharedName(0), "v2")
+	if err != nil {
+		return err
+	}
+	seen, err := w.waitChanged(ctx, before, names, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	var delays []time.Duration
+	last := answered
+	for _, at := range seen {
+		delays = append(delays, at.Sub(answered))
+		if at.After(last) {
+			last = at
+		}
+	}
+	slices.Sort(delays)
+	e.windowPer("fan-out: change → last restamp", from, last.Add(time.Microsecond), n, "Deployment")
+	res.add(scFanout, fmt.Sprintf("shared ConfigMap Update response → all %d templates restamped", n), fmtDuration(last.Sub(answered)))
+	res.addDurations(scFanout, "Update response → each template restamped", delays)
+	res.add(scFanout, "restamp throughput", fmt.Sprintf("%.0f Deployments/s", float64(n)/last.Sub(answered).Seconds()))
+
+	if err := f.waitSettled(ctx, e, 10*time.Minute); err != nil {
+		return err
+	}
+	settled := time.Now()
+	e.windowPer("fan-out: change → rollouts complete, idle", from, settled, n, "Deployment")
+	res.add(scFanout, "Update response → rollouts followed to completion, configstamp idle", fmtDuration(settled.Sub(answered)))
+	hookAfter, err := e.configstamp.webhookLatency()
+	if err != nil {
+		return err
+	}
+	hook := hookAfter.minus(hookBefore)
+	res.add(scFanout, "configstamp's own webhook handling time, mean (its histogram has decade buckets)",
+		fmt.Sprintf("%s (n=%.0f; %s)", fmtSeconds(hook.mean()), hook.count, hook.bucketsText()))
+	failOpenAfter, err := e.webhookFailOpen(ctx)
+	if err != nil {
+		return err
+	}
+	res.add(scFanout, "webhook calls failed open (timeout/error, API server counter)", fmt.Sprintf("%.0f", failOpenAfter-failOpenBefore))
+	return nil
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"time"
+)
+
+// runLatency changes distinct ConfigMaps one after the other, each referenced
+// by one Deployment, and times each change from the Update's response to the
+// new template stamp arriving on a watch started beforehand.
+func runLatency(ctx context.Context, cfg *config, e *env, res *results) error {
+	const ns = "bench-latency"
+	n := cfg.latencyChanges
+	f := &fixture{namespaces: []string{ns}, configMaps: n, secrets: n, shared: 1, deployments: n, size: cfg.size, keys: cfg.keys}
+	if err := f.setup(ctx, e, cfg); err != nil {
+		return err
+	}
+	w, err := watchStamps(ctx, e, ns)
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+	from := time.Now()
+	latencies := make([]time.Duration, 0, n)
+	for i := range n {
+		name := f.deploymentName(i)
+		before := w.stamps()
+		answered, err := f.updateConfigMap(ctx, e, ns, f.configMapName(i), "v2")
+		if err != nil {
+			return err
+		}
+		seen, err := w.waitChanged(ctx, before, []string{name}, time.Minute)
+		if err != nil {
+			return err
+		}
+		latencies = append(latencies, seen[name].Sub(answered))
+	}
+	if err := f.waitSettled(ctx, e, 2*time.Minute); err != nil {
+		return err
+	}
+	e.windowPer(scLatency, from, time.Now(), n, "change")
+	res.addDurations(scLatency, "ConfigMap Update response → template restamped (watch)", latencies)
+	return nil
+}
