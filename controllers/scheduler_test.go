@@ -97,8 +97,11 @@ func TestAcquireBudgetAndOrder(t *testing.T) {
 func TestAcquireRate(t *testing.T) {
 	s, c := newTestScheduler(t, RolloutPolicy{PerSecond: 1})
 	ctx := t.Context()
-	s.Acquire(ctx, dep("a"), 0)
-	s.Acquire(ctx, dep("b"), 0)
+	for _, n := range []string{"a", "b"} {
+		if _, err := s.Acquire(ctx, dep(n), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.advance(gather)
 	if w, _ := s.Acquire(ctx, dep("a"), 0); w != 0 {
 		t.Fatalf("a: wait %v", w)

@@ -45,7 +45,7 @@ func ContentID(src Source) string {
 	}
 	h := sha256.New()
 	for _, k := range slices.Sorted(maps.Keys(src.Digests)) {
-		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(src.Digests[k]), src.Digests[k])
+		_, _ = fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(src.Digests[k]), src.Digests[k])
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }

@@ -48,6 +48,7 @@ type Env struct {
 	Configstamp *Process
 	dir         string
 	keep        bool
+	certDir     string
 }
 
 // Config says what a suite runs.
@@ -61,6 +62,13 @@ type Config struct {
 	HashKey []byte
 	// KwokStages replaces kwok's stage file (see localcp.Options).
 	KwokStages string
+	// CertManagerDir runs configstamp in cert-manager mode with this --cert-dir
+	// (the test writes tls.crt and tls.key there, as the kubelet mounts
+	// cert-manager's Secret): no --webhook-url, no MutatingWebhookConfiguration
+	// registered, the webhook bound to 127.0.0.1. Main then does not start
+	// configstamp (the files must exist first) and StartConfigstamp waits for
+	// /healthz only: readiness depends on the files, the test's to check.
+	CertManagerDir string
 }
 
 // Main starts the control plane and configstamp, runs the tests, and stops
@@ -93,7 +101,7 @@ func start(cfg Config) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Root: root}
+	e := &Env{Root: root, certDir: cfg.CertManagerDir}
 	dir, err := os.MkdirTemp("", "configstamp-test-")
 	if err != nil {
 		return nil, err
@@ -103,7 +111,7 @@ func start(cfg Config) (*Env, error) {
 	build := exec.Command("go", "build", "-o", e.Binary, "./cmd")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building configstamp: %v\n%s", err, out)
+		return nil, fmt.Errorf("building configstamp: %w\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -130,6 +138,9 @@ func start(cfg Config) (*Env, error) {
 		if err := e.Client.Create(ctx, key); err != nil {
 			return e, err
 		}
+	}
+	if cfg.CertManagerDir != "" {
+		return e, nil
 	}
 	e.Configstamp, err = e.StartConfigstamp(ctx, filepath.Join(dir, "configstamp.log"), cfg.Args...)
 	return e, err
@@ -198,7 +209,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -227,37 +238,40 @@ func (p *Process) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	mode, probe := []string{"--cert-mode=self", fmt.Sprintf("--webhook-url=https://127.0.0.1:%d", p.WebhookPort)}, "/readyz"
+	if p.env.certDir != "" {
+		mode, probe = []string{"--cert-mode=cert-manager", "--cert-dir=" + p.env.certDir, "--webhook-host=127.0.0.1"}, "/healthz"
+	}
 	args := append([]string{
 		"--kubeconfig=" + p.env.Kubeconfig, "--namespace=" + OwnNamespace,
-		"--cert-mode=self", fmt.Sprintf("--webhook-url=https://127.0.0.1:%d", p.WebhookPort),
 		fmt.Sprintf("--webhook-port=%d", p.WebhookPort),
 		"--health-probe-bind-address=" + p.ProbeAddr, "--metrics-bind-address=" + p.MetricsAddr,
 		"--graceful-shutdown-timeout=5s",
-	}, p.args...)
+	}, append(mode, p.args...)...)
 	p.cmd = exec.Command(p.env.Binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return err
 	}
 	p.done = make(chan struct{})
-	go func() { _ = p.cmd.Wait(); logFile.Close(); close(p.done) }()
+	go func() { _ = p.cmd.Wait(); _ = logFile.Close(); close(p.done) }()
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case <-p.done:
 			return false, fmt.Errorf("configstamp exited early; see %s", p.LogPath)
 		default:
 		}
-		resp, err := http.Get("http://" + p.ProbeAddr + "/readyz")
+		resp, err := http.Get("http://" + p.ProbeAddr + probe)
 		if err != nil {
 			return false, nil
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for configstamp /readyz: %w", err)
+		return fmt.Errorf("waiting for configstamp %s: %w", probe, err)
 	}
 	return nil
 }
@@ -316,7 +330,7 @@ func (p *Process) Metrics(family string, labels ...string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	return sumSamples(resp.Body, family, labels)
 }
 

@@ -19,7 +19,7 @@ import (
 // TestDeploymentBecomesAvailable starts a Full control plane and checks that a
 // Deployment's pod is scheduled onto the kwok node and reported Running/Ready.
 func TestDeploymentBecomesAvailable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
 	began := time.Now()

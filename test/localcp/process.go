@@ -109,7 +109,7 @@ func (c *ControlPlane) waitFor(ctx context.Context, what string, timeout time.Du
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: gave up after %s (%v): last error: %w",
+			return fmt.Errorf("waiting for %s: gave up after %s (%w): last error: %w",
 				what, time.Since(start).Round(time.Millisecond), ctx.Err(), last)
 		case <-tick.C:
 		}

@@ -112,7 +112,7 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 	}
-	if modCopy < 0 || download < 0 || firstSource < 0 || build < 0 || !(modCopy < download && download < firstSource && firstSource < build) {
+	if modCopy < 0 || download < 0 || firstSource < 0 || build < 0 || modCopy >= download || download >= firstSource || firstSource >= build {
 		t.Errorf("builder order: COPY go.mod go.sum (%d), go mod download (%d), source COPY (%d), go build (%d): want increasing",
 			modCopy, download, firstSource, build)
 	}

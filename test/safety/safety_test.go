@@ -115,9 +115,11 @@ func stagesHolding(hash string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	_, err = f.WriteString(strings.Join(docs, "\n---"))
-	return f.Name(), err
+	if _, err := f.WriteString(strings.Join(docs, "\n---")); err != nil {
+		_ = f.Close()
+		return "", err
+	}
+	return f.Name(), f.Close()
 }
 
 func replicaSets(t *testing.T, ns, app string) int {
@@ -193,9 +195,7 @@ func watchConcurrency(t *testing.T, ns string, initial map[string]string) *concu
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := wc.Watch(ctx, &appsv1.DeploymentList{}, client.InNamespace(ns))
+	w, err := wc.Watch(t.Context(), &appsv1.DeploymentList{}, client.InNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,8 @@ func TestFailedRolloutHaltsTheWave(t *testing.T) {
 	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=1", "--debounce=0"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Configstamp.Restart(context.Background()) })
+	// t.Context is canceled before Cleanup functions run.
+	t.Cleanup(func() { _ = env.Configstamp.Restart(context.WithoutCancel(t.Context())) })
 	ns := haltNamespace
 	env.Kubectl(t, "", "create", "namespace", ns)
 	short := func(d *appsv1.Deployment) {
