@@ -492,7 +492,7 @@ func Attach(ctx context.Context, dir string) (*ControlPlane, error) {
 	}
 	procs, all, err := attachProcs(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%w in %s: %v", ErrNotRunning, dir, err)
+		return nil, fmt.Errorf("%w in %s: %w", ErrNotRunning, dir, err)
 	}
 	if !all {
 		return nil, fmt.Errorf("%w in %s: some components have exited", ErrNotRunning, dir)
@@ -503,7 +503,7 @@ func Attach(ctx context.Context, dir string) (*ControlPlane, error) {
 	}
 	cfg, err := c.RESTConfig()
 	if err != nil {
-		return nil, fmt.Errorf("%w in %s: %v", ErrNotRunning, dir, err)
+		return nil, fmt.Errorf("%w in %s: %w", ErrNotRunning, dir, err)
 	}
 	c.APIServerURL = cfg.Host
 	hc, err := rest.HTTPClientFor(cfg)
@@ -513,7 +513,7 @@ func Attach(ctx context.Context, dir string) (*ControlPlane, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := httpOK(ctx, http.MethodGet, hc, c.APIServerURL+"/readyz", "ok"); err != nil {
-		return nil, fmt.Errorf("%w in %s: %v", ErrNotRunning, dir, err)
+		return nil, fmt.Errorf("%w in %s: %w", ErrNotRunning, dir, err)
 	}
 	return c, nil
 }
