@@ -123,7 +123,7 @@ func runHeapProfile(ctx context.Context, cfg *config, e *env, res *results) erro
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%v: %s", err, stderr.String())
+		return fmt.Errorf("%w: %s", err, stderr.String())
 	}
 	var r heapProbeResult
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
@@ -135,11 +135,11 @@ func runHeapProfile(ctx context.Context, cfg *config, e *env, res *results) erro
 	res.add(scenario, "peak RSS (VmHWM) / RSS of the replica", fmtBytes(r.HWM)+" / "+fmtBytes(r.RSS))
 	top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=25", profile).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("go tool pprof: %v: %s", err, top)
+		return fmt.Errorf("go tool pprof: %w: %s", err, top)
 	}
 	cum, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-sample_index=inuse_space", "-nodecount=40", profile).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("go tool pprof: %v: %s", err, cum)
+		return fmt.Errorf("go tool pprof: %w: %s", err, cum)
 	}
 	res.sections = append(res.sections,
 		section{"Heap of a cache replica (go tool pprof -top -sample_index=inuse_space " + profile + ")", trimPprof(string(top))},
