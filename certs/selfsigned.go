@@ -3,8 +3,11 @@
 // In self-managed mode (clusters without cert-manager, the local demo, the tests)
 // configstamp makes an ECDSA CA and a serving certificate with cert-manager's
 // pkg/util/pki helpers and keeps them in one Secret in its own namespace, so that
-// every replica serves with the same CA. In cert-manager mode the files are mounted
-// and the CA bundle is injected by cert-manager's cainjector; nothing here runs.
+// every replica serves with the same CA. A Rotator on every replica renews them
+// before they expire, swaps the served files and keeps the CA bundle of the
+// MutatingWebhookConfiguration at the current CA plus, during a CA rotation, the
+// previous one. In cert-manager mode the files are mounted and the CA bundle is
+// injected by cert-manager's cainjector; nothing here runs.
 package certs
 
 import (
@@ -12,13 +15,12 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
 	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -36,6 +38,11 @@ const (
 	KeyCAKey   = "ca.key"
 	KeyTLSCert = corev1.TLSCertKey
 	KeyTLSKey  = corev1.TLSPrivateKeyKey
+	// KeyPreviousCACert is the CA that the current one replaced, kept (and kept
+	// in the webhook's CA bundle) until it expires: replicas still serving a leaf
+	// of the old CA stay trusted while they switch. A CA is replaced when it has
+	// less than RenewBefore left, so it is dropped at most RenewBefore later.
+	KeyPreviousCACert = "ca-previous.crt"
 )
 
 // PublicKeyInfrastructure is the self-managed CA and serving certificate of the webhook.
@@ -53,13 +60,43 @@ type PublicKeyInfrastructure struct {
 	// RenewBefore: a certificate with less validity left than this is made anew.
 	RenewBefore time.Duration
 	Log         logr.Logger
+	// Now is the clock (tests); nil is time.Now.
+	Now func() time.Time
 }
 
 // Bundle is what the webhook server and the MutatingWebhookConfiguration need.
 type Bundle struct {
+	// CACert is the current CA, which signed TLSCert.
 	CACert  []byte
 	TLSCert []byte
 	TLSKey  []byte
+	// PreviousCACert is the CA the current one replaced, while it is valid.
+	PreviousCACert []byte
+}
+
+// CABundle is what API servers must trust: the current CA, then the previous
+// one during a CA rotation.
+func (b *Bundle) CABundle() []byte {
+	return joinPEM(b.CACert, b.PreviousCACert)
+}
+
+func joinPEM(blocks ...[]byte) []byte {
+	var out []byte
+	for _, b := range blocks {
+		if len(bytes.TrimSpace(b)) == 0 {
+			continue
+		}
+		out = append(out, bytes.TrimSpace(b)...)
+		out = append(out, '\n')
+	}
+	return out
+}
+
+func (p *PublicKeyInfrastructure) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
 }
 
 // Ensure returns a valid bundle, creating or renewing the Secret when needed.
@@ -77,7 +114,7 @@ func (p *PublicKeyInfrastructure) Ensure(ctx context.Context) (*Bundle, error) {
 				Type: corev1.SecretTypeTLS,
 				Data: map[string][]byte{},
 			}
-			if err := p.fill(secret); err != nil {
+			if _, err := p.fill(secret); err != nil {
 				return nil, err
 			}
 			if err := p.Client.Create(ctx, secret); err != nil {
@@ -94,48 +131,71 @@ func (p *PublicKeyInfrastructure) Ensure(ctx context.Context) (*Bundle, error) {
 		if p.valid(secret) {
 			return bundleOf(secret), nil
 		}
-		if err := p.fill(secret); err != nil {
+		did, err := p.fill(secret)
+		if err != nil {
 			return nil, err
 		}
 		if err := p.Client.Update(ctx, secret); err != nil {
 			if apierrors.IsConflict(err) {
+				// Another replica renewed first: use its Secret (read again).
 				continue
 			}
 			return nil, fmt.Errorf("while updating secret %s/%s: %w", p.Namespace, p.SecretName, err)
 		}
-		p.Log.Info("renewed webhook serving certificate", "secret", p.SecretName)
+		p.Log.Info("renewed webhook certificates", "secret", p.SecretName, "changes", did,
+			"caNotAfter", notAfter(secret.Data[KeyCACert]), "certNotAfter", notAfter(secret.Data[KeyTLSCert]))
 		return bundleOf(secret), nil
 	}
 	return nil, fmt.Errorf("while ensuring secret %s/%s: too many conflicts", p.Namespace, p.SecretName)
 }
 
-// WriteFiles writes tls.crt and tls.key for controller-runtime's webhook server.
-func (b *Bundle) WriteFiles(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	for name, data := range map[string][]byte{KeyTLSCert: b.TLSCert, KeyTLSKey: b.TLSKey, KeyCACert: b.CACert} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			return fmt.Errorf("while writing %s: %w", name, err)
-		}
-	}
-	return nil
+func bundleOf(s *corev1.Secret) *Bundle {
+	return &Bundle{CACert: s.Data[KeyCACert], TLSCert: s.Data[KeyTLSCert], TLSKey: s.Data[KeyTLSKey],
+		PreviousCACert: s.Data[KeyPreviousCACert]}
 }
 
-func bundleOf(s *corev1.Secret) *Bundle {
-	return &Bundle{CACert: s.Data[KeyCACert], TLSCert: s.Data[KeyTLSCert], TLSKey: s.Data[KeyTLSKey]}
+// caBundle is the CA bundle the Secret s stands for now: its CA and its
+// previous CA unless that has expired.
+func (p *PublicKeyInfrastructure) caBundle(s *corev1.Secret) []byte {
+	b := bundleOf(s)
+	if !p.previousUsable(s) {
+		b.PreviousCACert = nil
+	}
+	return b.CABundle()
+}
+
+func notAfter(certPEM []byte) string {
+	c, err := pki.DecodeX509CertificateBytes(certPEM)
+	if err != nil {
+		return "invalid"
+	}
+	return c.NotAfter.UTC().Format(time.RFC3339)
 }
 
 // valid reports whether the Secret's CA and leaf are usable for longer than
-// RenewBefore and the leaf covers every host.
+// RenewBefore, the leaf is the CA's and covers every host, and the previous CA,
+// if any, has not expired.
 func (p *PublicKeyInfrastructure) valid(s *corev1.Secret) bool {
+	ca, ok := p.caValid(s)
+	if !ok || !p.leafValid(s, ca) {
+		return false
+	}
+	_, hasPrevious := s.Data[KeyPreviousCACert]
+	return !hasPrevious || p.previousUsable(s)
+}
+
+func (p *PublicKeyInfrastructure) caValid(s *corev1.Secret) (*x509.Certificate, bool) {
 	ca, err := pki.DecodeX509CertificateBytes(s.Data[KeyCACert])
 	if err != nil || !p.fresh(ca) {
-		return false
+		return nil, false
 	}
 	if _, err := pki.DecodePrivateKeyBytes(s.Data[KeyCAKey]); err != nil {
-		return false
+		return nil, false
 	}
+	return ca, true
+}
+
+func (p *PublicKeyInfrastructure) leafValid(s *corev1.Secret, ca *x509.Certificate) bool {
 	leaf, err := pki.DecodeX509CertificateBytes(s.Data[KeyTLSCert])
 	if err != nil || !p.fresh(leaf) || leaf.CheckSignatureFrom(ca) != nil {
 		return false
@@ -145,30 +205,60 @@ func (p *PublicKeyInfrastructure) valid(s *corev1.Secret) bool {
 			return false
 		}
 	}
-	_, err = pki.DecodePrivateKeyBytes(s.Data[KeyTLSKey])
+	_, err = tls.X509KeyPair(s.Data[KeyTLSCert], s.Data[KeyTLSKey])
 	return err == nil
 }
 
-func (p *PublicKeyInfrastructure) fresh(c *x509.Certificate) bool {
-	return time.Now().Add(p.RenewBefore).Before(c.NotAfter)
+// previousUsable: the Secret holds a previous CA that has not expired.
+func (p *PublicKeyInfrastructure) previousUsable(s *corev1.Secret) bool {
+	prev, err := pki.DecodeX509CertificateBytes(s.Data[KeyPreviousCACert])
+	return err == nil && p.now().Before(prev.NotAfter)
 }
 
-// fill makes what is missing or stale: the CA only when it is itself stale, the
-// leaf always (a new CA needs a new leaf; otherwise the leaf was the stale part).
-func (p *PublicKeyInfrastructure) fill(s *corev1.Secret) error {
+func (p *PublicKeyInfrastructure) fresh(c *x509.Certificate) bool {
+	return p.now().Add(p.RenewBefore).Before(c.NotAfter)
+}
+
+// fill makes what is missing or stale and says what it did. A stale CA is
+// replaced and kept as the previous CA (if it has not expired yet), and a new
+// CA always gets a new leaf; otherwise the leaf is made anew only when it is
+// stale itself. A previous CA that has expired is dropped.
+func (p *PublicKeyInfrastructure) fill(s *corev1.Secret) ([]string, error) {
 	if s.Data == nil {
 		s.Data = map[string][]byte{}
 	}
-	ca, caErr := pki.DecodeX509CertificateBytes(s.Data[KeyCACert])
-	caKey, keyErr := pki.DecodePrivateKeyBytes(s.Data[KeyCAKey])
-	if caErr != nil || keyErr != nil || !p.fresh(ca) {
-		var err error
-		ca, caKey, err = p.newCA(s)
+	var did []string
+	ca, caOK := p.caValid(s)
+	if !caOK {
+		oldPEM := s.Data[KeyCACert]
+		old, oldErr := pki.DecodeX509CertificateBytes(oldPEM)
+		newCA, _, err := p.newCA(s)
 		if err != nil {
-			return err
+			return nil, err
 		}
+		ca = newCA
+		if oldErr == nil && p.now().Before(old.NotAfter) {
+			s.Data[KeyPreviousCACert] = oldPEM
+			did = append(did, "rotated CA (previous CA kept in the bundle until "+old.NotAfter.UTC().Format(time.RFC3339)+")")
+		} else {
+			delete(s.Data, KeyPreviousCACert)
+			did = append(did, "made CA")
+		}
+	} else if _, has := s.Data[KeyPreviousCACert]; has && !p.previousUsable(s) {
+		delete(s.Data, KeyPreviousCACert)
+		did = append(did, "dropped expired previous CA")
 	}
-	return p.newLeaf(s, ca, caKey)
+	if !caOK || !p.leafValid(s, ca) {
+		caKey, err := pki.DecodePrivateKeyBytes(s.Data[KeyCAKey])
+		if err != nil {
+			return nil, err
+		}
+		if err := p.newLeaf(s, ca, caKey); err != nil {
+			return nil, err
+		}
+		did = append(did, "made serving certificate")
+	}
+	return did, nil
 }
 
 func (p *PublicKeyInfrastructure) newCA(s *corev1.Secret) (*x509.Certificate, *ecdsa.PrivateKey, error) {
@@ -179,8 +269,8 @@ func (p *PublicKeyInfrastructure) newCA(s *corev1.Secret) (*x509.Certificate, *e
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "configstamp-webhook-ca"},
-		NotBefore:             time.Now().Add(-time.Minute),
-		NotAfter:              time.Now().Add(p.CALifetime),
+		NotBefore:             p.now().Add(-time.Minute),
+		NotAfter:              p.now().Add(p.CALifetime),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -206,8 +296,8 @@ func (p *PublicKeyInfrastructure) newLeaf(s *corev1.Secret, ca *x509.Certificate
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "configstamp-webhook"},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(p.CertLifetime),
+		NotBefore:    p.now().Add(-time.Minute),
+		NotAfter:     p.now().Add(p.CertLifetime),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}

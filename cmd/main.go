@@ -59,6 +59,7 @@ type options struct {
 	caLifetime          time.Duration
 	certLifetime        time.Duration
 	renewBefore         time.Duration
+	certCheckInterval   time.Duration
 	gracefulShutdownFor time.Duration
 	rollout             controllers.RolloutPolicy
 }
@@ -96,6 +97,7 @@ func parseFlags() *options {
 	fs.DurationVar(&o.caLifetime, "ca-lifetime", 5*365*24*time.Hour, "Self mode: CA validity.")
 	fs.DurationVar(&o.certLifetime, "cert-lifetime", 365*24*time.Hour, "Self mode: serving certificate validity.")
 	fs.DurationVar(&o.renewBefore, "renew-before", 30*24*time.Hour, "Self mode: renew a certificate with less validity left than this.")
+	fs.DurationVar(&o.certCheckInterval, "cert-check-interval", 0, "Self mode: how often every replica checks the certificates, picks up renewed ones and keeps the CA bundle. 0: a tenth of --renew-before, between 1s and 10m.")
 	fs.DurationVar(&o.gracefulShutdownFor, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for runnables on shutdown.")
 	fs.DurationVar(&o.rollout.Debounce, "debounce", 2*time.Second, "Quiet window: changes to a workload's sources closer together than this give one rollout (annotation configstamp.io/debounce overrides). 0 rolls at once.")
 	fs.DurationVar(&o.rollout.MaxWait, "debounce-max-wait", 30*time.Second, "Longest a rollout waits for a quiet window, so a source rewritten every second still rolls.")
@@ -264,6 +266,34 @@ func run() error {
 		}
 		if err := webhook.Register(ctx, direct, webhook.Configuration(o.webhookConfigName, o.namespace, cc)); err != nil {
 			return err
+		}
+		// Every replica renews the certificates before they expire, serves the
+		// renewed pair and keeps the CA bundle (current CA + previous CA during a
+		// CA rotation, which Register has just reset to the current one).
+		hosts, _, err := selfHosts(o)
+		if err != nil {
+			return err
+		}
+		rotator := &certs.Rotator{
+			PKI: &certs.PublicKeyInfrastructure{
+				Client: direct, Namespace: o.namespace, SecretName: o.tlsSecret, Hosts: hosts,
+				CALifetime: o.caLifetime, CertLifetime: o.certLifetime, RenewBefore: o.renewBefore,
+				Log: logger.WithName("certs"),
+			},
+			CertDir: certDir, WebhookConfigName: o.webhookConfigName, Interval: o.certCheckInterval,
+			Log: logger.WithName("certs"),
+		}
+		if err := rotator.Validate(); err != nil {
+			return err
+		}
+		if err := rotator.Check(ctx); err != nil {
+			return err
+		}
+		if err := mgr.Add(rotator); err != nil {
+			return fmt.Errorf("while adding the certificate rotator: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("certificate", certs.FilesValid(certDir)); err != nil {
+			return fmt.Errorf("while adding the certificate ready check: %w", err)
 		}
 	}
 
