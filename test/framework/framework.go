@@ -49,6 +49,10 @@ type Env struct {
 	dir         string
 	keep        bool
 	certDir     string
+
+	// ConfigstampKubeconfig is what configstamp runs with: the admin
+	// Kubeconfig unless Config.Kubeconfig says otherwise.
+	ConfigstampKubeconfig string
 }
 
 // Config says what a suite runs.
@@ -69,6 +73,11 @@ type Config struct {
 	// configstamp (the files must exist first) and StartConfigstamp waits for
 	// /healthz only: readiness depends on the files, the test's to check.
 	CertManagerDir string
+	// Kubeconfig, when set, is called once the control plane is up and
+	// configstamp's namespace exists, before configstamp starts, and returns
+	// the kubeconfig file configstamp runs with (default: the admin one). It
+	// may first create what that identity needs, through e.Client.
+	Kubeconfig func(ctx context.Context, e *Env) (string, error)
 }
 
 // Main starts the control plane and configstamp, runs the tests, and stops
@@ -137,6 +146,12 @@ func start(cfg Config) (*Env, error) {
 			Data: map[string][]byte{"key": cfg.HashKey}}
 		if err := e.Client.Create(ctx, key); err != nil {
 			return e, err
+		}
+	}
+	e.ConfigstampKubeconfig = e.Kubeconfig
+	if cfg.Kubeconfig != nil {
+		if e.ConfigstampKubeconfig, err = cfg.Kubeconfig(ctx, e); err != nil {
+			return e, fmt.Errorf("preparing configstamp's kubeconfig: %w", err)
 		}
 	}
 	if cfg.CertManagerDir != "" {
@@ -243,7 +258,7 @@ func (p *Process) start(ctx context.Context) error {
 		mode, probe = []string{"--cert-mode=cert-manager", "--cert-dir=" + p.env.certDir, "--webhook-host=127.0.0.1"}, "/healthz"
 	}
 	args := append([]string{
-		"--kubeconfig=" + p.env.Kubeconfig, "--namespace=" + OwnNamespace,
+		"--kubeconfig=" + p.env.configstampKubeconfig(), "--namespace=" + OwnNamespace,
 		fmt.Sprintf("--webhook-port=%d", p.WebhookPort),
 		"--health-probe-bind-address=" + p.ProbeAddr, "--metrics-bind-address=" + p.MetricsAddr,
 		"--graceful-shutdown-timeout=5s",
@@ -274,6 +289,13 @@ func (p *Process) start(ctx context.Context) error {
 		return fmt.Errorf("waiting for configstamp %s: %w", probe, err)
 	}
 	return nil
+}
+
+func (e *Env) configstampKubeconfig() string {
+	if e.ConfigstampKubeconfig != "" {
+		return e.ConfigstampKubeconfig
+	}
+	return e.Kubeconfig
 }
 
 // Stop terminates the process (SIGTERM, then SIGKILL after 10 s) and waits.
