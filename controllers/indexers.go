@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -22,7 +23,9 @@ const IndexSources = "configstamp.io/sources"
 // without scanning every object of its namespace.
 const IndexHasSelector = "configstamp.io/has-selector"
 
-// IndexRolling indexes workloads holding a rollout slot (AnnotationRolloutStarted), value "true".
+// IndexRolling indexes workloads holding a rollout slot, value "true": a
+// rollout configstamp started (AnnotationRolloutStarted) that the status does
+// not yet show complete or failed.
 const IndexRolling = "configstamp.io/rolling"
 
 // IndexHalted indexes workloads by every change whose rollout failed on them
@@ -30,7 +33,7 @@ const IndexRolling = "configstamp.io/rolling"
 const IndexHalted = "configstamp.io/halted"
 
 func indexRolling(obj client.Object) []string {
-	if _, ok := obj.GetAnnotations()[stamp.AnnotationRolloutStarted]; ok {
+	if inProgress(obj) {
 		return []string{"true"}
 	}
 	return nil
@@ -89,9 +92,13 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // replaced by per-key digests before an object is stored, and managedFields and
 // last-applied copies are dropped from everything.
 func CacheOptions() ctrlcache.Options {
+	workload := ctrlcache.ByObject{Transform: stripWorkload}
 	return ctrlcache.Options{
 		DefaultTransform: stripMetadata,
 		ByObject: map[client.Object]ctrlcache.ByObject{
+			&appsv1.Deployment{}:  workload,
+			&appsv1.StatefulSet{}: workload,
+			&appsv1.DaemonSet{}:   workload,
 			&corev1.ConfigMap{}: {Transform: func(in any) (any, error) {
 				if cm, ok := in.(*corev1.ConfigMap); ok {
 					stamp.DigestConfigMap(cm)
@@ -122,3 +129,57 @@ func stripMetadata(in any) (any, error) {
 }
 
 var _ cache.TransformFunc = stripMetadata
+
+// stripWorkload keeps of a workload what configstamp reads: its metadata, the
+// pod template's labels and annotations and its references (volumes of
+// ConfigMaps, Secrets and projections; env keyRefs; envFrom), and the status
+// fields that tell a rollout's progress. Images, commands, resources, probes
+// and the rest of the pod spec never enter the cache. The webhook decodes the
+// object it admits and never reads workloads from the cache.
+func stripWorkload(in any) (any, error) {
+	if _, err := stripMetadata(in); err != nil {
+		return in, err
+	}
+	obj, ok := in.(client.Object)
+	if !ok {
+		return in, nil
+	}
+	if tmpl := PodTemplate(obj); tmpl != nil {
+		tmpl.Spec = referencesOnly(&tmpl.Spec)
+	}
+	var conditions []appsv1.DeploymentCondition
+	if d, ok := obj.(*appsv1.Deployment); ok {
+		for _, c := range d.Status.Conditions {
+			conditions = append(conditions, appsv1.DeploymentCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
+		}
+		d.Status.Conditions = conditions
+	}
+	return in, nil
+}
+
+// referencesOnly returns the parts of spec that can reference a ConfigMap or Secret.
+func referencesOnly(spec *corev1.PodSpec) corev1.PodSpec {
+	var out corev1.PodSpec
+	for _, v := range spec.Volumes {
+		if v.ConfigMap != nil || v.Secret != nil || v.Projected != nil {
+			out.Volumes = append(out.Volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+				ConfigMap: v.ConfigMap, Secret: v.Secret, Projected: v.Projected}})
+		}
+	}
+	slim := func(cs []corev1.Container) []corev1.Container {
+		var kept []corev1.Container
+		for _, c := range cs {
+			k := corev1.Container{Name: c.Name, EnvFrom: c.EnvFrom}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && (e.ValueFrom.ConfigMapKeyRef != nil || e.ValueFrom.SecretKeyRef != nil) {
+					k.Env = append(k.Env, corev1.EnvVar{Name: e.Name, ValueFrom: e.ValueFrom})
+				}
+			}
+			kept = append(kept, k)
+		}
+		return kept
+	}
+	out.Containers = slim(spec.Containers)
+	out.InitContainers = slim(spec.InitContainers)
+	return out
+}

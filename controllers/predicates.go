@@ -21,10 +21,10 @@ func workloadChanged() predicate.Predicate {
 		predicate.GenerationChangedPredicate{},
 		predicate.LabelChangedPredicate{},
 		predicate.AnnotationChangedPredicate{},
-		// Status updates matter while a rollout configstamp started is under way.
+		// Status updates matter while a rollout configstamp started is under
+		// way, up to and including the one that shows it over.
 		predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-			_, rolling := e.ObjectNew.GetAnnotations()[stamp.AnnotationRolloutStarted]
-			return rolling
+			return inProgress(e.ObjectOld) || inProgress(e.ObjectNew)
 		}},
 	)
 }

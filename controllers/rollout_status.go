@@ -6,6 +6,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
 // rolloutState tells whether the rollout of a workload, started at started,
@@ -42,6 +44,20 @@ func rolloutState(obj client.Object, started time.Time, deadline time.Duration, 
 		return done, !done && late
 	}
 	return true, false
+}
+
+// inProgress reports whether a rollout configstamp started (the workload
+// carries AnnotationRolloutStarted) still holds its slot: the status does not
+// show it complete. The annotation stays after completion (no second PATCH per
+// rollout); the status tells the slot is free. A failed rollout keeps its slot
+// until configstamp records the halt and drops the annotation in one PATCH, so
+// that no other workload starts the same change in between.
+func inProgress(obj client.Object) bool {
+	if _, ok := obj.GetAnnotations()[stamp.AnnotationRolloutStarted]; !ok {
+		return false
+	}
+	complete, _ := rolloutState(obj, time.Now(), time.Duration(1<<62), time.Now())
+	return !complete
 }
 
 func replicas(p *int32) int32 {

@@ -71,6 +71,9 @@ type Scheduler struct {
 	inflight map[workloadKey]time.Time
 	limiter  *rate.Limiter
 	now      func() time.Time
+	// following: rollouts this process has seen under way (key -> started), so
+	// that a completion is counted once and not again after a restart.
+	following map[workloadKey]string
 }
 
 // NewScheduler returns a Scheduler for policy reading the cache.
@@ -81,11 +84,12 @@ func NewScheduler(policy RolloutPolicy, cache client.Reader) *Scheduler {
 	}
 	return &Scheduler{
 		Policy: policy, Cache: cache,
-		debounce: map[workloadKey]*debounceState{},
-		waiting:  map[workloadKey]waiter{},
-		inflight: map[workloadKey]time.Time{},
-		limiter:  rate.NewLimiter(limit, 1),
-		now:      time.Now,
+		debounce:  map[workloadKey]*debounceState{},
+		waiting:   map[workloadKey]waiter{},
+		inflight:  map[workloadKey]time.Time{},
+		following: map[workloadKey]string{},
+		limiter:   rate.NewLimiter(limit, 1),
+		now:       time.Now,
 	}
 }
 
@@ -209,6 +213,26 @@ func (s *Scheduler) Forget(k workloadKey) {
 	delete(s.debounce, k)
 	delete(s.waiting, k)
 	waitingWorkloads.Set(float64(len(s.waiting)))
+}
+
+// Following records that k's rollout started at started is under way.
+func (s *Scheduler) Following(k workloadKey, started string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.following[k] = started
+}
+
+// Finished records that k's rollout started at started is over and reports
+// whether this process had seen it under way (so it is counted once).
+func (s *Scheduler) Finished(k workloadKey, started string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.inflight, k)
+	if s.following[k] != started {
+		return false
+	}
+	delete(s.following, k)
+	return true
 }
 
 // Release frees k's in-flight slot (its rollout finished).

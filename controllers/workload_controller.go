@@ -233,12 +233,11 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key workloadKey, obj cl
 	complete, failed := rolloutState(obj, started, r.Scheduler.Policy.ProgressDeadline, time.Now())
 	switch {
 	case complete:
-		if err := r.patch(ctx, obj, map[string]any{stamp.AnnotationRolloutStarted: nil, stamp.AnnotationRolloutCause: nil}, ""); err != nil {
-			return reconcile.Result{}, false, err
+		// No PATCH: the status frees the slot (IndexRolling), the annotation stays.
+		if r.Scheduler.Finished(key, startedAt) {
+			rolloutsCompleted.WithLabelValues(r.Kind.Name).Inc()
+			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(started).Round(time.Millisecond).String())
 		}
-		r.Scheduler.Release(key)
-		rolloutsCompleted.WithLabelValues(r.Kind.Name).Inc()
-		log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(started).Round(time.Millisecond).String())
 		return reconcile.Result{}, true, nil
 	case failed:
 		cause := obj.GetAnnotations()[stamp.AnnotationRolloutCause]
@@ -250,7 +249,7 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key workloadKey, obj cl
 			stamp.AnnotationHalted: halt}, ""); err != nil {
 			return reconcile.Result{}, false, err
 		}
-		r.Scheduler.Release(key)
+		r.Scheduler.Finished(key, startedAt)
 		rolloutsFailed.WithLabelValues(r.Kind.Name).Inc()
 		log.FromContext(ctx).Info("rollout failed; halting the rollouts of the same change", "cause", cause)
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
@@ -263,6 +262,7 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key workloadKey, obj cl
 		}
 		return reconcile.Result{}, true, nil
 	}
+	r.Scheduler.Following(key, startedAt)
 	if _, isDeployment := obj.(*appsv1.Deployment); !isDeployment && !started.IsZero() {
 		// StatefulSets and DaemonSets have no progress deadline of their own.
 		return reconcile.Result{RequeueAfter: time.Until(started.Add(r.Scheduler.Policy.ProgressDeadline)) + time.Second}, false, nil

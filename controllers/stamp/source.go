@@ -94,14 +94,26 @@ func cacheMeta(m *metav1.ObjectMeta) {
 	m.ManagedFields = nil
 	m.Labels = nil
 	m.OwnerReferences = nil
-	kept := map[string]string{AnnotationDigested: DigestedSHA256}
+	var kept map[string]string
 	for _, k := range []string{AnnotationIgnore, AnnotationRolloutSelector, AnnotationPodDeleteMatch} {
 		if v, ok := m.Annotations[k]; ok {
+			if kept == nil {
+				kept = map[string]string{AnnotationDigested: DigestedSHA256}
+			}
 			kept[k] = v
 		}
 	}
+	if kept == nil {
+		// Most objects keep nothing but the marker: they all share one map
+		// (the cache hands out deep copies, nobody writes the cached object).
+		kept = digestedOnly
+	}
 	m.Annotations = kept
 }
+
+// digestedOnly is the annotations map of every digested object that keeps no
+// other annotation. Never written.
+var digestedOnly = map[string]string{AnnotationDigested: DigestedSHA256}
 
 // DigestConfigMap is the informer-cache transform: in place, Data becomes the per-key
 // digests of data and binaryData, BinaryData becomes nil, the digested marker is set and

@@ -1,0 +1,77 @@
+package controllers
+
+import (
+	"reflect"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// The cache keeps only the references of a pod template; what configstamp
+// computes from the stripped template must equal what the full one gives.
+func TestStripWorkloadKeepsReferences(t *testing.T) {
+	keyRef := func(cm, key string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Key: key}}
+	}
+	container := corev1.Container{
+		Name: "app", Image: "img", Command: []string{"run"},
+		Env: []corev1.EnvVar{
+			{Name: "PLAIN", Value: "x"},
+			{Name: "A", ValueFrom: keyRef("cm-a", "k")},
+			{Name: "S", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "sec"}, Key: "p"}}},
+			{Name: "F", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		},
+		EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm-all"}}}},
+	}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "d", Annotations: map[string]string{stamp.AnnotationExtraSecrets: "extra"}},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "d"}, Annotations: map[string]string{stamp.AnnotationHash: "v1-x"}},
+			Spec: corev1.PodSpec{
+				InitContainers: []corev1.Container{{Name: "init", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "init-sec"}}}}}},
+				Containers: []corev1.Container{container},
+				Volumes: []corev1.Volume{
+					{Name: "c", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "vol"}, Items: []corev1.KeyToPath{{Key: "one", Path: "1"}}}}},
+					{Name: "p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+						{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "proj"}}}}}}},
+					{Name: "e", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				},
+			},
+		}},
+		Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{
+			Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded", Message: "long text"}}},
+	}
+	hasher := stamp.NewHasher([]byte("0123456789abcdef"))
+	compute := func(d *appsv1.Deployment) (stamp.Result, []string) {
+		refs, _ := stamp.WorkloadRefs(d.Annotations, &d.Spec.Template.Spec)
+		return hasher.Compute("ns", refs, nil), refs.IndexValues()
+	}
+	wantHash, wantIndex := compute(d)
+
+	stripped := d.DeepCopy()
+	if _, err := stripWorkload(stripped); err != nil {
+		t.Fatal(err)
+	}
+	gotHash, gotIndex := compute(stripped)
+	if !reflect.DeepEqual(gotHash, wantHash) || !reflect.DeepEqual(gotIndex, wantIndex) {
+		t.Fatalf("stripped template computes %v %v, full one %v %v", gotHash, gotIndex, wantHash, wantIndex)
+	}
+	if c := stripped.Spec.Template.Spec.Containers[0]; c.Image != "" || len(c.Command) != 0 || len(c.Env) != 2 {
+		t.Fatalf("stripped container keeps more than references: %+v", c)
+	}
+	if len(stripped.Spec.Template.Spec.Volumes) != 2 || stripped.Spec.Template.Labels["app"] != "d" ||
+		stripped.Spec.Template.Annotations[stamp.AnnotationHash] != "v1-x" {
+		t.Fatalf("stripped template lost what configstamp reads: %+v", stripped.Spec.Template)
+	}
+	if c := stripped.Status.Conditions; len(c) != 1 || c[0].Reason != "ProgressDeadlineExceeded" || c[0].Message != "" {
+		t.Fatalf("conditions = %+v", c)
+	}
+}
