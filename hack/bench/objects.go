@@ -271,9 +271,8 @@ func (f *fixture) setup(ctx context.Context, e *env, cfg *config) error {
 	return f.waitSettled(ctx, e, 5*time.Minute)
 }
 
-// waitSettled polls until no Deployment of the fixture has a rollout that
-// configstamp is still following (annotation rollout-started) and configstamp
-// is idle.
+// waitSettled polls until every Deployment of the fixture reports its rollout
+// complete (what frees configstamp's rollout slot) and configstamp is idle.
 func (f *fixture) waitSettled(ctx context.Context, e *env, timeout time.Duration) error {
 	err := poll(ctx, "rollouts followed to completion", timeout, 200*time.Millisecond, func() (bool, string, error) {
 		rolling := 0
@@ -283,7 +282,11 @@ func (f *fixture) waitSettled(ctx context.Context, e *env, timeout time.Duration
 				return false, "", err
 			}
 			for _, d := range list.Items {
-				if _, ok := d.Annotations[stamp.AnnotationRolloutStarted]; ok {
+				s, want := d.Status, int32(1)
+				if d.Spec.Replicas != nil {
+					want = *d.Spec.Replicas
+				}
+				if s.ObservedGeneration < d.Generation || s.UpdatedReplicas != want || s.AvailableReplicas != want || s.Replicas != want {
 					rolling++
 				}
 			}
