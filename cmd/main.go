@@ -94,7 +94,7 @@ func parseFlags() *options {
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "configstamp.configstamp.io", "Name of the leader election Lease.")
 	fs.StringVar(&o.logFormat, "log-format", "json", `"json" or "console".`)
 	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity (0 info, 1 debug).")
-	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 8, "Parallel reconciles per workload kind.")
+	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 16, "Parallel reconciles per workload kind (a reconcile mostly waits for its PATCH round trip).")
 	fs.Float64Var(&o.qps, "kube-api-qps", 300, "The reconciler's client QPS to the API server (a fan-out to N workloads costs N PATCHes).")
 	fs.IntVar(&o.burst, "kube-api-burst", 600, "The reconciler's client burst.")
 	fs.Float64Var(&o.webhookQPS, "webhook-api-qps", -1, "QPS of the webhook's consistent reads; negative: no client-side limit (the API server's priority and fairness still applies). A throttled webhook delays every admitted write.")
@@ -262,7 +262,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("while creating the webhook's client: %w", err)
 	}
-	live := &controllers.Resolver{Sources: liveReader, Index: mgr.GetCache(), Hasher: hasher}
+	live := &controllers.Resolver{Sources: liveReader, Index: mgr.GetCache(), Hasher: hasher, Parallel: true}
 	self, err := whoami(ctx, direct)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +24,9 @@ type Resolver struct {
 	// that carry a rollout selector (IndexHasSelector).
 	Index  client.Reader
 	Hasher *stamp.Hasher
+	// Parallel reads the sources concurrently (for live reads; a cache read
+	// costs nothing to wait for).
+	Parallel bool
 }
 
 // Computation is the outcome of resolving one workload.
@@ -63,18 +67,40 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 	}
 	comp.Selected = selected
 
-	sources := make(map[stamp.ObjectRef]stamp.Source, refs.Len())
-	comp.Versions = make(map[stamp.ObjectRef]string, refs.Len())
-	for _, ref := range refs.Objects() {
-		src, version, problem, err := r.source(ctx, namespace, ref)
-		if err != nil {
-			return nil, err
+	objects := refs.Objects()
+	type read struct {
+		src     stamp.Source
+		version string
+		problem *stamp.Problem
+		err     error
+	}
+	reads := make([]read, len(objects))
+	if r.Parallel && len(objects) > 1 {
+		// Live reads are round trips: do them at once, so an admission costs
+		// one read's latency, not one per referenced object.
+		var wg sync.WaitGroup
+		for i, ref := range objects {
+			wg.Go(func() {
+				reads[i].src, reads[i].version, reads[i].problem, reads[i].err = r.source(ctx, namespace, ref)
+			})
 		}
-		if problem != nil {
-			comp.Problems = append(comp.Problems, SubjectProblem{Source: &ref, Problem: *problem})
+		wg.Wait()
+	} else {
+		for i, ref := range objects {
+			reads[i].src, reads[i].version, reads[i].problem, reads[i].err = r.source(ctx, namespace, ref)
 		}
-		sources[ref] = src // an ignored source is left out by Compute
-		comp.Versions[ref] = version
+	}
+	sources := make(map[stamp.ObjectRef]stamp.Source, len(objects))
+	comp.Versions = make(map[stamp.ObjectRef]string, len(objects))
+	for i, ref := range objects {
+		if reads[i].err != nil {
+			return nil, reads[i].err
+		}
+		if reads[i].problem != nil {
+			comp.Problems = append(comp.Problems, SubjectProblem{Source: &ref, Problem: *reads[i].problem})
+		}
+		sources[ref] = reads[i].src // an ignored source is left out by Compute
+		comp.Versions[ref] = reads[i].version
 	}
 	comp.Data = sources
 	comp.Result = r.Hasher.Compute(namespace, refs, sources)

@@ -39,7 +39,7 @@ func newHandler(t *testing.T, objs ...client.Object) (admission.Handler, *stamp.
 		WithIndex(&corev1.Secret{}, controllers.IndexHasSelector, func(client.Object) []string { return nil }).
 		Build()
 	hasher := stamp.NewHasher([]byte("0123456789abcdef0123456789abcdef"))
-	resolver := &controllers.Resolver{Sources: c, Index: c, Hasher: hasher}
+	resolver := &controllers.Resolver{Sources: c, Index: c, Hasher: hasher, Parallel: true}
 	d := &Stamper[*appsv1.Deployment]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)}
 	return withWarnings{byKind{"Deployment": admission.WithDefaulter(scheme, d).Handler}}, hasher
 }
