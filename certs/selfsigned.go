@@ -328,6 +328,3 @@ func serial() *big.Int {
 	}
 	return n
 }
-
-// SameCA reports whether two PEM bundles are byte-identical (for skipping no-op writes).
-func SameCA(a, b []byte) bool { return bytes.Equal(bytes.TrimSpace(a), bytes.TrimSpace(b)) }
