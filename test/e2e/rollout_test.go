@@ -25,12 +25,7 @@ func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, framework.Config{F
 
 // replicaSets returns the ReplicaSets of Deployment name (pods labelled app=name).
 func replicaSets(t *testing.T, ns, name string) []appsv1.ReplicaSet {
-	t.Helper()
-	list := &appsv1.ReplicaSetList{}
-	if err := env.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
-		t.Fatal(err)
-	}
-	return list.Items
+	return env.ReplicaSets(t, ns, name)
 }
 
 func revisions(t *testing.T, ns, owner string) int {
@@ -56,10 +51,8 @@ func waitDeploymentRolledOut(t *testing.T, d *appsv1.Deployment) {
 	t.Helper()
 	framework.Eventually(t, 90*time.Second, func() (bool, string) {
 		env.Get(t, d)
-		s := d.Status
-		want := *d.Spec.Replicas
-		ok := s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
-		return ok, fmt.Sprintf("deployment %s: generation %d observed %d, replicas %d updated %d available %d (want %d)",
+		s, want := d.Status, *d.Spec.Replicas
+		return framework.RolledOut(d), fmt.Sprintf("deployment %s: generation %d observed %d, replicas %d updated %d available %d (want %d)",
 			d.Name, d.Generation, s.ObservedGeneration, s.Replicas, s.UpdatedReplicas, s.AvailableReplicas, want)
 	})
 }

@@ -211,3 +211,20 @@ func TemplateJSON(t testing.TB, obj client.Object) string {
 	}
 	return string(raw)
 }
+
+// ReplicaSets returns the ReplicaSets of the Deployment whose pods are labelled app=name.
+func (e *Env) ReplicaSets(t testing.TB, ns, name string) []appsv1.ReplicaSet {
+	t.Helper()
+	list := &appsv1.ReplicaSetList{}
+	if err := e.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{"app": name}); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// RolledOut reports whether a Deployment's rollout is complete: its generation
+// observed, every replica updated and available, no old pods left.
+func RolledOut(d *appsv1.Deployment) bool {
+	s, want := d.Status, *d.Spec.Replicas
+	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
+}

@@ -122,19 +122,7 @@ func stagesHolding(hash string) (string, error) {
 	return f.Name(), f.Close()
 }
 
-func replicaSets(t *testing.T, ns, app string) int {
-	t.Helper()
-	list := &appsv1.ReplicaSetList{}
-	if err := env.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
-		t.Fatal(err)
-	}
-	return len(list.Items)
-}
-
-func complete(d *appsv1.Deployment) bool {
-	s, want := d.Status, *d.Spec.Replicas
-	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
-}
+func replicaSets(t *testing.T, ns, app string) int { return len(env.ReplicaSets(t, ns, app)) }
 
 func waitComplete(t *testing.T, ns string, names ...string) {
 	t.Helper()
@@ -143,7 +131,7 @@ func waitComplete(t *testing.T, ns string, names ...string) {
 			d := &appsv1.Deployment{}
 			d.Namespace, d.Name = ns, n
 			env.Get(t, d)
-			if !complete(d) {
+			if !framework.RolledOut(d) {
 				return false, "deployment " + n + " not rolled out"
 			}
 		}
@@ -375,7 +363,7 @@ func TestFailedRolloutHaltsTheWave(t *testing.T) {
 			d := &appsv1.Deployment{}
 			d.Namespace, d.Name = ns, n
 			env.Get(t, d)
-			if d.Annotations[stamp.AnnotationAppliedHash] == initial[n] || !complete(d) {
+			if d.Annotations[stamp.AnnotationAppliedHash] == initial[n] || !framework.RolledOut(d) {
 				return false, n + " not yet rolled to the fix"
 			}
 		}
