@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"unique"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -117,6 +118,7 @@ func CacheOptions() ctrlcache.Options {
 
 func stripMetadata(in any) (any, error) {
 	if obj, ok := in.(client.Object); ok {
+		obj.SetNamespace(unique.Make(obj.GetNamespace()).Value()) // many objects, few namespaces
 		obj.SetManagedFields(nil)
 		if a := obj.GetAnnotations(); a != nil {
 			if _, ok := a[lastApplied]; ok {

@@ -1,6 +1,7 @@
 package stamp
 
 import (
+	"crypto/sha256"
 	"maps"
 	"reflect"
 	"regexp"
@@ -504,7 +505,8 @@ func TestDigestTransform(t *testing.T) {
 		cm := &corev1.ConfigMap{ObjectMeta: meta(), Data: map[string]string{"password": "secret"}, BinaryData: map[string][]byte{"bin": []byte("secret")}}
 		DigestConfigMap(cm)
 		checkMeta(t, cm.ObjectMeta)
-		want := map[string]string{"password": Digest([]byte("secret")), "bin": Digest([]byte("secret"))}
+		sum := sha256.Sum256([]byte("secret"))
+		want := map[string]string{"password": string(sum[:]), "bin": string(sum[:])}
 		if !maps.Equal(cm.Data, want) || cm.BinaryData != nil {
 			t.Errorf("data = %v binaryData = %v, want %v", cm.Data, cm.BinaryData, want)
 		}
@@ -519,7 +521,8 @@ func TestDigestTransform(t *testing.T) {
 		s := &corev1.Secret{ObjectMeta: meta(), Type: corev1.SecretTypeOpaque, Data: map[string][]byte{"password": []byte("secret")}, StringData: map[string]string{"k": "v"}}
 		DigestSecret(s)
 		checkMeta(t, s.ObjectMeta)
-		if len(s.Data) != 1 || string(s.Data["password"]) != Digest([]byte("secret")) || s.StringData != nil || s.Type != corev1.SecretTypeOpaque {
+		sum := sha256.Sum256([]byte("secret"))
+		if len(s.Data) != 1 || string(s.Data["password"]) != string(sum[:]) || s.StringData != nil || s.Type != corev1.SecretTypeOpaque {
 			t.Errorf("secret = %+v", s)
 		}
 		once := s.DeepCopy()
@@ -528,6 +531,26 @@ func TestDigestTransform(t *testing.T) {
 			t.Errorf("not idempotent: %+v vs %+v", s, once)
 		}
 		DigestSecret(nil)
+	})
+	t.Run("size does not depend on the values", func(t *testing.T) {
+		big := strings.Repeat("x", 1<<20)
+		cm := &corev1.ConfigMap{ObjectMeta: meta(), Data: map[string]string{"a": big, "b": ""}, BinaryData: map[string][]byte{"c": []byte(big)}}
+		s := &corev1.Secret{ObjectMeta: meta(), Data: map[string][]byte{"a": []byte(big), "b": nil}}
+		DigestConfigMap(cm)
+		DigestSecret(s)
+		for k, v := range cm.Data {
+			if len(v) != sha256.Size {
+				t.Errorf("ConfigMap key %s holds %d bytes, want %d", k, len(v), sha256.Size)
+			}
+		}
+		for k, v := range s.Data {
+			if len(v) != sha256.Size || cap(v) != sha256.Size {
+				t.Errorf("Secret key %s holds %d bytes (cap %d), want %d", k, len(v), cap(v), sha256.Size)
+			}
+		}
+		if len(cm.Data) != 3 || len(s.Data) != 2 {
+			t.Errorf("keys lost: %d ConfigMap keys, %d Secret keys", len(cm.Data), len(s.Data))
+		}
 	})
 }
 

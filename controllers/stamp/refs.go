@@ -40,8 +40,8 @@ const (
 	AnnotationRolloutSelector = "configstamp.io/rollout-selector"
 	// AnnotationPodDeleteMatch is the accepted alias of AnnotationRolloutSelector.
 	AnnotationPodDeleteMatch = "magalix.com/podDeleteMatch"
-	// AnnotationDigested marks a cached object whose Data holds per-key digests instead
-	// of values. Its value is DigestedSHA256.
+	// AnnotationDigested marks a cached object whose Data holds per-key raw SHA-256
+	// sums instead of values. Its value is DigestedSHA256. It exists only in memory.
 	AnnotationDigested = "configstamp.io/digested"
 	// HashVersion prefixes every hash ("v1-...").
 	HashVersion = "v1"

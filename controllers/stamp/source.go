@@ -3,6 +3,8 @@ package stamp
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"unique"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +26,10 @@ func Digest(value []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// stringBytes returns the bytes of s without copying them, for hashing only: the
+// result must never be written. Digesting a 10 KiB value must not allocate 10 KiB.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // AbsentSource is the Source of a referenced object that does not exist.
 func AbsentSource(ref ObjectRef) Source { return Source{Ref: ref} }
 
@@ -31,17 +37,17 @@ func isDigested(annotations map[string]string) bool {
 	return annotations[AnnotationDigested] == DigestedSHA256
 }
 
-// configMapDigests returns the per-key digests of a ConfigMap, full or digested. In a
-// digested object Data values are digests already; BinaryData (nil after DigestConfigMap)
-// is digested in both cases, so digesting is exactly idempotent.
+// configMapDigests returns the per-key hex digests of a ConfigMap, full or digested.
+// In a digested object Data values are raw SHA-256 sums; BinaryData (nil after
+// DigestConfigMap) is digested in both cases, so digesting is exactly idempotent.
 func configMapDigests(cm *corev1.ConfigMap) map[string]string {
 	digested := isDigested(cm.Annotations)
 	out := make(map[string]string, len(cm.Data)+len(cm.BinaryData))
 	for k, v := range cm.Data {
 		if digested {
-			out[k] = v
+			out[k] = hex.EncodeToString(stringBytes(v))
 		} else {
-			out[k] = Digest([]byte(v))
+			out[k] = Digest(stringBytes(v))
 		}
 	}
 	for k, v := range cm.BinaryData { // keys are disjoint from Data in valid objects
@@ -55,7 +61,7 @@ func secretDigests(s *corev1.Secret) map[string]string {
 	out := make(map[string]string, len(s.Data))
 	for k, v := range s.Data {
 		if digested {
-			out[k] = string(v)
+			out[k] = hex.EncodeToString(v)
 		} else {
 			out[k] = Digest(v)
 		}
@@ -86,11 +92,36 @@ func SourceFromSecret(s *corev1.Secret) Source {
 		Digests: secretDigests(s), Ignored: ignored}
 }
 
+// sums is the cache's form of an object's values: the raw SHA-256 sums of every key's
+// value, back to back in one allocation (32 bytes a key, where a hex string would take
+// 64 and an allocation of its own). Keys are interned: the same key names recur across
+// thousands of objects.
+type sums struct {
+	keys []string
+	buf  []byte
+}
+
+func newSums(n int) *sums {
+	return &sums{keys: make([]string, 0, n), buf: make([]byte, 0, n*sha256.Size)}
+}
+
+func (r *sums) add(key string, value []byte) {
+	r.keys = append(r.keys, unique.Make(key).Value())
+	sum := sha256.Sum256(value)
+	r.buf = append(r.buf, sum[:]...)
+}
+
+// sum returns the sum of the i-th key, capacity-limited so no append can reach the next.
+func (r *sums) sum(i int) []byte {
+	return r.buf[i*sha256.Size : (i+1)*sha256.Size : (i+1)*sha256.Size]
+}
+
 // cacheMeta strips metadata the cache does not need: managedFields, labels, owner
 // references and every annotation except ignore, rollout-selector and its alias (a
 // kubectl last-applied-configuration annotation holds a full copy of the data). It sets
 // the digested marker.
 func cacheMeta(m *metav1.ObjectMeta) {
+	m.Namespace = unique.Make(m.Namespace).Value() // thousands of objects, few namespaces
 	m.ManagedFields = nil
 	m.Labels = nil
 	m.OwnerReferences = nil
@@ -115,30 +146,65 @@ func cacheMeta(m *metav1.ObjectMeta) {
 // other annotation. Never written.
 var digestedOnly = map[string]string{AnnotationDigested: DigestedSHA256}
 
-// DigestConfigMap is the informer-cache transform: in place, Data becomes the per-key
-// digests of data and binaryData, BinaryData becomes nil, the digested marker is set and
-// the metadata is stripped to what configstamp needs (managedFields, labels,
-// ownerReferences and all annotations but ignore, rollout-selector and podDeleteMatch
-// are dropped). Idempotent; nil is a no-op.
+// DigestConfigMap is the informer-cache transform: in place, Data becomes the raw
+// SHA-256 sums of data and binaryData per key (SourceFromConfigMap turns them back into
+// the same hex digests a full object gives), BinaryData becomes nil, the digested
+// marker is set and the metadata is stripped to what configstamp needs (managedFields,
+// labels, ownerReferences and all annotations but ignore, rollout-selector and
+// podDeleteMatch are dropped). Idempotent; nil is a no-op.
 func DigestConfigMap(cm *corev1.ConfigMap) {
 	if cm == nil {
 		return
 	}
-	cm.Data = configMapDigests(cm)
+	if isDigested(cm.Annotations) {
+		// Data holds sums already (or, with a user-set marker, what configMapDigests
+		// treats as sums); only BinaryData is left to digest.
+		for k, v := range cm.BinaryData {
+			if cm.Data == nil {
+				cm.Data = make(map[string]string, len(cm.BinaryData))
+			}
+			sum := sha256.Sum256(v)
+			cm.Data[k] = string(sum[:])
+		}
+	} else {
+		r := newSums(len(cm.Data) + len(cm.BinaryData))
+		for k, v := range cm.Data {
+			r.add(k, stringBytes(v))
+		}
+		for k, v := range cm.BinaryData {
+			r.add(k, v)
+		}
+		all := string(r.buf)
+		cm.Data = nil
+		if len(r.keys) > 0 {
+			cm.Data = make(map[string]string, len(r.keys))
+		}
+		for i, k := range r.keys {
+			cm.Data[k] = all[i*sha256.Size : (i+1)*sha256.Size]
+		}
+	}
 	cm.BinaryData = nil
 	cacheMeta(&cm.ObjectMeta)
 }
 
-// DigestSecret is DigestConfigMap for Secrets: Data values become their digests,
+// DigestSecret is DigestConfigMap for Secrets: Data values become their raw sums,
 // StringData is dropped. Idempotent; nil is a no-op.
 func DigestSecret(s *corev1.Secret) {
 	if s == nil {
 		return
 	}
-	d := secretDigests(s)
-	s.Data = make(map[string][]byte, len(d))
-	for k, v := range d {
-		s.Data[k] = []byte(v)
+	if !isDigested(s.Annotations) {
+		r := newSums(len(s.Data))
+		for k, v := range s.Data {
+			r.add(k, v)
+		}
+		s.Data = nil
+		if len(r.keys) > 0 {
+			s.Data = make(map[string][]byte, len(r.keys))
+		}
+		for i, k := range r.keys {
+			s.Data[k] = r.sum(i)
+		}
 	}
 	s.StringData = nil
 	cacheMeta(&s.ObjectMeta)

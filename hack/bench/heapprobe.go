@@ -28,19 +28,74 @@ import (
 
 // heapProbeCommand is the hidden sub-command that holds configstamp's cache.
 //
-// configstamp has no pprof endpoint (cmd/main.go has no --pprof-bind-address),
-// so the benchmark profiles a stand-in: a process that builds the cache exactly
-// as configstamp does (controllers.CacheOptions: digest transforms, managedFields
-// stripped; controllers.SetupIndexes) with informers for the same kinds,
-// waits for it to sync and writes a heap profile. It shows what the cache
-// costs, not the reconciler's or the webhook's transient memory.
+// It builds the cache exactly as configstamp does (controllers.CacheOptions:
+// digest transforms, managedFields stripped; controllers.SetupIndexes) and
+// starts its informers one kind at a time. After each kind has synced it
+// collects garbage twice and reads the live heap (HeapAlloc), so the growth
+// divided by the kind's object count is the marginal memory of one cached
+// object of that kind, indexes included. It then writes a heap profile. It
+// shows what the cache costs, not the reconciler's or the webhook's transient
+// memory (configstamp's own --pprof-bind-address serves that).
 const heapProbeCommand = "heap-probe"
 
+type heapProbeKind struct {
+	Kind    string `json:"kind"`
+	Objects int    `json:"objects"`
+	Bytes   int64  `json:"bytes"` // live heap growth while this kind synced
+}
+
 type heapProbeResult struct {
-	HWM       uint64 `json:"hwm"`
-	RSS       uint64 `json:"rss"`
-	HeapInuse uint64 `json:"heapInuse"`
-	Objects   int    `json:"objects"`
+	HWM       uint64          `json:"hwm"`
+	RSS       uint64          `json:"rss"`
+	HeapInuse uint64          `json:"heapInuse"`
+	HeapAlloc uint64          `json:"heapAlloc"`
+	Objects   int             `json:"objects"`
+	Kinds     []heapProbeKind `json:"kinds"`
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// deferredIndexes records IndexField calls to apply them kind by kind later.
+type deferredIndexes []struct {
+	obj   client.Object
+	field string
+	fn    client.IndexerFunc
+}
+
+func (d *deferredIndexes) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	*d = append(*d, struct {
+		obj   client.Object
+		field string
+		fn    client.IndexerFunc
+	}{obj, field, fn})
+	return nil
+}
+
+func (d *deferredIndexes) apply(ctx context.Context, to client.FieldIndexer, kind client.Object) error {
+	for _, i := range *d {
+		if fmt.Sprintf("%T", i.obj) == fmt.Sprintf("%T", kind) {
+			if err := to.IndexField(ctx, i.obj, i.field, i.fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// count returns how many objects of a kind the cache holds; the list it reads
+// (a copy of every object's struct) is garbage when it returns.
+func count(ctx context.Context, c client.Reader, newList func() client.ObjectList) (int, error) {
+	list := newList()
+	if err := c.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return 0, err
+	}
+	return meta.LenList(list), nil
 }
 
 func heapProbe(args []string) error {
@@ -56,7 +111,7 @@ func heapProbe(args []string) error {
 		return err
 	}
 	cfg.UserAgent = benchUserAgent + "-heap-probe"
-	cfg.QPS, cfg.Burst = 50, 100 // configstamp's defaults
+	cfg.QPS, cfg.Burst = 300, 600 // configstamp's defaults
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	opts := controllers.CacheOptions()
@@ -67,30 +122,51 @@ func heapProbe(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := controllers.SetupIndexes(ctx, cache); err != nil {
+	// The indexes are registered per kind, right after its informer starts
+	// (an informer re-indexes what it holds), so each kind's figure includes
+	// its own indexes.
+	var idx deferredIndexes
+	if err := controllers.SetupIndexes(ctx, &idx); err != nil {
 		return err
 	}
-	kinds := []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Namespace{},
-		&appsv1.Deployment{}, &appsv1.StatefulSet{}, &appsv1.DaemonSet{}}
-	for _, obj := range kinds {
-		if _, err := cache.GetInformer(ctx, obj); err != nil {
-			return err
-		}
+	// Namespaces first: the first informer also pays for discovery and the
+	// REST mapper, which the per-kind figures must not include.
+	kinds := []struct {
+		obj  client.Object
+		list func() client.ObjectList
+	}{
+		{&corev1.Namespace{}, func() client.ObjectList { return &corev1.NamespaceList{} }},
+		{&corev1.ConfigMap{}, func() client.ObjectList { return &corev1.ConfigMapList{} }},
+		{&corev1.Secret{}, func() client.ObjectList { return &corev1.SecretList{} }},
+		{&appsv1.Deployment{}, func() client.ObjectList { return &appsv1.DeploymentList{} }},
+		{&appsv1.StatefulSet{}, func() client.ObjectList { return &appsv1.StatefulSetList{} }},
+		{&appsv1.DaemonSet{}, func() client.ObjectList { return &appsv1.DaemonSetList{} }},
 	}
 	go func() { _ = cache.Start(ctx) }()
 	if !cache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("cache did not sync")
+		return fmt.Errorf("cache did not start")
 	}
-	objects := 0
-	for _, list := range []client.ObjectList{&corev1.ConfigMapList{}, &corev1.SecretList{}, &corev1.NamespaceList{},
-		&appsv1.DeploymentList{}, &appsv1.StatefulSetList{}, &appsv1.DaemonSetList{}} {
-		if err := cache.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+	var r heapProbeResult
+	before := liveHeap()
+	for _, k := range kinds {
+		if _, err := cache.GetInformer(ctx, k.obj); err != nil {
 			return err
 		}
-		objects += meta.LenList(list)
+		if !cache.WaitForCacheSync(ctx) {
+			return fmt.Errorf("cache did not sync")
+		}
+		if err := idx.apply(ctx, cache, k.obj); err != nil {
+			return err
+		}
+		n, err := count(ctx, cache, k.list)
+		if err != nil {
+			return err
+		}
+		after := liveHeap()
+		r.Kinds = append(r.Kinds, heapProbeKind{Kind: fmt.Sprintf("%T", k.obj)[1:], Objects: n, Bytes: int64(after) - int64(before)})
+		r.Objects += n
+		before = after
 	}
-	runtime.GC()
-	runtime.GC()
 	f, err := os.Create(*out)
 	if err != nil {
 		return err
@@ -104,11 +180,13 @@ func heapProbe(args []string) error {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	r.HeapInuse, r.HeapAlloc = ms.HeapInuse, ms.HeapAlloc
 	mem, err := readProcMemory(os.Getpid())
 	if err != nil {
 		return err
 	}
-	return json.NewEncoder(os.Stdout).Encode(heapProbeResult{HWM: mem.hwm, RSS: mem.rss, HeapInuse: ms.HeapInuse, Objects: objects})
+	r.HWM, r.RSS = mem.hwm, mem.rss
+	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
 // runHeapProfile runs the probe against the main control plane (every object
@@ -130,8 +208,16 @@ func runHeapProfile(ctx context.Context, cfg *config, e *env, res *results) erro
 		return fmt.Errorf("reading the probe's result %q: %w", stdout.String(), err)
 	}
 	const scenario = "cache replica"
-	res.add(scenario, fmt.Sprintf("heap in use holding configstamp's cache of %d objects (%s)", r.Objects, e.inventory), fmtBytes(r.HeapInuse))
-	res.add(scenario, "heap in use per cached object", fmt.Sprintf("%.0f B", float64(r.HeapInuse)/float64(r.Objects)))
+	res.add(scenario, fmt.Sprintf("live heap / heap in use holding configstamp's cache of %d objects (%s)", r.Objects, e.inventory),
+		fmtBytes(r.HeapAlloc)+" / "+fmtBytes(r.HeapInuse))
+	res.add(scenario, "live heap per cached object, all kinds", fmt.Sprintf("%.0f B", float64(r.HeapAlloc)/float64(r.Objects)))
+	for _, k := range r.Kinds {
+		if k.Objects == 0 || k.Kind == "v1.Namespace" {
+			continue
+		}
+		res.add(scenario, fmt.Sprintf("marginal live heap per cached %s (%d objects, indexes included)", k.Kind, k.Objects),
+			fmt.Sprintf("%.0f B", float64(k.Bytes)/float64(k.Objects)))
+	}
 	res.add(scenario, "peak RSS (VmHWM) / RSS of the replica", fmtBytes(r.HWM)+" / "+fmtBytes(r.RSS))
 	top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=25", profile).CombinedOutput()
 	if err != nil {
