@@ -58,6 +58,21 @@ type WorkloadReconciler struct {
 
 var _ reconcile.Reconciler = &WorkloadReconciler{}
 
+// sourceReference refers to a ConfigMap or Secret for an event, with its UID from
+// the cache when it is there: `kubectl describe` shows only events whose
+// involvedObject.uid is the object's.
+func (r *WorkloadReconciler) sourceReference(ctx context.Context, namespace string, ref stamp.ObjectRef) *corev1.ObjectReference {
+	out := &corev1.ObjectReference{APIVersion: "v1", Kind: string(ref.Kind), Namespace: namespace, Name: ref.Name}
+	var obj client.Object = &corev1.ConfigMap{}
+	if ref.Kind == stamp.KindSecret {
+		obj = &corev1.Secret{}
+	}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, obj); err == nil {
+		out.UID, out.ResourceVersion = obj.GetUID(), obj.GetResourceVersion()
+	}
+	return out
+}
+
 // Reconcile recomputes the workload's hash from cached data and, per Decide,
 // records a baseline or, when the rollout safety rules allow, stamps the
 // template (one rollout). It also follows the rollouts it started.
@@ -255,7 +270,7 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key workloadKey, obj cl
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
 			"rollout for %s did not complete; configstamp halts further rollouts of this change until it changes again", cause)
 		for _, c := range stamp.ParseChanges(cause) {
-			src := &corev1.ObjectReference{APIVersion: "v1", Kind: string(c.Ref.Kind), Namespace: obj.GetNamespace(), Name: c.Ref.Name}
+			src := r.sourceReference(ctx, obj.GetNamespace(), c.Ref)
 			r.Recorder.Eventf(src, obj, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
 				"this change made the rollout of %s %s fail; its rollout to other workloads is halted until the %s changes again",
 				r.Kind.Name, obj.GetName(), c.Ref.Kind)

@@ -162,7 +162,8 @@ func (e *Env) WaitTemplateHash(t testing.TB, obj client.Object, not string) stri
 }
 
 // WaitEvent polls until an event with reason about obj exists whose note
-// contains every given fragment, and returns its note.
+// contains every given fragment, and returns its note. When obj has a UID the
+// event must carry it, as `kubectl describe` requires.
 func (e *Env) WaitEvent(t testing.TB, obj client.Object, reason string, fragments ...string) string {
 	t.Helper()
 	var note string
@@ -174,6 +175,11 @@ func (e *Env) WaitEvent(t testing.TB, obj client.Object, reason string, fragment
 		var seen []string
 		for _, ev := range list.Items {
 			if ev.Regarding.Name != obj.GetName() || ev.Reason != reason {
+				continue
+			}
+			if uid := obj.GetUID(); uid != "" && ev.Regarding.UID != uid {
+				// kubectl describe selects events by involvedObject.uid.
+				seen = append(seen, "(regarding uid "+string(ev.Regarding.UID)+", not "+string(uid)+") "+ev.Note)
 				continue
 			}
 			seen = append(seen, ev.Note)
