@@ -161,6 +161,9 @@ func run() error {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 	setupLog := logger.WithName("setup")
+	if err := tuneMemory(setupLog); err != nil {
+		return err
+	}
 
 	cfg, err := restConfig(o)
 	if err != nil {

@@ -34,6 +34,7 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 		return err
 	}
 	before := w.stamps()
+	cpuBefore := e.cpuTimes()
 	from := time.Now()
 	answered, err := f.updateConfigMap(ctx, e, ns, f.sharedName(0), "v2")
 	if err != nil {
@@ -43,6 +44,7 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 	if err != nil {
 		return err
 	}
+	cpuAfter, cpuAt := e.cpuTimes(), time.Now()
 	var delays []time.Duration
 	last := answered
 	for _, at := range seen {
@@ -56,6 +58,7 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 	res.add(scFanout, fmt.Sprintf("shared ConfigMap Update response → all %d templates restamped", n), fmtDuration(last.Sub(answered)))
 	res.addDurations(scFanout, "Update response → each template restamped", delays)
 	res.add(scFanout, "restamp throughput", fmt.Sprintf("%.0f Deployments/s", float64(n)/last.Sub(answered).Seconds()))
+	res.addCPU(scFanout, "change → all templates restamped", cpuBefore, cpuAfter, cpuAt.Sub(from))
 
 	if err := f.waitSettled(ctx, e, 10*time.Minute); err != nil {
 		return err

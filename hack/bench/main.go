@@ -356,7 +356,7 @@ func scaleNotes(cfg *config) []string {
 		"configstamp runs as its own process with " + strings.Join(cfg.configstampArgs, " ") + ": the rollout budget would hold rollouts back " +
 			"and the default 2 s debounce would add 2 s to every change; both are deliberate delays, switched off so that the figures are " +
 			"configstamp's own latency and fan-out. --halt-on-failure stays on (default), so each rollout is still followed to completion " +
-			"(one more PATCH per rollout). Client QPS and concurrency are configstamp's defaults.",
+			"(from the status: no further request). Client QPS and concurrency are configstamp's defaults.",
 		"Deployments have replicas 0: the Deployment controller still makes a ReplicaSet per rollout and reports it complete, " +
 			"but no pods are scheduled, so kube-scheduler and kwok stay idle on this machine. configstamp does the same work as with pods.",
 		"RSS figures are VmHWM (peak) and VmRSS (current) from /proc/PID/status; heap figures are go_memstats_heap_inuse_bytes " +

@@ -76,6 +76,18 @@ func (c *ControlPlane) start(name string, args []string, env ...string) error {
 	return c.writePids()
 }
 
+// Pids returns the process ID of every running component by name (etcd,
+// kube-apiserver, ...), for measurements such as CPU time from /proc.
+func (c *ControlPlane) Pids() map[string]int {
+	out := make(map[string]int, len(c.procs))
+	for _, p := range c.procs {
+		if !p.exited() {
+			out[p.name] = p.pid
+		}
+	}
+	return out
+}
+
 // checkAlive returns an *exitError for the first component that has exited.
 func (c *ControlPlane) checkAlive() error {
 	for _, p := range c.procs {
