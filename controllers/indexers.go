@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"unique"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -132,12 +133,15 @@ func stripMetadata(in any) (any, error) {
 
 var _ cache.TransformFunc = stripMetadata
 
-// stripWorkload keeps of a workload what configstamp reads: its metadata, the
-// pod template's labels and annotations and its references (volumes of
-// ConfigMaps, Secrets and projections; env keyRefs; envFrom), and the status
-// fields that tell a rollout's progress. Images, commands, resources, probes
-// and the rest of the pod spec never enter the cache. The webhook decodes the
-// object it admits and never reads workloads from the cache.
+// stripWorkload keeps of a workload what configstamp reads: its name, its
+// configstamp.io/ labels and annotations, the pod template's labels (matched by
+// rollout selectors) and configstamp.io/ annotations (the stamp), its
+// references (volumes of ConfigMaps, Secrets and projections; env keyRefs;
+// envFrom), and the spec and status fields that tell a rollout's progress.
+// Images, commands, resources, probes, selectors, strategies, other labels and
+// annotations never enter the cache. configstamp patches workloads with
+// explicit keys (never a diff of the cached object), and the webhook decodes
+// the object it admits and never reads workloads from the cache.
 func stripWorkload(in any) (any, error) {
 	if _, err := stripMetadata(in); err != nil {
 		return in, err
@@ -146,17 +150,48 @@ func stripWorkload(in any) (any, error) {
 	if !ok {
 		return in, nil
 	}
+	obj.SetLabels(ownKeys(obj.GetLabels()))
+	obj.SetAnnotations(ownKeys(obj.GetAnnotations()))
+	obj.SetOwnerReferences(nil)
+	obj.SetFinalizers(nil)
 	if tmpl := PodTemplate(obj); tmpl != nil {
+		tmpl.Annotations = ownKeys(tmpl.Annotations)
 		tmpl.Spec = referencesOnly(&tmpl.Spec)
 	}
-	var conditions []appsv1.DeploymentCondition
-	if d, ok := obj.(*appsv1.Deployment); ok {
-		for _, c := range d.Status.Conditions {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		w.Spec.Selector, w.Spec.Strategy = nil, appsv1.DeploymentStrategy{}
+		var conditions []appsv1.DeploymentCondition
+		for _, c := range w.Status.Conditions {
 			conditions = append(conditions, appsv1.DeploymentCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
 		}
-		d.Status.Conditions = conditions
+		w.Status.Conditions = conditions
+	case *appsv1.StatefulSet:
+		w.Spec.Selector, w.Spec.UpdateStrategy, w.Spec.VolumeClaimTemplates = nil, appsv1.StatefulSetUpdateStrategy{}, nil
+		w.Status.Conditions = nil
+	case *appsv1.DaemonSet:
+		w.Spec.Selector, w.Spec.UpdateStrategy = nil, appsv1.DaemonSetUpdateStrategy{}
+		w.Status.Conditions = nil
 	}
 	return in, nil
+}
+
+// ownPrefix is the prefix of every label and annotation configstamp reads on a
+// workload (opt-in, extra-*, priority, debounce, its records, the stamp).
+const ownPrefix = "configstamp.io/"
+
+// ownKeys returns the configstamp.io/ entries of m, nil when there are none.
+func ownKeys(m map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if strings.HasPrefix(k, ownPrefix) {
+			if out == nil {
+				out = make(map[string]string, 4)
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // referencesOnly returns the parts of spec that can reference a ConfigMap or Secret.

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"maps"
 	"reflect"
 	"testing"
 
@@ -30,9 +31,13 @@ func TestStripWorkloadKeepsReferences(t *testing.T) {
 		EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cm-all"}}}},
 	}
 	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "d", Annotations: map[string]string{stamp.AnnotationExtraSecrets: "extra"}},
-		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "d"}, Annotations: map[string]string{stamp.AnnotationHash: "v1-x"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "d",
+			Labels: map[string]string{stamp.LabelEnabled: "true", "team": "a"},
+			Annotations: map[string]string{stamp.AnnotationExtraSecrets: "extra", stamp.AnnotationAppliedHash: "v1-y",
+				"deployment.kubernetes.io/revision": "3", "note": "long text"}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "d"}}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "d"},
+				Annotations: map[string]string{stamp.AnnotationHash: "v1-x", "kubectl.kubernetes.io/restartedAt": "now"}},
 			Spec: corev1.PodSpec{
 				InitContainers: []corev1.Container{{Name: "init", EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: "init-sec"}}}}}},
@@ -73,5 +78,20 @@ func TestStripWorkloadKeepsReferences(t *testing.T) {
 	}
 	if c := stripped.Status.Conditions; len(c) != 1 || c[0].Reason != "ProgressDeadlineExceeded" || c[0].Message != "" {
 		t.Fatalf("conditions = %+v", c)
+	}
+	if want := map[string]string{stamp.LabelEnabled: "true"}; !maps.Equal(stripped.Labels, want) {
+		t.Errorf("labels = %v, want %v", stripped.Labels, want)
+	}
+	if want := map[string]string{stamp.AnnotationExtraSecrets: "extra", stamp.AnnotationAppliedHash: "v1-y"}; !maps.Equal(stripped.Annotations, want) {
+		t.Errorf("annotations = %v, want %v", stripped.Annotations, want)
+	}
+	if want := map[string]string{stamp.AnnotationHash: "v1-x"}; !maps.Equal(stripped.Spec.Template.Annotations, want) {
+		t.Errorf("template annotations = %v, want %v", stripped.Spec.Template.Annotations, want)
+	}
+	if stripped.Spec.Selector != nil {
+		t.Errorf("selector kept: %v", stripped.Spec.Selector)
+	}
+	if on, _ := stamp.Enabled(stripped.Labels, nil); !on {
+		t.Errorf("stripped workload no longer opted in")
 	}
 }
