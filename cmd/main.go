@@ -247,7 +247,7 @@ func run() error {
 	scheduler := controllers.NewScheduler(o.rollout, mgr.GetCache())
 	for _, kind := range controllers.Workloads {
 		r := &controllers.WorkloadReconciler{
-			Client: mgr.GetClient(), Kind: kind,
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kind: kind,
 			Resolver:                &controllers.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Hasher: hasher},
 			Recorder:                mgr.GetEventRecorder("configstamp"),
 			Scheduler:               scheduler,

@@ -2,8 +2,10 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -20,11 +22,13 @@ import (
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
 // mapper maps ConfigMap, Secret and Namespace events to the workloads of one
-// kind that they concern. Everything it reads comes from the cache.
+// kind that they concern. Everything it reads comes from the cache, but for the
+// UID of an object a Warning event is about.
 type mapper struct {
-	client   client.Reader
-	kind     WorkloadKind
-	recorder events.EventRecorder
+	client    client.Reader
+	apiReader client.Reader // live reads: the UID of an object an event is about
+	kind      WorkloadKind
+	recorder  events.EventRecorder
 }
 
 // sourceHandler enqueues, for a ConfigMap or Secret event, the workloads that
@@ -33,11 +37,11 @@ type mapper struct {
 func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
 	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q queue) {
-			m.reportSelector(e.Object, "")
+			m.reportSelector(ctx, kind, e.Object, "")
 			m.enqueue(ctx, kind, q, e.Object)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) {
-			m.reportSelector(e.ObjectNew, selectorValue(e.ObjectOld))
+			m.reportSelector(ctx, kind, e.ObjectNew, selectorValue(e.ObjectOld))
 			m.enqueue(ctx, kind, q, e.ObjectOld, e.ObjectNew)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
@@ -95,13 +99,34 @@ func selectorValue(obj client.Object) string {
 
 // reportSelector emits a Warning event on a ConfigMap or Secret whose rollout
 // selector does not parse, once per new value (not on every resync).
-func (m *mapper) reportSelector(obj client.Object, previous string) {
+func (m *mapper) reportSelector(ctx context.Context, kind stamp.Kind, obj client.Object, previous string) {
 	if m.recorder == nil || m.kind.Name != Workloads[0].Name || selectorValue(obj) == previous {
 		return // one workload kind reports for all
 	}
 	if _, _, problem := stamp.RolloutSelector(obj.GetAnnotations()); problem != nil {
-		m.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonInvalidValue, "Ignore", "%s", problem.String())
+		ref := sourceReference(ctx, m.apiReader, obj.GetNamespace(), stamp.ObjectRef{Kind: kind, Name: obj.GetName()})
+		m.recorder.Eventf(ref, nil, corev1.EventTypeWarning, ReasonInvalidValue, "Ignore", "%s", problem.String())
 	}
+}
+
+// sourceReference refers to a ConfigMap or Secret for an event. The cache keeps no
+// UIDs (48 bytes an object), but `kubectl describe` shows only events whose
+// involvedObject.uid is the object's, so it reads the UID live (metadata only).
+// Events about sources are rare: a failed rollout, a malformed annotation.
+func sourceReference(ctx context.Context, live client.Reader, namespace string, ref stamp.ObjectRef) *corev1.ObjectReference {
+	out := &corev1.ObjectReference{APIVersion: "v1", Kind: string(ref.Kind), Namespace: namespace, Name: ref.Name}
+	if live == nil {
+		return out
+	}
+	meta := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: string(ref.Kind)}}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := live.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, meta); err == nil {
+		out.UID, out.ResourceVersion = meta.UID, meta.ResourceVersion
+	} else {
+		log.FromContext(ctx).V(1).Info("event without the object's UID", "object", ref.String(), "error", err.Error())
+	}
+	return out
 }
 
 // namespaceWorkloads enqueues every workload of a namespace whose labels changed

@@ -55,7 +55,8 @@ func SourceDiffers(oldObj, newObj client.Object) bool {
 		return !ok || !maps.Equal(o.Data, n.Data) || !reflect.DeepEqual(o.BinaryData, n.BinaryData)
 	case *corev1.Secret:
 		n, ok := newObj.(*corev1.Secret)
-		return !ok || !reflect.DeepEqual(o.Data, n.Data)
+		return !ok || !reflect.DeepEqual(o.Data, n.Data) || !maps.Equal(o.StringData, n.StringData) // cached sums: StringData
+
 	}
 	return true
 }

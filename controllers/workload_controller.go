@@ -43,10 +43,13 @@ const FieldManager = "configstamp"
 // WorkloadReconciler keeps one kind of workload stamped with the hash of the
 // data its pod template references.
 type WorkloadReconciler struct {
-	Client   client.Client
-	Kind     WorkloadKind
-	Resolver *Resolver
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads live; only for the UID of a ConfigMap or Secret an event is
+	// about (the cache keeps none). Nil: events go without it.
+	APIReader client.Reader
+	Kind      WorkloadKind
+	Resolver  *Resolver
+	Recorder  events.EventRecorder
 	// Scheduler spreads rollouts (debounce, budget, rate, wave order); shared by all kinds.
 	Scheduler *Scheduler
 	// MaxConcurrentReconciles bounds parallel reconciles of this kind.
@@ -57,21 +60,6 @@ type WorkloadReconciler struct {
 }
 
 var _ reconcile.Reconciler = &WorkloadReconciler{}
-
-// sourceReference refers to a ConfigMap or Secret for an event, with its UID from
-// the cache when it is there: `kubectl describe` shows only events whose
-// involvedObject.uid is the object's.
-func (r *WorkloadReconciler) sourceReference(ctx context.Context, namespace string, ref stamp.ObjectRef) *corev1.ObjectReference {
-	out := &corev1.ObjectReference{APIVersion: "v1", Kind: string(ref.Kind), Namespace: namespace, Name: ref.Name}
-	var obj client.Object = &corev1.ConfigMap{}
-	if ref.Kind == stamp.KindSecret {
-		obj = &corev1.Secret{}
-	}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, obj); err == nil {
-		out.UID, out.ResourceVersion = obj.GetUID(), obj.GetResourceVersion()
-	}
-	return out
-}
 
 // Reconcile recomputes the workload's hash from cached data and, per Decide,
 // records a baseline or, when the rollout safety rules allow, stamps the
@@ -270,7 +258,7 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key workloadKey, obj cl
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
 			"rollout for %s did not complete; configstamp halts further rollouts of this change until it changes again", cause)
 		for _, c := range stamp.ParseChanges(cause) {
-			src := r.sourceReference(ctx, obj.GetNamespace(), c.Ref)
+			src := sourceReference(ctx, r.APIReader, obj.GetNamespace(), c.Ref)
 			r.Recorder.Eventf(src, obj, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
 				"this change made the rollout of %s %s fail; its rollout to other workloads is halted until the %s changes again",
 				r.Kind.Name, obj.GetName(), c.Ref.Kind)
@@ -336,7 +324,7 @@ func (r *WorkloadReconciler) warn(obj client.Object, p stamp.Problem) {
 // SetupWithManager wires the reconciler: its own kind, and ConfigMap, Secret
 // and Namespace events mapped to the workloads they concern.
 func (r *WorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	m := &mapper{client: mgr.GetClient(), kind: r.Kind, recorder: r.Recorder}
+	m := &mapper{client: mgr.GetClient(), apiReader: r.APIReader, kind: r.Kind, recorder: r.Recorder}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(strings.ToLower(r.Kind.Name)).
 		For(r.Kind.New(), builder.WithPredicates(workloadChanged())).

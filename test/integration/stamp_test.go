@@ -208,6 +208,14 @@ func TestMalformedValuesAreAdmittedWithWarningAndEvent(t *testing.T) {
 		t.Fatalf("no admission warning for the malformed label value; stderr:\n%s", stderr)
 	}
 	env.WaitEvent(t, bad, "InvalidValue", "yes")
+
+	// A malformed rollout selector on a ConfigMap: a Warning event about the
+	// ConfigMap with its UID (the cache keeps none), so kubectl describe shows it.
+	sel := framework.ConfigMap(ns, "bad-selector", map[string]string{"x": "1"},
+		map[string]string{stamp.AnnotationRolloutSelector: "app in ("})
+	env.Apply(t, sel)
+	env.Get(t, sel)
+	env.WaitEvent(t, sel, "InvalidValue", stamp.AnnotationRolloutSelector, "app in (")
 }
 
 func TestRolloutSelectorRecordsBaselineThenStamps(t *testing.T) {
