@@ -13,9 +13,9 @@ func TestTuneMemory(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
 	for _, env := range []string{"GOGC", "GOMEMLIMIT"} {
-		if v, set := os.LookupEnv(env); set {
-			t.Cleanup(func() { os.Setenv(env, v) })
-			os.Unsetenv(env)
+		t.Setenv(env, "") // restores the variable after the test
+		if err := os.Unsetenv(env); err != nil {
+			t.Fatal(err)
 		}
 	}
 
