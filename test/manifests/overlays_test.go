@@ -122,13 +122,22 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment) {
 		t.Errorf("args %v set --namespace: it must come from POD_NAMESPACE so the overlay's namespace is the only place", c.Args)
 	}
 	podNS := false
+	memoryLimit := false
 	for _, e := range c.Env {
 		if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" {
 			podNS = true
 		}
+		// cmd/memory.go sets Go's soft memory limit from it.
+		if e.Name == "CONFIGSTAMP_MEMORY_LIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.ContainerName == c.Name {
+			memoryLimit = true
+		}
 	}
 	if !podNS {
 		t.Errorf("env %v lacks POD_NAMESPACE from fieldRef metadata.namespace", c.Env)
+	}
+	if !memoryLimit {
+		t.Errorf("env %v lacks CONFIGSTAMP_MEMORY_LIMIT from resourceFieldRef limits.memory of container %s", c.Env, c.Name)
 	}
 
 	ports := map[string]int32{}
@@ -145,8 +154,8 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment) {
 	}
 
 	res := c.Resources
-	if res.Requests.Cpu().String() != "50m" || res.Requests.Memory().String() != "64Mi" || res.Limits.Memory().String() != "256Mi" {
-		t.Errorf("resources = %+v, want requests cpu 50m memory 64Mi, limits memory 256Mi", res)
+	if res.Requests.Cpu().String() != "50m" || res.Requests.Memory().String() != "128Mi" || res.Limits.Memory().String() != "256Mi" {
+		t.Errorf("resources = %+v, want requests cpu 50m memory 128Mi, limits memory 256Mi", res)
 	}
 	if !res.Limits.Cpu().IsZero() {
 		t.Errorf("cpu limit %v: none wanted (throttling a webhook delays admissions)", res.Limits.Cpu())
