@@ -275,7 +275,9 @@ func run() error {
 	}
 
 	if bundle != nil {
-		cc := admissionregistrationv1.WebhookClientConfig{CABundle: bundle.CACert}
+		// The current CA and, during a CA rotation, the previous one: other
+		// replicas may still serve a certificate the previous CA signed.
+		cc := admissionregistrationv1.WebhookClientConfig{CABundle: bundle.CABundle()}
 		if o.webhookURL != "" {
 			u := o.webhookURL + webhook.Path
 			cc.URL = &u
@@ -288,7 +290,7 @@ func run() error {
 		}
 		// Every replica renews the certificates before they expire, serves the
 		// renewed pair and keeps the CA bundle (current CA + previous CA during a
-		// CA rotation, which Register has just reset to the current one).
+		// CA rotation).
 		hosts, _, err := selfHosts(o)
 		if err != nil {
 			return err
