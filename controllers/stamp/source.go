@@ -116,6 +116,19 @@ func (r *sums) add(key string, value []byte) {
 	r.buf = append(r.buf, sum[:]...)
 }
 
+// byKey returns the sums by key, all slices of one string; nil when there are no keys.
+func (r *sums) byKey() map[string]string {
+	if len(r.keys) == 0 {
+		return nil
+	}
+	all := string(r.buf)
+	out := make(map[string]string, len(r.keys))
+	for i, k := range r.keys {
+		out[k] = all[i*sha256.Size : (i+1)*sha256.Size]
+	}
+	return out
+}
+
 // cacheMeta strips metadata the cache does not need: the UID, managedFields, labels,
 // owner references and every annotation except ignore, rollout-selector and its alias (a
 // kubectl last-applied-configuration annotation holds a full copy of the data). It sets
@@ -175,14 +188,7 @@ func DigestConfigMap(cm *corev1.ConfigMap) {
 		for k, v := range cm.BinaryData {
 			r.add(k, v)
 		}
-		all := string(r.buf)
-		cm.Data = nil
-		if len(r.keys) > 0 {
-			cm.Data = make(map[string]string, len(r.keys))
-		}
-		for i, k := range r.keys {
-			cm.Data[k] = all[i*sha256.Size : (i+1)*sha256.Size]
-		}
+		cm.Data = r.byKey()
 	}
 	cm.BinaryData = nil
 	cacheMeta(&cm.ObjectMeta)
@@ -210,14 +216,7 @@ func DigestSecret(s *corev1.Secret) {
 		for k, v := range s.Data {
 			r.add(k, v)
 		}
-		all := string(r.buf)
-		s.StringData = nil
-		if len(r.keys) > 0 {
-			s.StringData = make(map[string]string, len(r.keys))
-		}
-		for i, k := range r.keys {
-			s.StringData[k] = all[i*sha256.Size : (i+1)*sha256.Size]
-		}
+		s.StringData = r.byKey()
 	}
 	s.Data = nil
 	s.Type = corev1.SecretType(unique.Make(string(s.Type)).Value()) // a handful of types

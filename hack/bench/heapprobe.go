@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -61,25 +62,24 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
-// deferredIndexes records IndexField calls to apply them kind by kind later.
-type deferredIndexes []struct {
+// deferredIndex is one recorded IndexField call.
+type deferredIndex struct {
 	obj   client.Object
 	field string
 	fn    client.IndexerFunc
 }
 
+// deferredIndexes records IndexField calls to apply them kind by kind later.
+type deferredIndexes []deferredIndex
+
 func (d *deferredIndexes) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
-	*d = append(*d, struct {
-		obj   client.Object
-		field string
-		fn    client.IndexerFunc
-	}{obj, field, fn})
+	*d = append(*d, deferredIndex{obj, field, fn})
 	return nil
 }
 
 func (d *deferredIndexes) apply(ctx context.Context, to client.FieldIndexer, kind client.Object) error {
 	for _, i := range *d {
-		if fmt.Sprintf("%T", i.obj) == fmt.Sprintf("%T", kind) {
+		if reflect.TypeOf(i.obj) == reflect.TypeOf(kind) {
 			if err := to.IndexField(ctx, i.obj, i.field, i.fn); err != nil {
 				return err
 			}
