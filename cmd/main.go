@@ -33,6 +33,7 @@ import (
 	"github.com/configstamp/configstamp/certs"
 	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 	"github.com/configstamp/configstamp/webhook"
 )
 
@@ -245,10 +246,10 @@ func run() error {
 	}
 	hasher := stamp.NewHasher(hashKey)
 	scheduler := controllers.NewScheduler(o.rollout, mgr.GetCache())
-	for _, kind := range controllers.Workloads {
+	for _, kind := range workload.Kinds {
 		r := &controllers.WorkloadReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kind: kind,
-			Resolver:                &controllers.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Hasher: hasher},
+			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Hasher: hasher},
 			Recorder:                mgr.GetEventRecorder("configstamp"),
 			Scheduler:               scheduler,
 			MaxConcurrentReconciles: o.concurrency,
@@ -265,7 +266,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("while creating the webhook's client: %w", err)
 	}
-	live := &controllers.Resolver{Sources: liveReader, Index: mgr.GetCache(), Hasher: hasher, Parallel: true}
+	live := &workload.Resolver{Sources: liveReader, Index: mgr.GetCache(), Hasher: hasher, Parallel: true}
 	self, err := whoami(ctx, direct)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
@@ -27,7 +28,7 @@ type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 type mapper struct {
 	client    client.Reader
 	apiReader client.Reader // live reads: the UID of an object an event is about
-	kind      WorkloadKind
+	kind      workload.Kind
 	recorder  events.EventRecorder
 }
 
@@ -85,7 +86,7 @@ func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...
 			continue
 		}
 		for _, w := range m.kind.Items(list) {
-			if tmpl := PodTemplate(w); tmpl != nil && sel.Matches(labels.Set(tmpl.Labels)) {
+			if tmpl := workload.PodTemplate(w); tmpl != nil && sel.Matches(labels.Set(tmpl.Labels)) {
 				add(w)
 			}
 		}
@@ -100,12 +101,12 @@ func selectorValue(obj client.Object) string {
 // reportSelector emits a Warning event on a ConfigMap or Secret whose rollout
 // selector does not parse, once per new value (not on every resync).
 func (m *mapper) reportSelector(ctx context.Context, kind stamp.Kind, obj client.Object, previous string) {
-	if m.recorder == nil || m.kind.Name != Workloads[0].Name || selectorValue(obj) == previous {
+	if m.recorder == nil || m.kind.Name != workload.Kinds[0].Name || selectorValue(obj) == previous {
 		return // one workload kind reports for all
 	}
 	if _, _, problem := stamp.RolloutSelector(obj.GetAnnotations()); problem != nil {
 		ref := sourceReference(ctx, m.apiReader, obj.GetNamespace(), stamp.ObjectRef{Kind: kind, Name: obj.GetName()})
-		m.recorder.Eventf(ref, nil, corev1.EventTypeWarning, ReasonInvalidValue, "Ignore", "%s", problem.String())
+		m.recorder.Eventf(ref, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", problem.String())
 	}
 }
 

@@ -13,17 +13,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // IndexSources indexes workloads by every ConfigMap and Secret they reference
 // (template and extra-* annotations), as stamp.ObjectRef.String() values. A
 // changed ConfigMap finds its workloads through this index, never a LIST.
 const IndexSources = "configstamp.io/sources"
-
-// IndexHasSelector indexes ConfigMaps and Secrets that carry a rollout selector,
-// with the value "true", so a workload finds the selectors that may match it
-// without scanning every object of its namespace.
-const IndexHasSelector = "configstamp.io/has-selector"
 
 // IndexRolling indexes workloads holding a rollout slot, value "true": a
 // rollout configstamp started (AnnotationRolloutStarted) that the status does
@@ -51,7 +47,7 @@ func indexHalted(obj client.Object) []string {
 }
 
 func indexWorkloadSources(obj client.Object) []string {
-	tmpl := PodTemplate(obj)
+	tmpl := workload.PodTemplate(obj)
 	if tmpl == nil {
 		return nil
 	}
@@ -59,16 +55,9 @@ func indexWorkloadSources(obj client.Object) []string {
 	return refs.IndexValues()
 }
 
-func indexHasSelector(obj client.Object) []string {
-	if _, ok, _ := stamp.RolloutSelector(obj.GetAnnotations()); ok {
-		return []string{"true"}
-	}
-	return nil
-}
-
 // SetupIndexes registers the field indexes on the manager's cache.
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
-	for _, kind := range Workloads {
+	for _, kind := range workload.Kinds {
 		for name, fn := range map[string]client.IndexerFunc{
 			IndexSources: indexWorkloadSources, IndexRolling: indexRolling, IndexHalted: indexHalted,
 		} {
@@ -78,7 +67,7 @@ func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 		}
 	}
 	for _, obj := range []client.Object{&corev1.ConfigMap{}, &corev1.Secret{}} {
-		if err := indexer.IndexField(ctx, obj, IndexHasSelector, indexHasSelector); err != nil {
+		if err := indexer.IndexField(ctx, obj, workload.IndexHasSelector, workload.IndexHasSelectorFunc); err != nil {
 			return fmt.Errorf("while indexing %T selectors: %w", obj, err)
 		}
 	}
@@ -154,7 +143,7 @@ func stripWorkload(in any) (any, error) {
 	obj.SetAnnotations(ownKeys(obj.GetAnnotations()))
 	obj.SetOwnerReferences(nil)
 	obj.SetFinalizers(nil)
-	if tmpl := PodTemplate(obj); tmpl != nil {
+	if tmpl := workload.PodTemplate(obj); tmpl != nil {
 		tmpl.Annotations = ownKeys(tmpl.Annotations)
 		tmpl.Spec = referencesOnly(&tmpl.Spec)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/time/rate"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // RolloutPolicy spreads the rollouts of a shared change over time.
@@ -194,7 +196,7 @@ func (s *Scheduler) rank(k workloadKey, now time.Time) int {
 // rolling returns the workloads currently holding a slot, from the cache.
 func (s *Scheduler) rolling(ctx context.Context) (map[workloadKey]bool, error) {
 	out := map[workloadKey]bool{}
-	for _, kind := range Workloads {
+	for _, kind := range workload.Kinds {
 		list := kind.NewList()
 		if err := s.Cache.List(ctx, list, client.MatchingFields{IndexRolling: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("while listing rolling %s: %w", kind.Resource, err)

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 type clock struct{ t time.Time }
@@ -25,7 +26,7 @@ func rollingDeployment(name string) client.Object {
 func newTestScheduler(t *testing.T, policy RolloutPolicy, rolling ...client.Object) (*Scheduler, *clock) {
 	t.Helper()
 	b := fake.NewClientBuilder().WithObjects(rolling...)
-	for _, k := range Workloads {
+	for _, k := range workload.Kinds {
 		b = b.WithIndex(k.New(), IndexRolling, indexRolling)
 	}
 	s := NewScheduler(policy, b.Build())

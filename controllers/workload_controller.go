@@ -23,12 +23,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Event reasons.
 const (
 	ReasonConfigChanged = "ConfigChanged"
-	ReasonInvalidValue  = "InvalidValue"
 	ReasonRolloutFailed = "RolloutFailed"
 	ReasonRolloutHalted = "RolloutHalted"
 )
@@ -47,8 +47,8 @@ type WorkloadReconciler struct {
 	// APIReader reads live; only for the UID of a ConfigMap or Secret an event is
 	// about (the cache keeps none). Nil: events go without it.
 	APIReader client.Reader
-	Kind      WorkloadKind
-	Resolver  *Resolver
+	Kind      workload.Kind
+	Resolver  *workload.Resolver
 	Recorder  events.EventRecorder
 	// Scheduler spreads rollouts (debounce, budget, rate, wave order); shared by all kinds.
 	Scheduler *Scheduler
@@ -91,7 +91,7 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, fmt.Errorf("while reading namespace %s: %w", req.Namespace, err)
 	}
 	enabled, enabledProblems := stamp.Enabled(obj.GetLabels(), ns.Labels)
-	tmpl := PodTemplate(obj)
+	tmpl := workload.PodTemplate(obj)
 	comp, err := r.Resolver.Compute(ctx, req.Namespace, obj.GetAnnotations(), tmpl)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -182,11 +182,11 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		r.Scheduler.Release(key)
 		return reconcile.Result{}, err
 	}
-	if PodTemplate(obj).Annotations[stamp.AnnotationHash] != comp.Hash {
+	if workload.PodTemplate(obj).Annotations[stamp.AnnotationHash] != comp.Hash {
 		// The webhook's consistent read disagreed with this cache (it lags behind a
 		// write the webhook already saw) and kept the right stamp: nothing rolled.
 		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", comp.Hash,
-			"kept", PodTemplate(obj).Annotations[stamp.AnnotationHash])
+			"kept", workload.PodTemplate(obj).Annotations[stamp.AnnotationHash])
 		return reconcile.Result{}, nil
 	}
 	rolloutsStarted.WithLabelValues(r.Kind.Name).Inc()
@@ -277,7 +277,7 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key workloadKey, obj cl
 // namespace (IndexHalted), or "".
 func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, causes []stamp.Change) (string, error) {
 	for _, c := range causes {
-		for _, kind := range Workloads {
+		for _, kind := range workload.Kinds {
 			list := kind.NewList()
 			if err := r.Client.List(ctx, list, client.InNamespace(namespace),
 				client.MatchingFields{IndexHalted: c.String()}, client.UnsafeDisableDeepCopy); err != nil {
@@ -318,7 +318,7 @@ func (r *WorkloadReconciler) clearHalted(key workloadKey) {
 }
 
 func (r *WorkloadReconciler) warn(obj client.Object, p stamp.Problem) {
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonInvalidValue, "Ignore", "%s", p.String())
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", p.String())
 }
 
 // SetupWithManager wires the reconciler: its own kind, and ConfigMap, Secret

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Path is where the webhook serves all three workload kinds.
@@ -26,7 +26,7 @@ const Path = "/mutate-workloads"
 // Setup registers the webhook on the manager's webhook server. resolver must
 // read sources live; the cache is used for Namespaces and selector discovery.
 // self is configstamp's own user name (see Stamper.Self).
-func Setup(mgr ctrl.Manager, resolver *controllers.Resolver, self string) error {
+func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	recorder := mgr.GetEventRecorder("configstamp-webhook")
 	handlers := map[string]admission.Handler{

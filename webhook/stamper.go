@@ -18,14 +18,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Stamper is the typed defaulter for one workload kind.
 type Stamper[T client.Object] struct {
 	// Resolver reads sources live (consistent reads).
-	Resolver *controllers.Resolver
+	Resolver *workload.Resolver
 	// Cache reads Namespaces (their opt-in label).
 	Cache    client.Reader
 	Recorder events.EventRecorder
@@ -51,7 +51,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	}
 	logger := log.FromContext(ctx).WithValues("kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)
 	dryRun := req.DryRun != nil && *req.DryRun
-	tmpl := controllers.PodTemplate(obj)
+	tmpl := workload.PodTemplate(obj)
 	if tmpl == nil || !obj.GetDeletionTimestamp().IsZero() {
 		return nil
 	}
@@ -120,7 +120,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 // is being changed (the reconciler's patch), which is then checked against a
 // consistent read so that a lagging cache never flips the hash back.
 func keepStamp(old, obj client.Object) bool {
-	oldT, newT := controllers.PodTemplate(old), controllers.PodTemplate(obj)
+	oldT, newT := workload.PodTemplate(old), workload.PodTemplate(obj)
 	if !sameExceptStamp(oldT, newT) {
 		return false
 	}
@@ -150,7 +150,7 @@ func keepStamp(old, obj client.Object) bool {
 // proposal cannot flip the hash back and needs no consistent re-read. A fan-out
 // to N workloads so costs N admissions and no reads.
 func freshProposal(old, obj client.Object) bool {
-	proposed := controllers.PodTemplate(obj).Annotations[stamp.AnnotationHash]
+	proposed := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]
 	if proposed == "" || obj.GetAnnotations()[stamp.AnnotationAppliedHash] != proposed {
 		return false
 	}
@@ -199,7 +199,7 @@ func (s *Stamper[T]) report(ctx context.Context, obj client.Object, namespace st
 	if ref.GetNamespace() == "" {
 		ref.SetNamespace(namespace)
 	}
-	s.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, controllers.ReasonInvalidValue, "Ignore", "%s", p.String())
+	s.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", p.String())
 }
 
 // warnings collects admission warnings through the request context.

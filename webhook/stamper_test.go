@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 const ns = "apps"
@@ -30,16 +30,11 @@ func newHandler(t *testing.T, objs ...client.Object) (admission.Handler, *stamp.
 	}
 	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithIndex(&corev1.ConfigMap{}, controllers.IndexHasSelector, func(o client.Object) []string {
-			if _, ok, _ := stamp.RolloutSelector(o.GetAnnotations()); ok {
-				return []string{"true"}
-			}
-			return nil
-		}).
-		WithIndex(&corev1.Secret{}, controllers.IndexHasSelector, func(client.Object) []string { return nil }).
+		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
+		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		Build()
 	hasher := stamp.NewHasher([]byte("0123456789abcdef0123456789abcdef"))
-	resolver := &controllers.Resolver{Sources: c, Index: c, Hasher: hasher, Parallel: true}
+	resolver := &workload.Resolver{Sources: c, Index: c, Hasher: hasher, Parallel: true}
 	d := &Stamper[*appsv1.Deployment]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)}
 	return withWarnings{byKind{"Deployment": admission.WithDefaulter(scheme, d).Handler}}, hasher
 }

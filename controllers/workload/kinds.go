@@ -1,13 +1,20 @@
-package controllers
+// Package workload is what configstamp's webhook and reconciler share about the
+// workloads they stamp: the kinds and where their pod template sits, how the
+// referenced ConfigMaps and Secrets are read and hashed (Resolver), and the
+// names both paths use for events. Neither path owns it; the webhook never
+// imports the reconciler's package.
+package workload
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
-// WorkloadKind describes one kind of workload whose pod template configstamp stamps.
-type WorkloadKind struct {
+// Kind describes one kind of workload whose pod template configstamp stamps.
+type Kind struct {
 	// Name is the Kind, e.g. "Deployment".
 	Name string
 	// Resource is the plural resource name, e.g. "deployments".
@@ -18,8 +25,8 @@ type WorkloadKind struct {
 	Items func(client.ObjectList) []client.Object
 }
 
-// Workloads are the kinds configstamp handles, in a stable order.
-var Workloads = []WorkloadKind{
+// Kinds are the kinds configstamp handles, in a stable order.
+var Kinds = []Kind{
 	{
 		Name: "Deployment", Resource: "deployments",
 		New:     func() client.Object { return &appsv1.Deployment{} },
@@ -67,6 +74,23 @@ func PodTemplate(obj client.Object) *corev1.PodTemplateSpec {
 		return &w.Spec.Template
 	case *appsv1.DaemonSet:
 		return &w.Spec.Template
+	}
+	return nil
+}
+
+// ReasonInvalidValue is the reason of the Warning event that reports a bad
+// user value (it is ignored, never fatal).
+const ReasonInvalidValue = "InvalidValue"
+
+// IndexHasSelector indexes ConfigMaps and Secrets that carry a rollout selector,
+// with the value "true", so a workload finds the selectors that may match it
+// without scanning every object of its namespace.
+const IndexHasSelector = "configstamp.io/has-selector"
+
+// IndexHasSelectorFunc is the index function of IndexHasSelector.
+func IndexHasSelectorFunc(obj client.Object) []string {
+	if _, ok, _ := stamp.RolloutSelector(obj.GetAnnotations()); ok {
+		return []string{"true"}
 	}
 	return nil
 }
