@@ -244,12 +244,12 @@ func run() error {
 	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	hasher := stamp.NewHasher(hashKey)
+	keys := stamp.NewKeyring(hashKey)
 	scheduler := controllers.NewScheduler(o.rollout, mgr.GetCache())
 	for _, kind := range workload.Kinds {
 		r := &controllers.WorkloadReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kind: kind,
-			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Hasher: hasher},
+			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: keys},
 			Recorder:                mgr.GetEventRecorder("configstamp"),
 			Scheduler:               scheduler,
 			MaxConcurrentReconciles: o.concurrency,
@@ -266,7 +266,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("while creating the webhook's client: %w", err)
 	}
-	live := &workload.Resolver{Sources: liveReader, Index: mgr.GetCache(), Hasher: hasher, Parallel: true}
+	live := &workload.Resolver{Sources: liveReader, Index: mgr.GetCache(), Keys: keys, Parallel: true}
 	self, err := whoami(ctx, direct)
 	if err != nil {
 		return err

@@ -33,8 +33,9 @@ func newHandler(t *testing.T, objs ...client.Object) (admission.Handler, *stamp.
 		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		Build()
-	hasher := stamp.NewHasher([]byte("0123456789abcdef0123456789abcdef"))
-	resolver := &workload.Resolver{Sources: c, Index: c, Hasher: hasher, Parallel: true}
+	keys := stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	hasher := keys.Current()
+	resolver := &workload.Resolver{Sources: c, Index: c, Keys: keys, Parallel: true}
 	d := &Stamper[*appsv1.Deployment]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)}
 	return withWarnings{byKind{"Deployment": admission.WithDefaulter(scheme, d).Handler}}, hasher
 }

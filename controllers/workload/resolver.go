@@ -22,8 +22,10 @@ type Resolver struct {
 	Sources client.Reader
 	// Index is the cache, used to find the ConfigMaps and Secrets of a namespace
 	// that carry a rollout selector (IndexHasSelector).
-	Index  client.Reader
-	Hasher *stamp.Hasher
+	Index client.Reader
+	// Keys holds the installation key; one computation uses the key in force
+	// throughout.
+	Keys *stamp.Keyring
 	// Parallel reads the sources concurrently (for live reads; a cache read
 	// costs nothing to wait for).
 	Parallel bool
@@ -40,6 +42,9 @@ type Computation struct {
 	Data map[stamp.ObjectRef]stamp.Source
 	// Versions are the resourceVersions read (stamp.VersionAbsent for missing objects).
 	Versions map[stamp.ObjectRef]string
+	// Hasher is the key the hash was made with; KeyID identifies it.
+	Hasher *stamp.Hasher
+	KeyID  string
 }
 
 // SubjectProblem is a bad value and the object that carries it.
@@ -103,7 +108,9 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 		comp.Versions[ref] = reads[i].version
 	}
 	comp.Data = sources
-	comp.Result = r.Hasher.Compute(namespace, refs, sources)
+	comp.Hasher = r.Keys.Current()
+	comp.KeyID = comp.Hasher.KeyID()
+	comp.Result = comp.Hasher.Compute(namespace, refs, sources)
 	return comp, nil
 }
 

@@ -1,0 +1,111 @@
+package stamp
+
+import (
+	"crypto/hmac"
+	"encoding/hex"
+	"maps"
+	"slices"
+	"sync"
+)
+
+// Domain separators of the other keyed values configstamp writes.
+const (
+	domainKeyID   = "configstamp.io/key-id"
+	domainContent = "configstamp.io/content"
+)
+
+// KeyID identifies the installation key a hash was made with, without
+// revealing anything about it or about any data: hex of the first 6 bytes of an
+// HMAC of a fixed input under the key.
+func (h *Hasher) KeyID() string {
+	m := h.mac(domainKeyID)
+	return hex.EncodeToString(m.Sum(nil)[:6])
+}
+
+// ContentID identifies all of a source's data (every key), or "absent", for
+// the rollout records (rollout-cause, halted) and event messages. It is keyed
+// like the stamp, so a reader of Deployments and Events cannot test guesses of
+// a Secret's value against it.
+func (h *Hasher) ContentID(src Source) string {
+	if !src.Present {
+		return "absent"
+	}
+	m := h.mac(domainContent)
+	var b []byte
+	for _, k := range slices.Sorted(maps.Keys(src.Digests)) {
+		b = b[:0]
+		b = appendFields(b, k, src.Digests[k])
+		m.Write(b)
+	}
+	return hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+func appendFields(b []byte, fields ...string) []byte {
+	for _, f := range fields {
+		n := len(f)
+		for n >= 0x80 {
+			b = append(b, byte(n)|0x80)
+			n >>= 7
+		}
+		b = append(b, byte(n))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// Keyring holds the installation key in force and the keys it replaced while
+// this process ran, so that a record made with a previous key can still be
+// checked (was the data the same?) instead of rolling. Safe for concurrent use.
+type Keyring struct {
+	mu       sync.RWMutex
+	current  *Hasher
+	previous []*Hasher // newest first, at most keepPrevious
+}
+
+// keepPrevious bounds the previous keys kept in memory.
+const keepPrevious = 3
+
+// NewKeyring returns a Keyring whose key in force is key.
+func NewKeyring(key []byte) *Keyring { return &Keyring{current: NewHasher(key)} }
+
+// Current returns the Hasher of the key in force. A computation uses one
+// Hasher throughout, so it never mixes keys.
+func (k *Keyring) Current() *Hasher {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.current
+}
+
+// Set puts key in force and reports whether it differs from the one in force.
+func (k *Keyring) Set(key []byte) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if hmac.Equal(k.current.key, key) {
+		return false
+	}
+	k.previous = append([]*Hasher{k.current}, k.previous...)
+	if len(k.previous) > keepPrevious {
+		k.previous = k.previous[:keepPrevious]
+	}
+	k.current = NewHasher(key)
+	return true
+}
+
+// Key returns a copy of the key in force.
+func (k *Keyring) Key() []byte {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return slices.Clone(k.current.key)
+}
+
+// ByID returns the Hasher, in force or previous, whose KeyID is id, or nil.
+func (k *Keyring) ByID(id string) *Hasher {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	for _, h := range append([]*Hasher{k.current}, k.previous...) {
+		if h.KeyID() == id {
+			return h
+		}
+	}
+	return nil
+}
