@@ -6,31 +6,67 @@ type Action int
 const (
 	// Nothing: the workload is up to date.
 	Nothing Action = iota
-	// Record: write the metadata record only (a baseline, or bookkeeping); no rollout.
+	// Record: write the metadata record only (a baseline, a re-baseline after a
+	// key change, or bookkeeping); no rollout.
 	Record
 	// Rollout: stamp the template and the record in one patch; exactly one rollout.
 	Rollout
 )
 
-// Decide applies the no-surprise-rollout rule. stamped is the template's stamp,
-// recorded the hash recorded on the workload's metadata (what its pods were made
-// with, or the baseline), computed the hash of the data now.
+// Facts is what Decide weighs: what the workload carries and what the data
+// hashes to now.
+type Facts struct {
+	// Stamped is the template's stamp; Recorded the hash recorded on the
+	// workload's metadata (what its pods were made with, or the baseline);
+	// RecordedKey the key id recorded with it ("" for records older than key ids).
+	Stamped, Recorded, RecordedKey string
+	// Computed is the hash of the data now, with the key whose id is Key.
+	Computed, Key string
+	// RecordedUnderKey is Computed redone with the recorded key, when that key
+	// differs from Key and this process still knows it ("" otherwise): it
+	// tells whether the data changed since the record, across a key change.
+	RecordedUnderKey string
+	// Bookkeeping: the record's other annotations (sources, key id) differ
+	// from what would be written now.
+	Bookkeeping bool
+}
+
+// Decide applies the no-surprise-rollout rule:
 //
+//   - The template already carries the computed hash: nothing can roll; at
+//     most the record is brought up to date, quietly (a re-applied manifest
+//     with a stale applied-hash is bookkeeping, not a rollout).
 //   - Nothing known (no stamp, no record): record computed as the baseline and
 //     leave the template alone, so installing configstamp restarts nothing.
-//   - The known hash equals computed: at most fill in a missing record.
-//   - Otherwise referenced data changed since the pods were made: roll.
-func Decide(stamped, recorded, computed string) Action {
-	known := recorded
+//   - The record was made with another installation key (lost, restored or
+//     rotated): when this process knows that key, roll only if the data
+//     changed under it; otherwise re-baseline. A key change never rolls by itself.
+//   - The known hash differs from computed: referenced data changed since the
+//     pods were made: roll.
+//   - Otherwise at most bookkeeping.
+func Decide(f Facts) Action {
+	known := f.Recorded
 	if known == "" {
-		known = stamped
+		known = f.Stamped
 	}
+	keyChanged := f.RecordedKey != "" && f.RecordedKey != f.Key
 	switch {
+	case f.Stamped == f.Computed:
+		if f.Recorded != f.Computed || keyChanged || f.Bookkeeping {
+			return Record
+		}
+		return Nothing
 	case known == "":
 		return Record
-	case known != computed:
+	case keyChanged && f.RecordedUnderKey == "":
+		return Record
+	case keyChanged && f.RecordedUnderKey == f.Recorded:
+		return Record
+	case keyChanged:
 		return Rollout
-	case recorded != computed:
+	case known != f.Computed:
+		return Rollout
+	case f.Recorded != f.Computed || f.Bookkeeping:
 		return Record
 	}
 	return Nothing

@@ -2,9 +2,12 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -30,6 +34,9 @@ type mapper struct {
 	apiReader client.Reader // live reads: the UID of an object an event is about
 	kind      workload.Kind
 	recorder  events.EventRecorder
+	// scheduler learns of the workloads a source change concerns, with their
+	// priorities, before they ask for a slot (rollout.Scheduler.Announce).
+	scheduler *rollout.Scheduler
 }
 
 // sourceHandler enqueues, for a ConfigMap or Secret event, the workloads that
@@ -60,6 +67,10 @@ func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...
 		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
 		if !seen[key] {
 			seen[key] = true
+			if m.scheduler != nil {
+				priority, _ := rollout.Priority(o.GetAnnotations())
+				m.scheduler.Announce(rollout.Key{Kind: m.kind.Name, Namespace: key.Namespace, Name: key.Name}, priority)
+			}
 			q.Add(reconcile.Request{NamespacedName: key})
 		}
 	}
@@ -128,6 +139,50 @@ func sourceReference(ctx context.Context, live client.Reader, namespace string, 
 		log.FromContext(ctx).V(1).Info("event without the object's UID", "object", ref.String(), "error", err.Error())
 	}
 	return out
+}
+
+// liveVersion reads the resourceVersion of a source live (metadata only), or
+// stamp.VersionAbsent.
+func liveVersion(ctx context.Context, live client.Reader, namespace string, ref stamp.ObjectRef) (string, error) {
+	meta := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: string(ref.Kind)}}
+	if err := live.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, meta); err != nil {
+		if apierrors.IsNotFound(err) {
+			return stamp.VersionAbsent, nil
+		}
+		return "", fmt.Errorf("while reading %s %s/%s: %w", ref.Kind, namespace, ref.Name, err)
+	}
+	return meta.ResourceVersion, nil
+}
+
+// haltLifted wakes the workloads waiting on a halted change when the workload
+// that halted it no longer does: deleted, recovered, or its halted annotation
+// removed by a user (the documented way to resume a wave).
+func haltLifted(s *rollout.Scheduler, n *Nudger) handler.EventHandler {
+	lifted := func(ctx context.Context, before, after client.Object) {
+		was := rollout.ParseChanges(before.GetAnnotations()[rollout.AnnotationHalted])
+		var still []rollout.Change
+		if after != nil {
+			still = rollout.ParseChanges(after.GetAnnotations()[rollout.AnnotationHalted])
+		}
+		var gone []string
+		for _, c := range was {
+			if !slices.Contains(still, c) {
+				gone = append(gone, c.String())
+			}
+		}
+		if len(gone) == 0 {
+			return
+		}
+		rollout.Resumed.Inc()
+		waiters := s.HaltedOn(gone)
+		log.FromContext(ctx).Info("halt lifted; waking the workloads that waited", "workload", before.GetNamespace()+"/"+before.GetName(),
+			"changes", gone, "waiting", len(waiters))
+		n.Wake(waiters...)
+	}
+	return handler.Funcs{
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, _ queue) { lifted(ctx, e.ObjectOld, e.ObjectNew) },
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, _ queue) { lifted(ctx, e.Object, nil) },
+	}
 }
 
 // namespaceWorkloads enqueues every workload of a namespace whose labels changed

@@ -5,16 +5,33 @@ import (
 	"crypto/rand"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
 // HashKeyDataKey is the key of the HMAC key in its Secret.
 const HashKeyDataKey = "key"
 
 // +kubebuilder:rbac:groups="",namespace=configstamp-system,resources=secrets,verbs=create;update
+
+// minKeyLength is the shortest HMAC key accepted from the Secret.
+const minKeyLength = 16
+
+func createKeySecret(ctx context.Context, c client.Client, namespace, name string, key []byte) error {
+	return c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "configstamp"}},
+		Data: map[string][]byte{HashKeyDataKey: key},
+	})
+}
 
 // EnsureHashKey returns the per-installation HMAC key kept in the Secret
 // namespace/name, creating it with 32 random bytes on first start. Replicas
@@ -25,7 +42,7 @@ func EnsureHashKey(ctx context.Context, c client.Client, namespace, name string)
 		secret := &corev1.Secret{}
 		err := c.Get(ctx, key, secret)
 		if err == nil {
-			if k := secret.Data[HashKeyDataKey]; len(k) >= 16 {
+			if k := secret.Data[HashKeyDataKey]; len(k) >= minKeyLength {
 				return k, nil
 			}
 			return nil, fmt.Errorf("secret %s holds no usable %q (at least 16 bytes); delete it to make a new key", key, HashKeyDataKey)
@@ -37,12 +54,7 @@ func EnsureHashKey(ctx context.Context, c client.Client, namespace, name string)
 		if _, err := rand.Read(k); err != nil {
 			return nil, err
 		}
-		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": "configstamp"}},
-			Data: map[string][]byte{HashKeyDataKey: k},
-		}
-		if err := c.Create(ctx, secret); err != nil {
+		if err := createKeySecret(ctx, c, namespace, name, k); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				continue
 			}
@@ -51,4 +63,78 @@ func EnsureHashKey(ctx context.Context, c client.Client, namespace, name string)
 		return k, nil
 	}
 	return nil, fmt.Errorf("while ensuring hash key secret %s: gave up after conflicts", key)
+}
+
+// KeyWatcher keeps the Keyring on the key in the Secret, on every replica
+// (webhook and reconciler alike), so all replicas converge on one key:
+//   - a new key in the Secret (an operator's deliberate rotation, a restore)
+//     is put in force, and OnChange is called (the reconciler re-baselines
+//     every workload while this process still knows the previous key: a key
+//     change rolls nothing);
+//   - a deleted Secret is created again with the key in force, so an
+//     accidental `kubectl delete secret` changes nothing at all.
+//
+// It watches the one Secret by name (a field selector), outside the manager's
+// cache, whose transform keeps digests only.
+type KeyWatcher struct {
+	Clientset kubernetes.Interface
+	Client    client.Client
+	Namespace string
+	Name      string
+	Keys      *stamp.Keyring
+	// OnChange is called after the key in force changed.
+	OnChange func(ctx context.Context)
+	Log      logr.Logger
+}
+
+// NeedLeaderElection: every replica hashes (the webhook), so every replica
+// follows the key.
+func (w *KeyWatcher) NeedLeaderElection() bool { return false }
+
+// Start runs until ctx ends.
+func (w *KeyWatcher) Start(ctx context.Context) error {
+	lw := cache.NewFilteredListWatchFromClient(w.Clientset.CoreV1().RESTClient(), "secrets", w.Namespace,
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", w.Name).String()
+		})
+	informer := cache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, cache.Indexers{})
+	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.seen(ctx, obj) },
+		UpdateFunc: func(_, obj any) { w.seen(ctx, obj) },
+		DeleteFunc: func(any) { w.deleted(ctx) },
+	})
+	if err != nil {
+		return fmt.Errorf("while watching the hash key secret: %w", err)
+	}
+	informer.Run(ctx.Done())
+	return nil
+}
+
+func (w *KeyWatcher) seen(ctx context.Context, obj any) {
+	secret, ok := obj.(*corev1.Secret)
+	if !ok {
+		return
+	}
+	key := secret.Data[HashKeyDataKey]
+	if len(key) < minKeyLength {
+		w.Log.Error(nil, "hash key secret holds no usable key; keeping the key in force", "secret", w.Namespace+"/"+w.Name)
+		return
+	}
+	if w.Keys.Set(key) {
+		w.Log.Info("hash key changed; workloads are re-baselined, nothing rolls", "keyID", w.Keys.Current().KeyID())
+		if w.OnChange != nil {
+			w.OnChange(ctx)
+		}
+	}
+}
+
+func (w *KeyWatcher) deleted(ctx context.Context) {
+	err := createKeySecret(ctx, w.Client, w.Namespace, w.Name, w.Keys.Key())
+	switch {
+	case err == nil:
+		w.Log.Info("hash key secret was deleted; created it again with the key in force", "secret", w.Namespace+"/"+w.Name)
+	case apierrors.IsAlreadyExists(err): // a peer was first: its key arrives as an update
+	default:
+		w.Log.Error(err, "while creating the hash key secret again")
+	}
 }

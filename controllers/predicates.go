@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
@@ -22,11 +23,19 @@ func workloadChanged() predicate.Predicate {
 		predicate.LabelChangedPredicate{},
 		predicate.AnnotationChangedPredicate{},
 		// Status updates matter while a rollout configstamp started is under
-		// way, up to and including the one that shows it over.
+		// way, up to and including the one that shows it over, and while a
+		// failed workload halts its change (its recovery lifts the halt).
 		predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-			return inProgress(e.ObjectOld) || inProgress(e.ObjectNew)
+			return followed(e.ObjectOld) || followed(e.ObjectNew)
 		}},
 	)
+}
+
+// followed reports whether configstamp follows obj's status: its rollout
+// record is open, or it failed and halts its change.
+func followed(obj client.Object) bool {
+	r := rollout.Read(obj.GetAnnotations())
+	return r.Open() || (r.State == rollout.Failed && r.Halted != "")
 }
 
 // sourceAnnotations are the ConfigMap/Secret annotations that change hashes.

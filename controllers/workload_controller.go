@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,15 +20,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Event reasons.
 const (
-	ReasonConfigChanged = "ConfigChanged"
-	ReasonRolloutFailed = "RolloutFailed"
-	ReasonRolloutHalted = "RolloutHalted"
+	ReasonConfigChanged    = "ConfigChanged"
+	ReasonRolloutFailed    = "RolloutFailed"
+	ReasonRolloutHalted    = "RolloutHalted"
+	ReasonRolloutRecovered = "RolloutRecovered"
 )
 
 // FieldManager is the field manager of every write configstamp makes.
@@ -41,167 +41,357 @@ const FieldManager = "configstamp"
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // WorkloadReconciler keeps one kind of workload stamped with the hash of the
-// data its pod template references.
+// data its pod template references, and follows the rollouts it starts.
 type WorkloadReconciler struct {
 	Client client.Client
-	// APIReader reads live; only for the UID of a ConfigMap or Secret an event is
-	// about (the cache keeps none). Nil: events go without it.
+	// APIReader reads live: the UID of a ConfigMap or Secret an event is about
+	// (the cache keeps none), and the resourceVersion of a source whose record
+	// is newer than the cache. Nil: neither.
 	APIReader client.Reader
 	Kind      workload.Kind
 	Resolver  *workload.Resolver
 	Recorder  events.EventRecorder
 	// Scheduler spreads rollouts (debounce, budget, rate, wave order); shared by all kinds.
-	Scheduler *Scheduler
+	Scheduler *rollout.Scheduler
+	// Nudger wakes workloads of any kind (halts lifted, slots freed); shared by all kinds.
+	Nudger *Nudger
 	// MaxConcurrentReconciles bounds parallel reconciles of this kind.
 	MaxConcurrentReconciles int
-
-	haltedMu sync.Mutex
-	halted   map[workloadKey]string // workloads told they wait on a halted change, and which
 }
 
 var _ reconcile.Reconciler = &WorkloadReconciler{}
 
-// Reconcile recomputes the workload's hash from cached data and, per Decide,
-// records a baseline or, when the rollout safety rules allow, stamps the
-// template (one rollout). It also follows the rollouts it started.
-func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	key := workloadKey{Kind: r.Kind.Name, Namespace: req.Namespace, Name: req.Name}
-	obj := r.Kind.New()
-	if err := r.Client.Get(ctx, req.NamespacedName, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.Scheduler.Forget(key)
-			r.Scheduler.Release(key)
-			r.clearHalted(key)
-		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if !obj.GetDeletionTimestamp().IsZero() {
-		return reconcile.Result{}, nil
-	}
-	if started, ok := obj.GetAnnotations()[stamp.AnnotationRolloutStarted]; ok {
-		// A rollout configstamp started: follow it to completion or failure
-		// before starting another one on this workload.
-		if res, done, err := r.follow(ctx, key, obj, started); err != nil || !done {
-			return res, err
-		}
-	}
+// plan is what the reconciler found a workload needs.
+type plan struct {
+	comp     *workload.Computation
+	priority int
+	window   time.Duration
+	causes   []rollout.Change
+}
 
-	ns := &corev1.Namespace{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: req.Namespace}, ns); err != nil {
-		return reconcile.Result{}, fmt.Errorf("while reading namespace %s: %w", req.Namespace, err)
+// Reconcile is a short sequence of steps: load the workload; follow the
+// rollout configstamp started on it, if one is open; compute the hash of its
+// data; decide (nothing, record, roll); gate a rollout (halt, debounce,
+// budget, rate); patch.
+func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := rollout.Key{Kind: r.Kind.Name, Namespace: req.Namespace, Name: req.Name}
+	obj, err := r.load(ctx, key)
+	if obj == nil || err != nil {
+		return reconcile.Result{}, err
 	}
-	enabled, enabledProblems := stamp.Enabled(obj.GetLabels(), ns.Labels)
-	tmpl := workload.PodTemplate(obj)
-	comp, err := r.Resolver.Compute(ctx, req.Namespace, obj.GetAnnotations(), tmpl)
+	if res, busy, err := r.follow(ctx, key, obj); busy || err != nil {
+		return res, err
+	}
+	p, err := r.compute(ctx, obj)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if !enabled && len(comp.Selected) == 0 {
-		r.Scheduler.Forget(key) // neither opted in nor matched by a rollout selector: not ours
+	if p == nil { // neither opted in nor matched by a rollout selector: not ours
+		r.settled(key)
 		return reconcile.Result{}, nil
 	}
-	for _, p := range enabledProblems {
-		r.warn(obj, p)
-	}
-	for _, p := range comp.Problems {
-		if p.Source == nil {
-			r.warn(obj, p.Problem)
-		}
-	}
-
-	annotations := obj.GetAnnotations()
-	stamped := tmpl.Annotations[stamp.AnnotationHash]
-	recorded := annotations[stamp.AnnotationAppliedHash]
-	previousSources := stamp.ParseSources(annotations[stamp.AnnotationSources])
-	sources := stamp.FormatSources(comp.Sources)
-	action := Decide(stamped, recorded, comp.Hash)
-	if action != Rollout {
-		r.Scheduler.Forget(key)
-		r.clearHalted(key)
-	}
-	if action == Nothing && annotations[stamp.AnnotationSources] != sources {
-		action = Record
-	}
-	if action == Nothing {
-		return reconcile.Result{}, nil
-	}
-	versions := stamp.FormatVersions(comp.Versions)
-	if stale, _ := stamp.CompareVersions(stamp.ParseVersions(annotations[stamp.AnnotationSourceVersions]), comp.Versions); stale {
-		// The stamp was written from a live read newer than this cache (a
-		// ConfigMap and a workload applied together): wait for the cache.
-		log.FromContext(ctx).V(1).Info("cache behind the recorded source versions; waiting")
-		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
-	}
-	if action == Record {
-		err := r.patch(ctx, obj, map[string]any{stamp.AnnotationAppliedHash: comp.Hash, stamp.AnnotationSources: sources,
-			stamp.AnnotationSourceVersions: versions}, "")
-		log.FromContext(ctx).V(1).Info("recorded hash", "hash", comp.Hash, "baseline", stamped == "" && recorded == "")
-		return reconcile.Result{}, err
-	}
-
-	// Rollout: which changes cause it, and may it start now?
-	changed := stamp.Changed(previousSources, comp.Sources)
-	causes := make([]stamp.Change, 0, len(changed))
-	for _, ref := range changed {
-		if src, ok := comp.Data[ref]; ok {
-			causes = append(causes, stamp.Change{Ref: ref, Content: stamp.ContentID(src)})
-		} else { // no longer referenced
-			causes = append(causes, stamp.Change{Ref: ref, Content: "unreferenced"})
-		}
-	}
-	if halted, err := r.haltedBy(ctx, req.Namespace, causes); err != nil || halted != "" {
-		if halted != "" {
-			r.noteHalted(key, obj, halted)
-		}
-		return reconcile.Result{}, err
-	}
-	r.clearHalted(key)
-	window, problem := stamp.Debounce(annotations, r.Scheduler.Policy.Debounce)
-	if problem != nil {
-		r.warn(obj, *problem)
-	}
-	if wait := r.Scheduler.Debounce(key, comp.Hash, window); wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, nil
-	}
-	priority, problem := stamp.Priority(annotations)
-	if problem != nil {
-		r.warn(obj, *problem)
-	}
-	wait, err := r.Scheduler.Acquire(ctx, key, priority)
+	action, wait, err := r.decide(ctx, obj, p)
 	if err != nil || wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, err
 	}
+	switch action {
+	case Nothing:
+		r.settled(key)
+		return reconcile.Result{}, nil
+	case Record:
+		r.settled(key)
+		return reconcile.Result{}, r.record(ctx, obj, p)
+	}
+	if res, open, err := r.gate(ctx, key, obj, p); !open || err != nil {
+		return res, err
+	}
+	return reconcile.Result{}, r.roll(ctx, key, obj, p)
+}
 
-	meta := map[string]any{stamp.AnnotationAppliedHash: comp.Hash, stamp.AnnotationSources: sources,
-		stamp.AnnotationSourceVersions: versions, stamp.AnnotationHalted: nil}
+// load reads the workload from the cache; nil when it is gone or going.
+func (r *WorkloadReconciler) load(ctx context.Context, key rollout.Key) (client.Object, error) {
+	obj := r.Kind.New()
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.settled(key)
+			r.Scheduler.Release(key)
+		}
+		return nil, client.IgnoreNotFound(err)
+	}
+	if !obj.GetDeletionTimestamp().IsZero() {
+		return nil, nil
+	}
+	return obj, nil
+}
+
+// settled: k needs no rollout now.
+func (r *WorkloadReconciler) settled(k rollout.Key) {
+	r.Scheduler.Forget(k)
+	r.Scheduler.ClearHalted(k)
+}
+
+// follow judges the rollout configstamp started on obj, if its record is
+// open, and closes the record once it completed or failed (exactly once: a
+// closed record is never judged again). busy: still rolling; no other rollout
+// starts on this workload meanwhile. A failed workload that has recovered
+// (complete again, e.g. rolled back) lifts the halt it carries.
+func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj client.Object) (reconcile.Result, bool, error) {
+	rec := rollout.Read(obj.GetAnnotations())
+	if rec.State == rollout.Failed && rec.Halted != "" {
+		if complete, _ := rollout.Complete(obj); complete {
+			return reconcile.Result{}, false, r.recovered(ctx, obj, rec)
+		}
+	}
+	if !rec.Open() {
+		return reconcile.Result{}, false, nil
+	}
+	j := rollout.Judge(obj, rec.Started, r.Scheduler.Policy.ProgressDeadline, time.Now())
+	switch j.Verdict {
+	case rollout.Pending:
+		return reconcile.Result{RequeueAfter: j.Recheck}, true, nil
+	case rollout.Done:
+		if err := r.patch(ctx, obj, rollout.CompleteRecord(), ""); err != nil {
+			return reconcile.Result{}, false, err
+		}
+		rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
+		log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(rec.Started).Round(time.Second).String())
+	case rollout.Failure:
+		if err := r.patch(ctx, obj, rollout.FailRecord(rec, r.Scheduler.Policy.HaltOnFailure), ""); err != nil {
+			return reconcile.Result{}, false, err
+		}
+		rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
+		r.reportFailure(ctx, obj, rec, j.Reason)
+	}
+	r.Scheduler.Release(key)
+	r.Nudger.Wake(r.Scheduler.Next(ctx, 2)...) // a slot is free: the next in line need not wait for their recheck
+	return reconcile.Result{}, false, nil
+}
+
+// recovered lifts the halt of a failed workload whose rollout is complete
+// again; its update wakes the workloads that waited (haltLifted).
+func (r *WorkloadReconciler) recovered(ctx context.Context, obj client.Object, rec rollout.Record) error {
+	if err := r.patch(ctx, obj, rollout.ResumeRecord(), ""); err != nil {
+		return err
+	}
+	log.FromContext(ctx).Info("failed workload recovered; halt lifted", "halted", rec.Halted)
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonRolloutRecovered, "Resume",
+		"the workload is complete again: the halt of %s is lifted and its rollout to other workloads resumes", rec.Halted)
+	return nil
+}
+
+func (r *WorkloadReconciler) reportFailure(ctx context.Context, obj client.Object, rec rollout.Record, reason string) {
+	halting := r.Scheduler.Policy.HaltOnFailure && rec.Cause != ""
+	log.FromContext(ctx).Info("rollout failed", "cause", rec.Cause, "reason", reason, "halting", halting)
+	then := "; configstamp does not halt other rollouts (--halt-on-failure=false)"
+	if halting {
+		then = "; configstamp halts further rollouts of this change until the source changes again, this workload recovers or is deleted, or its " +
+			rollout.AnnotationHalted + " annotation is removed"
+	}
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
+		"rollout for %s failed: %s%s", rec.Cause, reason, then)
+	if !halting {
+		return
+	}
+	for _, c := range rollout.ParseChanges(rec.Cause) {
+		src := sourceReference(ctx, r.APIReader, obj.GetNamespace(), c.Ref)
+		r.Recorder.Eventf(src, obj, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
+			"this change made the rollout of %s %s fail; its rollout to other workloads is halted", r.Kind.Name, obj.GetName())
+	}
+}
+
+// compute resolves and hashes obj's references; nil when obj is not ours.
+func (r *WorkloadReconciler) compute(ctx context.Context, obj client.Object) (*plan, error) {
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
+		return nil, fmt.Errorf("while reading namespace %s: %w", obj.GetNamespace(), err)
+	}
+	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)
+	comp, err := r.Resolver.Compute(ctx, obj.GetNamespace(), obj.GetAnnotations(), workload.PodTemplate(obj))
+	if err != nil {
+		return nil, err
+	}
+	if !enabled && len(comp.Selected) == 0 {
+		return nil, nil
+	}
+	for _, p := range comp.Problems {
+		if p.Source == nil {
+			problems = append(problems, p.Problem)
+		}
+	}
+	p := &plan{comp: comp}
+	var pp, dp *stamp.Problem
+	p.priority, pp = rollout.Priority(obj.GetAnnotations())
+	p.window, dp = rollout.Debounce(obj.GetAnnotations(), r.Scheduler.Policy.Debounce)
+	for _, problem := range append(problems, deref(pp, dp)...) {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", problem.String())
+	}
+	return p, nil
+}
+
+func deref(ps ...*stamp.Problem) []stamp.Problem {
+	var out []stamp.Problem
+	for _, p := range ps {
+		if p != nil {
+			out = append(out, *p)
+		}
+	}
+	return out
+}
+
+// decide applies Decide to obj. wait > 0: the stamp was written from a live
+// read newer than this cache (a ConfigMap and a workload applied together);
+// ask again once the cache caught up.
+func (r *WorkloadReconciler) decide(ctx context.Context, obj client.Object, p *plan) (Action, time.Duration, error) {
+	a, comp := obj.GetAnnotations(), p.comp
+	f := Facts{
+		Stamped: workload.PodTemplate(obj).Annotations[stamp.AnnotationHash], Recorded: a[stamp.AnnotationAppliedHash],
+		RecordedKey: a[stamp.AnnotationKeyID], Computed: comp.Hash, Key: comp.KeyID,
+		Bookkeeping: a[stamp.AnnotationSources] != stamp.FormatSources(comp.Sources) || a[stamp.AnnotationKeyID] != comp.KeyID,
+	}
+	if f.RecordedKey != "" && f.RecordedKey != f.Key {
+		if h := r.Resolver.Keys.ByID(f.RecordedKey); h != nil {
+			f.RecordedUnderKey = h.Compute(obj.GetNamespace(), comp.Refs, comp.Data).Hash
+		}
+	}
+	action := Decide(f)
+	if action == Nothing {
+		return action, 0, nil
+	}
+	recorded := stamp.ParseVersions(a[stamp.AnnotationSourceVersions])
+	if stale, _ := stamp.CompareVersions(recorded, comp.Versions); stale {
+		behind, err := r.cacheBehind(ctx, obj.GetNamespace(), recorded, comp.Versions)
+		if err != nil || behind {
+			log.FromContext(ctx).V(1).Info("cache behind the recorded source versions; waiting")
+			return action, 200 * time.Millisecond, err
+		}
+		// The record names versions this cluster never had (a restore, a
+		// migration from another etcd): the data read now is the newest there is.
+	}
+	if action == Rollout {
+		p.causes = r.causes(obj, comp)
+	}
+	return action, 0, nil
+}
+
+// cacheBehind tells a cache that lags behind a live-read stamp from a record
+// whose versions come from another etcd: a live read (metadata only) of each
+// source the cache has older than recorded. At most one read per such source.
+func (r *WorkloadReconciler) cacheBehind(ctx context.Context, namespace string, recorded, cached map[stamp.ObjectRef]string) (bool, error) {
+	if r.APIReader == nil {
+		return true, nil
+	}
+	for ref, rv := range recorded {
+		if stale, _ := stamp.CompareVersions(map[stamp.ObjectRef]string{ref: rv}, map[stamp.ObjectRef]string{ref: cached[ref]}); !stale {
+			continue
+		}
+		live, err := liveVersion(ctx, r.APIReader, namespace, ref)
+		if err != nil {
+			return false, err
+		}
+		if stale, _ := stamp.CompareVersions(map[stamp.ObjectRef]string{ref: rv}, map[stamp.ObjectRef]string{ref: live}); !stale {
+			return true, nil // the API server has it: the cache will too
+		}
+	}
+	return false, nil
+}
+
+// causes names the changes behind a rollout: each referenced source whose
+// short digest differs from the record, with its keyed content id.
+func (r *WorkloadReconciler) causes(obj client.Object, comp *workload.Computation) []rollout.Change {
+	changed := stamp.Changed(stamp.ParseSources(obj.GetAnnotations()[stamp.AnnotationSources]), comp.Sources)
+	out := make([]rollout.Change, 0, len(changed))
+	for _, ref := range changed {
+		content := "unreferenced"
+		if src, ok := comp.Data[ref]; ok {
+			content = comp.Hasher.ContentID(src)
+		}
+		out = append(out, rollout.Change{Ref: ref, Content: content})
+	}
+	return out
+}
+
+// recordAnnotations is the record of comp on the workload's metadata.
+func recordAnnotations(comp *workload.Computation) map[string]any {
+	return map[string]any{
+		stamp.AnnotationAppliedHash:    comp.Hash,
+		stamp.AnnotationSources:        stamp.FormatSources(comp.Sources),
+		stamp.AnnotationSourceVersions: stamp.FormatVersions(comp.Versions),
+		stamp.AnnotationKeyID:          comp.KeyID,
+	}
+}
+
+// record writes the record only (a baseline, a re-baseline, bookkeeping).
+func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, p *plan) error {
+	stamped := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]
+	err := r.patch(ctx, obj, recordAnnotations(p.comp), "")
+	log.FromContext(ctx).V(1).Info("recorded hash", "hash", p.comp.Hash, "baseline", stamped == "")
+	return err
+}
+
+// gate lets a rollout start only when its change is not halted, its debounce
+// window has passed and the scheduler gives it a slot. open: roll now.
+func (r *WorkloadReconciler) gate(ctx context.Context, key rollout.Key, obj client.Object, p *plan) (reconcile.Result, bool, error) {
+	halted, err := r.haltedBy(ctx, obj.GetNamespace(), p.causes)
+	if err != nil {
+		return reconcile.Result{}, false, err
+	}
+	if halted != "" {
+		if r.Scheduler.NoteHalted(key, halted) {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutHalted, "Wait",
+				"not rolling out: the change %s failed on another workload; the halt lifts when the source changes again, "+
+					"or when that workload recovers, is deleted, or loses its %s annotation", halted, rollout.AnnotationHalted)
+		}
+		return reconcile.Result{}, false, nil
+	}
+	r.Scheduler.ClearHalted(key)
+	if wait := r.Scheduler.Debounce(key, p.comp.Hash, p.window, p.priority); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, false, nil
+	}
+	wait, err := r.Scheduler.Acquire(ctx, key, p.priority, !rollout.NothingToWaitFor(obj))
+	if err != nil || wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, false, err
+	}
+	return reconcile.Result{}, true, nil
+}
+
+// roll stamps the template and writes the record and the rollout's start in
+// one patch: exactly one rollout.
+func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj client.Object, p *plan) error {
+	previous := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]
+	meta := recordAnnotations(p.comp)
+	instant := rollout.NothingToWaitFor(obj)
 	if r.Scheduler.Policy.Tracks() {
-		meta[stamp.AnnotationRolloutStarted] = time.Now().UTC().Format(time.RFC3339)
-		meta[stamp.AnnotationRolloutCause] = stamp.FormatChanges(causes)
+		for k, v := range rollout.StartRecord(time.Now(), p.causes, instant) {
+			meta[k] = v
+		}
 	}
-	if err := r.patch(ctx, obj, meta, comp.Hash); err != nil {
+	if err := r.patch(ctx, obj, meta, p.comp.Hash); err != nil {
 		r.Scheduler.Release(key)
-		return reconcile.Result{}, err
+		return err
 	}
-	if workload.PodTemplate(obj).Annotations[stamp.AnnotationHash] != comp.Hash {
+	if instant || !r.Scheduler.Policy.Tracks() {
+		r.Scheduler.Release(key) // nothing to follow: no slot held
+	}
+	if kept := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]; kept != p.comp.Hash {
 		// The webhook's consistent read disagreed with this cache (it lags behind a
 		// write the webhook already saw) and kept the right stamp: nothing rolled.
-		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", comp.Hash,
-			"kept", workload.PodTemplate(obj).Annotations[stamp.AnnotationHash])
-		return reconcile.Result{}, nil
+		r.Scheduler.Release(key)
+		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", p.comp.Hash, "kept", kept)
+		return nil
 	}
-	rolloutsStarted.WithLabelValues(r.Kind.Name).Inc()
-	names := make([]string, len(changed))
-	for i, c := range changed {
-		names[i] = c.String()
+	rollout.StartedTotal.WithLabelValues(r.Kind.Name).Inc()
+	names := make([]string, len(p.causes))
+	for i, c := range p.causes {
+		names[i] = c.Ref.String()
 	}
 	what := strings.Join(names, ", ")
 	if what == "" {
 		what = "referenced data"
 	}
-	log.FromContext(ctx).Info("rolling out for changed configuration", "changed", names, "hash", comp.Hash, "previous", stamped)
+	log.FromContext(ctx).Info("rolling out for changed configuration", "changed", names, "hash", p.comp.Hash, "previous", previous)
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
-		"%s changed: pod template stamped with %s=%s", what, stamp.AnnotationHash, comp.Hash)
-	return reconcile.Result{}, nil
+		"%s changed: pod template stamped with %s=%s", what, stamp.AnnotationHash, p.comp.Hash)
+	return nil
 }
 
 // patch merge-patches the workload's metadata annotations (nil deletes one)
@@ -226,56 +416,9 @@ func (r *WorkloadReconciler) patch(ctx context.Context, obj client.Object, meta 
 	return nil
 }
 
-// follow tracks a rollout configstamp started. done reports that it is over
-// (completed or failed, and the record cleaned up), so other work may proceed.
-func (r *WorkloadReconciler) follow(ctx context.Context, key workloadKey, obj client.Object, startedAt string) (reconcile.Result, bool, error) {
-	started, err := time.Parse(time.RFC3339, startedAt)
-	if err != nil {
-		started = time.Time{} // unreadable: treat as long started
-	}
-	complete, failed := rolloutState(obj, started, r.Scheduler.Policy.ProgressDeadline, time.Now())
-	switch {
-	case complete:
-		// No PATCH: the status frees the slot (IndexRolling), the annotation stays.
-		if r.Scheduler.Finished(key, startedAt) {
-			rolloutsCompleted.WithLabelValues(r.Kind.Name).Inc()
-			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(started).Round(time.Millisecond).String())
-		}
-		return reconcile.Result{}, true, nil
-	case failed:
-		cause := obj.GetAnnotations()[stamp.AnnotationRolloutCause]
-		halt := any(cause)
-		if !r.Scheduler.Policy.HaltOnFailure || cause == "" {
-			halt = nil
-		}
-		if err := r.patch(ctx, obj, map[string]any{stamp.AnnotationRolloutStarted: nil, stamp.AnnotationRolloutCause: nil,
-			stamp.AnnotationHalted: halt}, ""); err != nil {
-			return reconcile.Result{}, false, err
-		}
-		r.Scheduler.Finished(key, startedAt)
-		rolloutsFailed.WithLabelValues(r.Kind.Name).Inc()
-		log.FromContext(ctx).Info("rollout failed; halting the rollouts of the same change", "cause", cause)
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
-			"rollout for %s did not complete; configstamp halts further rollouts of this change until it changes again", cause)
-		for _, c := range stamp.ParseChanges(cause) {
-			src := sourceReference(ctx, r.APIReader, obj.GetNamespace(), c.Ref)
-			r.Recorder.Eventf(src, obj, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
-				"this change made the rollout of %s %s fail; its rollout to other workloads is halted until the %s changes again",
-				r.Kind.Name, obj.GetName(), c.Ref.Kind)
-		}
-		return reconcile.Result{}, true, nil
-	}
-	r.Scheduler.Following(key, startedAt)
-	if _, isDeployment := obj.(*appsv1.Deployment); !isDeployment && !started.IsZero() {
-		// StatefulSets and DaemonSets have no progress deadline of their own.
-		return reconcile.Result{RequeueAfter: time.Until(started.Add(r.Scheduler.Policy.ProgressDeadline)) + time.Second}, false, nil
-	}
-	return reconcile.Result{}, false, nil
-}
-
 // haltedBy returns the first of causes that failed on some workload of the
 // namespace (IndexHalted), or "".
-func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, causes []stamp.Change) (string, error) {
+func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, causes []rollout.Change) (string, error) {
 	for _, c := range causes {
 		for _, kind := range workload.Kinds {
 			list := kind.NewList()
@@ -291,47 +434,20 @@ func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, cau
 	return "", nil
 }
 
-func (r *WorkloadReconciler) noteHalted(key workloadKey, obj client.Object, change string) {
-	r.Scheduler.Forget(key)
-	r.haltedMu.Lock()
-	defer r.haltedMu.Unlock()
-	if r.halted == nil {
-		r.halted = map[workloadKey]string{}
-	}
-	if r.halted[key] == change {
-		return
-	}
-	r.halted[key] = change
-	haltedWorkloads.Inc()
-	rolloutsHalted.Inc()
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutHalted, "Wait",
-		"not rolling out: the change %s failed on another workload; a newer change lifts the halt", change)
-}
-
-func (r *WorkloadReconciler) clearHalted(key workloadKey) {
-	r.haltedMu.Lock()
-	defer r.haltedMu.Unlock()
-	if _, ok := r.halted[key]; ok {
-		delete(r.halted, key)
-		haltedWorkloads.Dec()
-	}
-}
-
-func (r *WorkloadReconciler) warn(obj client.Object, p stamp.Problem) {
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", p.String())
-}
-
-// SetupWithManager wires the reconciler: its own kind, and ConfigMap, Secret
-// and Namespace events mapped to the workloads they concern.
+// SetupWithManager wires the reconciler: its own kind (and its halts being
+// lifted), ConfigMap, Secret and Namespace events mapped to the workloads they
+// concern, and nudges from the other reconcilers.
 func (r *WorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	m := &mapper{client: mgr.GetClient(), apiReader: r.APIReader, kind: r.Kind, recorder: r.Recorder}
+	m := &mapper{client: mgr.GetClient(), apiReader: r.APIReader, kind: r.Kind, recorder: r.Recorder, scheduler: r.Scheduler}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(strings.ToLower(r.Kind.Name)).
 		For(r.Kind.New(), builder.WithPredicates(workloadChanged())).
+		Watches(r.Kind.New(), haltLifted(r.Scheduler, r.Nudger)).
 		Watches(&corev1.ConfigMap{}, m.sourceHandler(stamp.KindConfigMap), builder.WithPredicates(sourceChanged())).
 		Watches(&corev1.Secret{}, m.sourceHandler(stamp.KindSecret), builder.WithPredicates(sourceChanged())).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.namespaceWorkloads),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		WatchesRawSource(r.Nudger.source(r.Kind)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }

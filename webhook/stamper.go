@@ -39,7 +39,7 @@ type Stamper[T client.Object] struct {
 var _ admission.Defaulter[client.Object] = &Stamper[client.Object]{}
 
 // ourAnnotations are the workload metadata annotations configstamp owns.
-var ourAnnotations = []string{stamp.AnnotationAppliedHash, stamp.AnnotationSources, stamp.AnnotationSourceVersions}
+var ourAnnotations = []string{stamp.AnnotationAppliedHash, stamp.AnnotationSources, stamp.AnnotationSourceVersions, stamp.AnnotationKeyID}
 
 // Default stamps obj. It never returns an error: whatever goes wrong, the object
 // is admitted (the reconciler is the backstop) and the reason is logged and, for
@@ -108,6 +108,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	meta[stamp.AnnotationAppliedHash] = comp.Hash
 	meta[stamp.AnnotationSources] = stamp.FormatSources(comp.Sources)
 	meta[stamp.AnnotationSourceVersions] = stamp.FormatVersions(comp.Versions)
+	meta[stamp.AnnotationKeyID] = comp.KeyID
 	obj.SetAnnotations(meta)
 	logger.V(1).Info("stamped", "hash", comp.Hash)
 	return nil

@@ -8,6 +8,10 @@ import (
 	"sync"
 )
 
+// AnnotationKeyID (workload metadata) is the KeyID of the installation key
+// the recorded hash (AnnotationAppliedHash) was made with.
+const AnnotationKeyID = "configstamp.io/key-id"
+
 // Domain separators of the other keyed values configstamp writes.
 const (
 	domainKeyID   = "configstamp.io/key-id"

@@ -1,0 +1,70 @@
+package rollout
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	// StartedTotal counts rollouts configstamp started by stamping a pod template, by kind.
+	StartedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "configstamp_rollouts_started_total", Help: "Rollouts configstamp started by stamping a pod template.",
+	}, []string{"kind"})
+	// Completed counts rollouts configstamp started that completed, by kind.
+	CompletedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "configstamp_rollouts_completed_total", Help: "Rollouts configstamp started that completed.",
+	}, []string{"kind"})
+	// FailedTotal counts rollouts configstamp started that failed, by kind.
+	FailedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "configstamp_rollouts_failed_total", Help: "Rollouts configstamp started that failed (progress deadline).",
+	}, []string{"kind"})
+	// Resumed counts halts lifted (the failed workload deleted, recovered, or its halted annotation removed).
+	Resumed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "configstamp_halts_lifted_total", Help: "Halts lifted: the failed workload was deleted, recovered, or its halted annotation removed.",
+	})
+	rolloutsHalted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "configstamp_rollouts_halted_total", Help: "Rollouts not started because their change failed on another workload.",
+	})
+	haltedWorkloads = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "configstamp_halted_workloads", Help: "Workloads currently waiting on a halted change.",
+	})
+	waitingWorkloads = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "configstamp_rollouts_waiting", Help: "Workloads waiting for a rollout slot or their turn in the wave.",
+	})
+	debouncingWorkloads = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "configstamp_rollouts_debouncing", Help: "Workloads in their debounce window.",
+	})
+	pendingWorkloads = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "configstamp_rollouts_pending", Help: "Workloads configstamp may still roll: announced, debouncing or waiting (0: nothing left to do).",
+	})
+	debouncedChanges = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "configstamp_debounced_changes_total", Help: "Changes folded into a pending rollout by the debounce window.",
+	})
+	slotsInUse = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "configstamp_rollout_slots_in_use", Help: "Workloads holding a slot of the budget of concurrent rollouts.",
+	}, func() float64 {
+		s := current.Load()
+		if s == nil {
+			return 0
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		n, err := s.SlotsInUse(ctx)
+		if err != nil {
+			return -1
+		}
+		return float64(n)
+	})
+)
+
+// current is the Scheduler the slots gauge reads (the process has one).
+var current atomic.Pointer[Scheduler]
+
+func init() {
+	metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, Resumed, rolloutsHalted, haltedWorkloads,
+		waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
+}

@@ -1,0 +1,137 @@
+package rollout
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Verdict is the judgement of an open rollout.
+type Verdict int
+
+const (
+	// Pending: still rolling; judge again on the next status change or at Recheck.
+	Pending Verdict = iota
+	// Done: the rollout completed.
+	Done
+	// Failure: the rollout failed (Judgement.Reason says why).
+	Failure
+)
+
+// Judgement is what Judge found.
+type Judgement struct {
+	Verdict Verdict
+	// Reason says why a rollout failed, for events and logs.
+	Reason string
+	// Recheck is when a Pending rollout fails by the deadline unless it
+	// completes first (nothing else may wake its reconcile).
+	Recheck time.Duration
+}
+
+// Judge decides an open rollout that started at started: complete as `kubectl
+// rollout status` understands it for the kind and update strategy (see
+// Complete), failed when a Deployment reports ProgressDeadlineExceeded or when
+// it is not complete within deadline (every kind: so no workload holds a slot
+// longer than that, whatever its own progressDeadlineSeconds), else pending.
+func Judge(obj client.Object, started time.Time, deadline time.Duration, now time.Time) Judgement {
+	complete, exceeded := Complete(obj)
+	switch {
+	case complete:
+		return Judgement{Verdict: Done}
+	case exceeded:
+		return Judgement{Verdict: Failure, Reason: "its progress deadline was exceeded (ProgressDeadlineExceeded)"}
+	}
+	left := started.Add(deadline).Sub(now)
+	if left < 0 {
+		return Judgement{Verdict: Failure, Reason: fmt.Sprintf("it was not complete within the progress deadline of %v", deadline)}
+	}
+	return Judgement{Verdict: Pending, Recheck: left + time.Second}
+}
+
+// Complete reports whether obj's rollout is complete, with the semantics of
+// `kubectl rollout status` (its status viewers) for each kind:
+//   - Deployment: paused counts as complete (it will not roll until resumed);
+//     else the controller observed the latest generation, every desired replica
+//     is updated and available, and no old replica is left. exceeded: the
+//     Progressing condition says ProgressDeadlineExceeded.
+//   - StatefulSet: OnDelete has nothing to wait for (pods change only when
+//     someone deletes them); else the latest generation observed, every replica
+//     ready, and with a partition the replicas at or above it updated, without
+//     one the update revision current.
+//   - DaemonSet: OnDelete as above; else the latest generation observed and
+//     every scheduled node updated and available.
+//
+// Other objects are complete.
+func Complete(obj client.Object) (complete, exceeded bool) {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		return deploymentComplete(w)
+	case *appsv1.StatefulSet:
+		return statefulSetComplete(w), false
+	case *appsv1.DaemonSet:
+		return daemonSetComplete(w), false
+	}
+	return true, false
+}
+
+// NothingToWaitFor reports whether a new template of obj rolls no pod by
+// itself (update strategy OnDelete), so a rollout holds no slot at all.
+func NothingToWaitFor(obj client.Object) bool {
+	switch w := obj.(type) {
+	case *appsv1.StatefulSet:
+		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType
+	case *appsv1.DaemonSet:
+		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+	}
+	return false
+}
+
+func deploymentComplete(d *appsv1.Deployment) (complete, exceeded bool) {
+	if d.Spec.Paused {
+		return true, false
+	}
+	st := d.Status
+	if st.ObservedGeneration < d.Generation {
+		return false, false
+	}
+	for _, c := range st.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded" {
+			return false, true
+		}
+	}
+	want := replicas(d.Spec.Replicas)
+	return st.UpdatedReplicas >= want && st.Replicas <= st.UpdatedReplicas && st.AvailableReplicas >= st.UpdatedReplicas, false
+}
+
+func statefulSetComplete(s *appsv1.StatefulSet) bool {
+	if s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+		return true
+	}
+	st, want := s.Status, replicas(s.Spec.Replicas)
+	if st.ObservedGeneration == 0 || st.ObservedGeneration < s.Generation || st.ReadyReplicas < want {
+		return false
+	}
+	if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		return st.UpdatedReplicas >= want-*ru.Partition
+	}
+	return st.UpdateRevision == st.CurrentRevision
+}
+
+func daemonSetComplete(d *appsv1.DaemonSet) bool {
+	if d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType {
+		return true
+	}
+	st := d.Status
+	return st.ObservedGeneration >= d.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
+		st.NumberAvailable >= st.DesiredNumberScheduled
+}
+
+func replicas(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}

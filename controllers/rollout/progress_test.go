@@ -1,0 +1,131 @@
+package rollout
+
+import (
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func deployment(gen int64, replicas int32, st appsv1.DeploymentStatus, mutate ...func(*appsv1.Deployment)) *appsv1.Deployment {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: gen}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas)}, Status: st}
+	for _, m := range mutate {
+		m(d)
+	}
+	return d
+}
+
+func statefulSet(gen int64, replicas int32, strategy appsv1.StatefulSetUpdateStrategy, st appsv1.StatefulSetStatus) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: gen},
+		Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(replicas), UpdateStrategy: strategy}, Status: st}
+}
+
+func daemonSet(gen int64, strategy appsv1.DaemonSetUpdateStrategyType, st appsv1.DaemonSetStatus) *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: gen},
+		Spec: appsv1.DaemonSetSpec{UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: strategy}}, Status: st}
+}
+
+var (
+	rollingSTS  = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType}
+	onDeleteSTS = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+)
+
+func partitioned(p int32) appsv1.StatefulSetUpdateStrategy {
+	return appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(p)}}
+}
+
+func exceeded(d *appsv1.Deployment) {
+	d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
+}
+
+func TestComplete(t *testing.T) {
+	tests := map[string]struct {
+		obj                    client.Object
+		complete, exceededWant bool
+	}{
+		// Deployment (RollingUpdate and Recreate are judged alike, by replicas).
+		"deployment: not yet observed":            {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 3}), false, false},
+		"deployment: updating":                    {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 4, UpdatedReplicas: 1, AvailableReplicas: 3}), false, false},
+		"deployment: old pods left":               {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 4, UpdatedReplicas: 3, AvailableReplicas: 3}), false, false},
+		"deployment: updated, not all available":  {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 2}), false, false},
+		"deployment: complete":                    {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 3}), true, false},
+		"deployment: recreate, all down":          {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2}, func(d *appsv1.Deployment) { d.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType }), false, false},
+		"deployment: HPA scaled up mid-rollout":   {deployment(3, 5, appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 5, UpdatedReplicas: 3, AvailableReplicas: 3}), false, false},
+		"deployment: HPA scaled up, all updated":  {deployment(3, 5, appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 5, UpdatedReplicas: 5, AvailableReplicas: 5}), true, false},
+		"deployment: HPA scaled down mid-rollout": {deployment(3, 2, appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 2, UpdatedReplicas: 2, AvailableReplicas: 2}), true, false},
+		"deployment: paused":                      {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 1}, func(d *appsv1.Deployment) { d.Spec.Paused = true }), true, false},
+		"deployment: progress deadline exceeded":  {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 4, UpdatedReplicas: 1}, exceeded), false, true},
+		// StatefulSet.
+		"statefulset: rolling, not observed":             {statefulSet(2, 3, rollingSTS, appsv1.StatefulSetStatus{ObservedGeneration: 1, ReadyReplicas: 3, UpdateRevision: "b", CurrentRevision: "b"}), false, false},
+		"statefulset: rolling, updating":                 {statefulSet(2, 3, rollingSTS, appsv1.StatefulSetStatus{ObservedGeneration: 2, ReadyReplicas: 3, UpdatedReplicas: 1, UpdateRevision: "b", CurrentRevision: "a"}), false, false},
+		"statefulset: rolling, not ready":                {statefulSet(2, 3, rollingSTS, appsv1.StatefulSetStatus{ObservedGeneration: 2, ReadyReplicas: 2, UpdatedReplicas: 3, UpdateRevision: "b", CurrentRevision: "b"}), false, false},
+		"statefulset: rolling, complete":                 {statefulSet(2, 3, rollingSTS, appsv1.StatefulSetStatus{ObservedGeneration: 2, ReadyReplicas: 3, UpdatedReplicas: 3, UpdateRevision: "b", CurrentRevision: "b"}), true, false},
+		"statefulset: on delete":                         {statefulSet(2, 3, onDeleteSTS, appsv1.StatefulSetStatus{ObservedGeneration: 1, ReadyReplicas: 3, UpdateRevision: "b", CurrentRevision: "a"}), true, false},
+		"statefulset: partition 2 of 3, one updated":     {statefulSet(2, 3, partitioned(2), appsv1.StatefulSetStatus{ObservedGeneration: 2, ReadyReplicas: 3, UpdatedReplicas: 1, UpdateRevision: "b", CurrentRevision: "a"}), true, false},
+		"statefulset: partition 1 of 3, one updated":     {statefulSet(2, 3, partitioned(1), appsv1.StatefulSetStatus{ObservedGeneration: 2, ReadyReplicas: 3, UpdatedReplicas: 1, UpdateRevision: "b", CurrentRevision: "a"}), false, false},
+		"statefulset: partition 3 of 3 (canary held)":    {statefulSet(2, 3, partitioned(3), appsv1.StatefulSetStatus{ObservedGeneration: 2, ReadyReplicas: 3, UpdateRevision: "b", CurrentRevision: "a"}), true, false},
+		"statefulset: scaled 3 to 5, new pods not ready": {statefulSet(3, 5, rollingSTS, appsv1.StatefulSetStatus{ObservedGeneration: 3, ReadyReplicas: 3, UpdatedReplicas: 5, UpdateRevision: "b", CurrentRevision: "b"}), false, false},
+		// DaemonSet.
+		"daemonset: rolling, not observed": {daemonSet(2, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 2, NumberAvailable: 2}), false, false},
+		"daemonset: rolling, updating":     {daemonSet(2, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 1, NumberAvailable: 2}), false, false},
+		"daemonset: new node joining":      {daemonSet(2, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 3, UpdatedNumberScheduled: 3, NumberAvailable: 2, NumberUnavailable: 1}), false, false},
+		"daemonset: rolling, complete":     {daemonSet(2, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 2, NumberAvailable: 2}), true, false},
+		"daemonset: on delete":             {daemonSet(2, appsv1.OnDeleteDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 2}), true, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			complete, ex := Complete(tc.obj)
+			if complete != tc.complete || ex != tc.exceededWant {
+				t.Fatalf("Complete = (%v, exceeded %v), want (%v, %v)", complete, ex, tc.complete, tc.exceededWant)
+			}
+		})
+	}
+}
+
+func TestJudge(t *testing.T) {
+	updating := deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 4, UpdatedReplicas: 1, AvailableReplicas: 3})
+	hugeDeadline := deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 4, UpdatedReplicas: 1, AvailableReplicas: 3},
+		func(d *appsv1.Deployment) { d.Spec.ProgressDeadlineSeconds = ptr.To[int32](2147483647) })
+	sts := statefulSet(2, 3, rollingSTS, appsv1.StatefulSetStatus{ObservedGeneration: 2, ReadyReplicas: 2, UpdateRevision: "b", CurrentRevision: "a"})
+	tests := map[string]struct {
+		obj     client.Object
+		elapsed time.Duration
+		want    Verdict
+	}{
+		"pending within the deadline":                   {updating, 10 * time.Second, Pending},
+		"failed at the deadline, whatever its own":      {hugeDeadline, 31 * time.Second, Failure},
+		"statefulset failed at the deadline":            {sts, 31 * time.Second, Failure},
+		"exceeded its own deadline before ours":         {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2}, exceeded), time.Second, Failure},
+		"complete after our deadline is still complete": {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 3}), time.Hour, Done},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			j := Judge(tc.obj, t0, 30*time.Second, t0.Add(tc.elapsed))
+			if j.Verdict != tc.want {
+				t.Fatalf("verdict %v (%s), want %v", j.Verdict, j.Reason, tc.want)
+			}
+			if j.Verdict == Pending && (j.Recheck <= 0 || j.Recheck > 30*time.Second) {
+				t.Fatalf("pending recheck %v: must fall at the deadline", j.Recheck)
+			}
+		})
+	}
+}
+
+func TestNothingToWaitFor(t *testing.T) {
+	for obj, want := range map[client.Object]bool{
+		statefulSet(1, 1, onDeleteSTS, appsv1.StatefulSetStatus{}):                        true,
+		statefulSet(1, 1, partitioned(1), appsv1.StatefulSetStatus{}):                     false,
+		daemonSet(1, appsv1.OnDeleteDaemonSetStrategyType, appsv1.DaemonSetStatus{}):      true,
+		daemonSet(1, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{}): false,
+		deployment(1, 1, appsv1.DeploymentStatus{}):                                       false,
+	} {
+		if got := NothingToWaitFor(obj); got != want {
+			t.Errorf("%T %+v: NothingToWaitFor = %v, want %v", obj, obj, got, want)
+		}
+	}
+}

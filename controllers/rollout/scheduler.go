@@ -1,0 +1,387 @@
+package rollout
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+// IndexRolling indexes workloads whose record is open (AnnotationState
+// rolling), value "true". Whether an open record still holds a slot also
+// depends on the time (Policy.ProgressDeadline), which an index cannot say:
+// the Scheduler filters.
+const IndexRolling = "configstamp.io/rolling"
+
+// IndexRollingFunc is the index function of IndexRolling.
+func IndexRollingFunc(obj client.Object) []string {
+	if Read(obj.GetAnnotations()).Open() {
+		return []string{"true"}
+	}
+	return nil
+}
+
+// Policy spreads the rollouts of a shared change over time.
+type Policy struct {
+	// Debounce is the quiet window: changes to a workload's sources closer
+	// together than this give one rollout. 0 rolls at once.
+	Debounce time.Duration
+	// MaxWait bounds the debounce, so a source rewritten every second still rolls.
+	MaxWait time.Duration
+	// MaxConcurrent is the budget of workloads rolling at once (0: unlimited).
+	MaxConcurrent int
+	// PerSecond is the global rate of rollout starts (0: unlimited).
+	PerSecond float64
+	// ProgressDeadline: a rollout not complete after this has failed, whatever
+	// the kind and its own deadline, and holds no slot any longer.
+	ProgressDeadline time.Duration
+	// HaltOnFailure stops the rollouts of a change that failed on one workload.
+	HaltOnFailure bool
+}
+
+// Tracks reports whether rollouts are followed to completion (needed by the
+// budget and by halting). Untracked, a stamp is all configstamp does.
+func (p Policy) Tracks() bool { return p.MaxConcurrent > 0 || p.HaltOnFailure }
+
+// Key names a workload across kinds.
+type Key struct{ Kind, Namespace, Name string }
+
+func (k Key) String() string { return k.Kind + " " + k.Namespace + "/" + k.Name }
+
+// pending is a workload that needs, or may soon need, a rollout.
+type pending struct {
+	priority int
+	// announced only: a source it references changed and its reconcile is
+	// queued; it has not said yet whether it needs a rollout.
+	announced bool
+	// the debounce window: the hash wanted, the first and the latest change.
+	hash        string
+	first, last time.Time
+	// readyAt: when it will ask for a slot (the end of its debounce window).
+	readyAt time.Time
+	seen    time.Time
+}
+
+// upcoming is how far ahead a workload still debouncing counts for the wave
+// order: the members of one change leave their debounce windows together.
+const upcoming = 500 * time.Millisecond
+
+// forgetAfter drops pending entries whose reconcile stopped asking (deleted,
+// or no longer in need and never told).
+const forgetAfter = 10 * time.Second
+
+// Scheduler decides when a workload that needs a rollout may have it: after
+// its debounce window, within the budget of concurrent rollouts and the global
+// rate, in wave order. It keeps only soft state: the rolling set is read from
+// the cache (open records, IndexRolling), so a new leader resumes where the
+// old one stopped.
+//
+// Wave order: within a namespace, higher configstamp.io/rollout-priority
+// first, then name; across namespaces, fair shares: a namespace's n-th waiting
+// workload comes after every other namespace's (n-1)-th, counting the slots
+// the namespace already holds. So a tenant's priorities order only its own
+// workloads, and a namespace with many workloads cannot keep the others out.
+type Scheduler struct {
+	Policy Policy
+	// Cache is read for the workloads currently rolling (IndexRolling).
+	Cache client.Reader
+
+	mu      sync.Mutex
+	pending map[Key]*pending
+	// inflight: stamped by this process, maybe not yet visible in the cache.
+	inflight map[Key]time.Time
+	// halted: workloads told that they wait on a halted change, and which.
+	halted  map[Key]string
+	limiter *rate.Limiter
+	now     func() time.Time
+}
+
+// NewScheduler returns a Scheduler for policy reading the cache.
+func NewScheduler(policy Policy, cache client.Reader) *Scheduler {
+	limit := rate.Inf
+	if policy.PerSecond > 0 {
+		limit = rate.Limit(policy.PerSecond)
+	}
+	s := &Scheduler{
+		Policy: policy, Cache: cache,
+		pending:  map[Key]*pending{},
+		inflight: map[Key]time.Time{},
+		halted:   map[Key]string{},
+		limiter:  rate.NewLimiter(limit, 1),
+		now:      time.Now,
+	}
+	current.Store(s)
+	return s
+}
+
+// Announce says that k's sources changed and its reconcile is queued, with
+// its priority, so that the wave order knows it before it asks.
+func (s *Scheduler) Announce(k Key, priority int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.pending[k]; ok {
+		return
+	}
+	now := s.now()
+	s.pending[k] = &pending{priority: priority, announced: true, readyAt: now, seen: now}
+	s.report()
+}
+
+// Debounce records that k needs hash and returns how long to wait before
+// rolling: until window has passed since the last different hash, at most
+// MaxWait after the first.
+func (s *Scheduler) Debounce(k Key, hash string, window time.Duration, priority int) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	p := s.pending[k]
+	switch {
+	case p == nil || p.announced:
+		p = &pending{hash: hash, first: now, last: now}
+		s.pending[k] = p
+	case p.hash != hash:
+		debouncedChanges.Inc()
+		p.hash, p.last = hash, now
+	}
+	until := p.last.Add(window)
+	if s.Policy.MaxWait > 0 {
+		until = minTime(until, p.first.Add(s.Policy.MaxWait))
+	}
+	p.priority, p.readyAt, p.seen = priority, maxTime(until, now), now
+	s.report()
+	return max(0, until.Sub(now))
+}
+
+// Acquire asks for a rollout for k, after its debounce. needsSlot is false
+// for a workload whose rollout has nothing to wait for (OnDelete): the budget
+// does not apply to it, the rate does. It returns 0 when k may roll now (the
+// caller must then stamp it and call Started or Release), or how long to wait
+// before asking again.
+func (s *Scheduler) Acquire(ctx context.Context, k Key, priority int, needsSlot bool) (time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.report()
+	now := s.now()
+	p := s.pending[k]
+	if p == nil {
+		p = &pending{first: now, last: now}
+		s.pending[k] = p
+	}
+	p.priority, p.announced, p.readyAt, p.seen = priority, false, now, now
+
+	if needsSlot && s.Policy.MaxConcurrent > 0 {
+		held, err := s.holders(ctx, now)
+		if err != nil {
+			return 0, err
+		}
+		free := s.Policy.MaxConcurrent - len(held)
+		if rank := s.rank(k, held, now); rank >= free {
+			// The budget is used up, or others come first in this wave: ask again
+			// roughly when a slot may be ours, so a long wave does not spin.
+			return min(time.Duration(rank/s.Policy.MaxConcurrent+1)*500*time.Millisecond, 5*time.Second), nil
+		}
+	}
+	if r := s.limiter.ReserveN(now, 1); r.DelayFrom(now) > 0 {
+		r.CancelAt(now)
+		return max(r.DelayFrom(now), 50*time.Millisecond), nil
+	}
+	delete(s.pending, k)
+	if needsSlot {
+		s.inflight[k] = now
+	}
+	return 0, nil
+}
+
+// Release frees the slot k took in Acquire (the stamp did not happen, or its
+// rollout is over) and forgets it.
+func (s *Scheduler) Release(k Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.inflight, k)
+}
+
+// Forget drops k's pending state: it no longer needs a rollout.
+func (s *Scheduler) Forget(k Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pending, k)
+	s.report()
+}
+
+// Next returns up to n workloads waiting for a slot, first in wave order: the
+// ones to wake when a slot frees.
+func (s *Scheduler) Next(ctx context.Context, n int) []Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	held, err := s.holders(ctx, now)
+	if err != nil {
+		return nil
+	}
+	order := s.order(held, now)
+	var out []Key
+	for _, k := range order {
+		if p := s.pending[k]; p != nil && !p.announced && !p.readyAt.After(now) && len(out) < n {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// SlotsInUse counts the workloads holding a slot now.
+func (s *Scheduler) SlotsInUse(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held, err := s.holders(ctx, s.now())
+	return len(held), err
+}
+
+// holders returns the workloads holding a slot: open records in the cache
+// started less than the progress deadline ago, and this process's stamps the
+// cache does not show yet.
+func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, error) {
+	out := map[Key]bool{}
+	for _, kind := range workload.Kinds {
+		list := kind.NewList()
+		if err := s.Cache.List(ctx, list, client.MatchingFields{IndexRolling: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("while listing rolling %s: %w", kind.Resource, err)
+		}
+		for _, o := range kind.Items(list) {
+			r := Read(o.GetAnnotations())
+			if s.Policy.ProgressDeadline > 0 && now.Sub(r.Started) > s.Policy.ProgressDeadline {
+				continue // over its deadline: it has failed, and gives its slot back
+			}
+			out[Key{kind.Name, o.GetNamespace(), o.GetName()}] = true
+		}
+	}
+	for k, at := range s.inflight {
+		if out[k] || now.Sub(at) > 30*time.Second {
+			delete(s.inflight, k) // the cache shows it now (or never will)
+		} else {
+			out[k] = true
+		}
+	}
+	return out, nil
+}
+
+// rank is k's place in the wave order among the candidates: workloads asking
+// now, announced, or leaving their debounce window within `upcoming`.
+func (s *Scheduler) rank(k Key, held map[Key]bool, now time.Time) int {
+	return slices.Index(s.order(held, now), k)
+}
+
+func (s *Scheduler) order(held map[Key]bool, now time.Time) []Key {
+	byNS := map[string][]Key{}
+	for k, p := range s.pending {
+		if now.Sub(p.seen) > forgetAfter {
+			delete(s.pending, k)
+			continue
+		}
+		if p.readyAt.After(now.Add(upcoming)) {
+			continue
+		}
+		byNS[k.Namespace] = append(byNS[k.Namespace], k)
+	}
+	holdsIn := map[string]int{}
+	for k := range held {
+		holdsIn[k.Namespace]++
+	}
+	type placed struct {
+		k        Key
+		position int
+	}
+	var all []placed
+	for ns, keys := range byNS {
+		slices.SortFunc(keys, func(a, b Key) int {
+			return cmp.Or(cmp.Compare(s.pending[b].priority, s.pending[a].priority),
+				cmp.Compare(a.Name, b.Name), cmp.Compare(a.Kind, b.Kind))
+		})
+		for i, k := range keys {
+			all = append(all, placed{k, holdsIn[ns] + i})
+		}
+	}
+	slices.SortFunc(all, func(a, b placed) int {
+		return cmp.Or(cmp.Compare(a.position, b.position), cmp.Compare(a.k.Namespace, b.k.Namespace))
+	})
+	out := make([]Key, len(all))
+	for i, p := range all {
+		out[i] = p.k
+	}
+	return out
+}
+
+// NoteHalted records that k waits on the halted change and reports whether
+// it is news (to be told once, with an event).
+func (s *Scheduler) NoteHalted(k Key, change string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pending, k)
+	if s.halted[k] == change {
+		return false
+	}
+	s.halted[k] = change
+	s.report()
+	rolloutsHalted.Inc()
+	return true
+}
+
+// ClearHalted forgets that k waited on a halted change.
+func (s *Scheduler) ClearHalted(k Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.halted, k)
+	s.report()
+}
+
+// HaltedOn returns the workloads waiting on any of changes: the ones to wake
+// when their halt is lifted.
+func (s *Scheduler) HaltedOn(changes []string) []Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Key
+	for k, c := range s.halted {
+		if slices.Contains(changes, c) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// report updates the gauges; s.mu held.
+func (s *Scheduler) report() {
+	waiting, debouncing := 0, 0
+	for _, p := range s.pending {
+		switch {
+		case p.announced:
+		case p.readyAt.After(s.now()):
+			debouncing++
+		default:
+			waiting++
+		}
+	}
+	waitingWorkloads.Set(float64(waiting))
+	debouncingWorkloads.Set(float64(debouncing))
+	pendingWorkloads.Set(float64(len(s.pending)))
+	haltedWorkloads.Set(float64(len(s.halted)))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,193 @@
+package rollout
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func dep(name string) Key       { return Key{"Deployment", "ns", name} }
+func depIn(ns, name string) Key { return Key{"Deployment", ns, name} }
+
+// rollingDeployment is a Deployment whose record is open since started.
+func rollingDeployment(ns, name string, started time.Time) client.Object {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+		Annotations: map[string]string{AnnotationState: string(Rolling), AnnotationStarted: started.Format(time.RFC3339)}}}
+}
+
+func newTestScheduler(t *testing.T, policy Policy, rolling ...client.Object) (*Scheduler, *clock) {
+	t.Helper()
+	b := fake.NewClientBuilder().WithObjects(rolling...)
+	for _, k := range workload.Kinds {
+		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc)
+	}
+	s := NewScheduler(policy, b.Build())
+	c := &clock{t: t0}
+	s.now = c.now
+	return s, c
+}
+
+func TestDebounce(t *testing.T) {
+	s, c := newTestScheduler(t, Policy{MaxWait: 10 * time.Second})
+	k := dep("a")
+	if w := s.Debounce(k, "v1-1", 2*time.Second, 0); w != 2*time.Second {
+		t.Fatalf("first change: wait %v, want the whole window", w)
+	}
+	c.advance(1500 * time.Millisecond)
+	if w := s.Debounce(k, "v1-2", 2*time.Second, 0); w != 2*time.Second {
+		t.Fatalf("a second change restarts the window: wait %v", w)
+	}
+	c.advance(2 * time.Second)
+	if w := s.Debounce(k, "v1-2", 2*time.Second, 0); w != 0 {
+		t.Fatalf("quiet for the window: wait %v, want 0", w)
+	}
+	// A source rewritten every second still rolls after MaxWait.
+	k = dep("b")
+	for i := 0; i < 9; i++ {
+		s.Debounce(k, fmt.Sprintf("v1-%d", i), 2*time.Second, 0)
+		c.advance(time.Second)
+	}
+	if w := s.Debounce(k, "v1-z", 2*time.Second, 0); w != time.Second {
+		t.Fatalf("after 9s of changes with MaxWait 10s: wait %v, want 1s", w)
+	}
+}
+
+func TestAcquireWithFreeSlotsDoesNotWait(t *testing.T) {
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: time.Minute})
+	// A single change with free slots rolls at once: no gather delay.
+	if w, err := s.Acquire(t.Context(), dep("a"), 0, true); err != nil || w != 0 {
+		t.Fatalf("a single waiter with 10 free slots: wait %v err %v, want 0", w, err)
+	}
+}
+
+func TestAcquireBudgetAndOrder(t *testing.T) {
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 2, ProgressDeadline: time.Minute}, rollingDeployment("ns", "busy", t0))
+	ctx := t.Context()
+	// The change reaches four workloads; "p" has a higher priority. All are
+	// announced before any asks, so the order is known from the start.
+	for _, n := range []string{"c", "b", "a"} {
+		s.Announce(dep(n), 0)
+	}
+	s.Announce(dep("p"), 5)
+	// One slot is taken by "busy" (from the cache), one is free: p goes first.
+	for _, n := range []string{"a", "b", "c"} {
+		if w, _ := s.Acquire(ctx, dep(n), 0, true); w == 0 {
+			t.Fatalf("%s granted ahead of the higher-priority p", n)
+		}
+	}
+	if w, _ := s.Acquire(ctx, dep("p"), 5, true); w != 0 {
+		t.Fatalf("p not granted: wait %v", w)
+	}
+	// p is now in flight: the budget of 2 is used up.
+	if w, _ := s.Acquire(ctx, dep("a"), 0, true); w == 0 {
+		t.Fatal("a granted beyond the budget")
+	}
+	s.Release(dep("p"))
+	if w, _ := s.Acquire(ctx, dep("b"), 0, true); w == 0 {
+		t.Fatal("b granted ahead of a")
+	}
+	if w, _ := s.Acquire(ctx, dep("a"), 0, true); w != 0 {
+		t.Fatalf("a not granted after a slot was released: wait %v", w)
+	}
+}
+
+func TestNothingToWaitForNeedsNoSlot(t *testing.T) {
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute}, rollingDeployment("ns", "busy", t0))
+	if w, _ := s.Acquire(t.Context(), dep("a"), 0, true); w == 0 {
+		t.Fatal("granted a slot beyond the budget")
+	}
+	if w, _ := s.Acquire(t.Context(), Key{"StatefulSet", "ns", "ondelete"}, 0, false); w != 0 {
+		t.Fatalf("an OnDelete workload waited %v for a slot it does not need", w)
+	}
+	if n, _ := s.SlotsInUse(t.Context()); n != 1 {
+		t.Fatalf("slots in use %d, want 1 (the OnDelete rollout holds none)", n)
+	}
+}
+
+func TestSlotGivenBackAfterProgressDeadline(t *testing.T) {
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: 30 * time.Second}, rollingDeployment("tenant", "stuck", t0))
+	if w, _ := s.Acquire(t.Context(), depIn("other", "a"), 0, true); w == 0 {
+		t.Fatal("granted while the only slot is held")
+	}
+	c.advance(31 * time.Second)
+	if n, _ := s.SlotsInUse(t.Context()); n != 0 {
+		t.Fatalf("an open record past the progress deadline still holds a slot (%d in use)", n)
+	}
+	if w, _ := s.Acquire(t.Context(), depIn("other", "a"), 0, true); w != 0 {
+		t.Fatalf("not granted after the stuck rollout's deadline: wait %v", w)
+	}
+}
+
+func TestNamespacesShareTheBudget(t *testing.T) {
+	// The busy namespace already holds one of two slots and has many waiters
+	// with a huge priority; the quiet namespace's single waiter is next.
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 2, ProgressDeadline: time.Minute}, rollingDeployment("busy", "x", t0))
+	for i := 0; i < 5; i++ {
+		s.Announce(depIn("busy", fmt.Sprintf("w%d", i)), 1000)
+	}
+	s.Announce(depIn("quiet", "q"), 0)
+	if w, _ := s.Acquire(t.Context(), depIn("busy", "w0"), 1000, true); w == 0 {
+		t.Fatal("the busy namespace's priority took the slot ahead of the quiet namespace's first workload")
+	}
+	if w, _ := s.Acquire(t.Context(), depIn("quiet", "q"), 0, true); w != 0 {
+		t.Fatalf("the quiet namespace waited %v", w)
+	}
+}
+
+func TestUpcomingDebounceCountsForTheOrder(t *testing.T) {
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute})
+	// Both leave a 2s debounce window together; the canary has the higher priority.
+	s.Debounce(dep("app"), "v1-a", 2*time.Second, 0)
+	s.Debounce(dep("canary"), "v1-a", 2*time.Second, 10)
+	c.advance(2 * time.Second)
+	if w, _ := s.Acquire(t.Context(), dep("app"), 0, true); w == 0 {
+		t.Fatal("app took the slot although the canary leaves its window at the same moment")
+	}
+	if w, _ := s.Acquire(t.Context(), dep("canary"), 10, true); w != 0 {
+		t.Fatalf("canary waited %v", w)
+	}
+}
+
+func TestAcquireRate(t *testing.T) {
+	s, c := newTestScheduler(t, Policy{PerSecond: 1})
+	ctx := t.Context()
+	if w, _ := s.Acquire(ctx, dep("a"), 0, true); w != 0 {
+		t.Fatalf("a: wait %v", w)
+	}
+	if w, _ := s.Acquire(ctx, dep("b"), 0, true); w == 0 {
+		t.Fatal("b granted in the same second at 1 per second")
+	}
+	c.advance(time.Second)
+	if w, _ := s.Acquire(ctx, dep("b"), 0, true); w != 0 {
+		t.Fatalf("b: wait %v a second later", w)
+	}
+}
+
+func TestHaltedWaitersAreToldOnceAndWoken(t *testing.T) {
+	s, _ := newTestScheduler(t, Policy{})
+	if !s.NoteHalted(dep("a"), "ConfigMap/shared@x") || s.NoteHalted(dep("a"), "ConfigMap/shared@x") {
+		t.Fatal("a waiter must be told once per halted change")
+	}
+	s.NoteHalted(dep("b"), "ConfigMap/other@y")
+	if got := s.HaltedOn([]string{"ConfigMap/shared@x"}); len(got) != 1 || got[0] != dep("a") {
+		t.Fatalf("waiters of the lifted change: %v, want [a]", got)
+	}
+	s.ClearHalted(dep("a"))
+	if got := s.HaltedOn([]string{"ConfigMap/shared@x"}); len(got) != 0 {
+		t.Fatalf("cleared waiter still listed: %v", got)
+	}
+}

@@ -1,0 +1,68 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+// Options configure the reconcilers.
+type Options struct {
+	// Policy spreads rollouts (see rollout.Policy).
+	Policy rollout.Policy
+	// Keys is the installation key, shared with the webhook.
+	Keys *stamp.Keyring
+	// Namespace and KeySecret name the Secret holding the key, which every
+	// replica follows (KeyWatcher).
+	Namespace, KeySecret string
+	// MaxConcurrentReconciles bounds parallel reconciles per kind.
+	MaxConcurrentReconciles int
+}
+
+// Setup adds the reconciler of every workload kind, sharing one Scheduler and
+// one Nudger, and the KeyWatcher, to mgr.
+func Setup(mgr ctrl.Manager, o Options) error {
+	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache())
+	nudger := NewNudger()
+	for _, kind := range workload.Kinds {
+		r := &WorkloadReconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kind: kind,
+			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
+			Recorder:                mgr.GetEventRecorder("configstamp"),
+			Scheduler:               scheduler,
+			Nudger:                  nudger,
+			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("while setting up the %s reconciler: %w", kind.Name, err)
+		}
+	}
+	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("while creating a clientset for the hash key: %w", err)
+	}
+	logger := mgr.GetLogger().WithName("hash-key")
+	watcher := &KeyWatcher{
+		Clientset: clientset, Client: mgr.GetClient(), Namespace: o.Namespace, Name: o.KeySecret, Keys: o.Keys, Log: logger,
+		OnChange: func(ctx context.Context) {
+			select {
+			case <-mgr.Elected(): // the leader re-baselines; followers' reconcilers do not run
+			default:
+				return
+			}
+			if err := nudger.WakeAll(ctx, mgr.GetCache()); err != nil {
+				logger.Error(err, "while waking the workloads to re-baseline")
+			}
+		},
+	}
+	if err := mgr.Add(watcher); err != nil {
+		return fmt.Errorf("while adding the hash key watcher: %w", err)
+	}
+	return nil
+}
