@@ -106,8 +106,12 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 		meta = map[string]string{}
 	}
 	meta[stamp.AnnotationAppliedHash] = comp.Hash
-	meta[stamp.AnnotationSources] = stamp.FormatSources(comp.Sources)
-	meta[stamp.AnnotationSourceVersions] = stamp.FormatVersions(comp.Versions)
+	if sources, versions, ok := stamp.FormatRecord(comp.Sources, comp.Versions); ok {
+		meta[stamp.AnnotationSources], meta[stamp.AnnotationSourceVersions] = sources, versions
+	} else { // too many sources to record within the budget: no record (see FormatRecord)
+		delete(meta, stamp.AnnotationSources)
+		delete(meta, stamp.AnnotationSourceVersions)
+	}
 	meta[stamp.AnnotationKeyID] = comp.KeyID
 	obj.SetAnnotations(meta)
 	logger.V(1).Info("stamped", "hash", comp.Hash)

@@ -1,9 +1,11 @@
 package stamp
 
 import (
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -44,12 +46,12 @@ func fuzzSpec(name1, name2, key1, key2 string, flags uint8) *corev1.PodSpec {
 }
 
 func FuzzWorkloadRefs(f *testing.F) {
-	f.Add("", "", "app", "db", "k", "password", []byte("v"), uint8(0), false)
-	f.Add("one,two", "db-creds", "app", "app", "k", "k", []byte{}, uint8(15), false)
-	f.Add(" a , ,Bad_Name,,b.c ", "UPPER,ok,a/b", "x", "", "", "k", []byte{0, 255}, uint8(5), true)
-	f.Add("app", "app", "app", "app", "\x00unref", "", []byte("x"), uint8(2), true)
-	f.Add(strings.Repeat("x", 254)+",-lead,trail-", ",,,", "ünï", "a,b=c", "%", "=", []byte(nil), uint8(9), false)
-	f.Fuzz(func(t *testing.T, extraCMs, extraSecrets, name1, name2, key1, key2 string, value []byte, flags uint8, marked bool) {
+	f.Add("", "", "app", "db", "k", "password", []byte("v"), uint8(0), false, uint16(0))
+	f.Add("one,two", "db-creds", "app", "app", "k", "k", []byte{}, uint8(15), false, uint16(MaxKeyDigests-2))
+	f.Add(" a , ,Bad_Name,,b.c ", "UPPER,ok,a/b", "x", "", "", "k", []byte{0, 255}, uint8(5), true, uint16(MaxKeyDigests-1))
+	f.Add("app", "app", "app", "app", "\x00unref", "", []byte("x"), uint8(2), true, uint16(MaxKeyDigests+1))
+	f.Add(strings.Repeat("x", 254)+",-lead,trail-", ",,,", "ünï", "a,b=c", "%", "=", []byte(nil), uint8(9), false, uint16(3*MaxKeyDigests))
+	f.Fuzz(func(t *testing.T, extraCMs, extraSecrets, name1, name2, key1, key2 string, value []byte, flags uint8, marked bool, many uint16) {
 		ann := map[string]string{AnnotationExtraConfigMaps: extraCMs, AnnotationExtraSecrets: extraSecrets}
 		spec := fuzzSpec(name1, name2, key1, key2, flags)
 		refs, problems := WorkloadRefs(ann, spec)
@@ -80,32 +82,46 @@ func FuzzWorkloadRefs(f *testing.F) {
 			}
 		}
 
-		// Extra annotations: every item is either referenced (all keys) or a Problem.
-		nProblems := 0
+		// Extra annotations: within the caps every item is either referenced (all
+		// keys) or a Problem; beyond them the rest is one Problem.
 		for _, extra := range []struct {
 			value string
 			kind  Kind
 		}{{extraCMs, KindConfigMap}, {extraSecrets, KindSecret}} {
+			valid, invalid := map[string]bool{}, 0
 			for item := range strings.SplitSeq(extra.value, ",") {
-				name := strings.TrimSpace(item)
-				switch {
+				switch name := strings.TrimSpace(item); {
 				case name == "":
 				case len(validation.IsDNS1123Subdomain(name)) == 0:
+					valid[name] = true
+				default:
+					invalid++
+				}
+			}
+			if len(extra.value) <= MaxExtraBytes && len(valid) <= MaxExtraNames {
+				for name := range valid {
 					if !refs.Keys(ObjectRef{extra.kind, name}).All {
 						t.Fatalf("valid extra %s %q not referenced with all keys", extra.kind, name)
 					}
-				default:
-					nProblems++
+				}
+				if invalid <= maxNameProblems && countField(problems, extra.kind) != invalid {
+					t.Fatalf("%d invalid names, problems: %v", invalid, problems)
 				}
 			}
-		}
-		if nProblems != len(problems) {
-			t.Fatalf("%d invalid names, %d problems: %v", nProblems, len(problems), problems)
+			if n := countField(problems, extra.kind); n > maxNameProblems+2 {
+				t.Fatalf("%d problems for one annotation: %v", n, problems)
+			}
 		}
 		for _, p := range problems {
-			if p.Value == "" || p.Value != strings.TrimSpace(p.Value) || len(validation.IsDNS1123Subdomain(p.Value)) == 0 {
+			if p.Value == "" || p.Value != strings.TrimSpace(p.Value) || len(p.Value) > maxProblemValue+len("…") {
 				t.Fatalf("bad problem %q", p)
 			}
+		}
+		// The cache's cut annotations give the same references.
+		cut := maps.Clone(ann)
+		BoundWorkloadAnnotations(cut)
+		if cutRefs, _ := WorkloadRefs(cut, spec); !slices.Equal(cutRefs.IndexValues(), refs.IndexValues()) {
+			t.Fatalf("cut annotations reference %v, whole ones %v", cutRefs.IndexValues(), refs.IndexValues())
 		}
 
 		// A world: ConfigMap/name1 and Secret/name2 exist, everything else is absent.
@@ -115,8 +131,11 @@ func FuzzWorkloadRefs(f *testing.F) {
 		if key2 != key1 {
 			cm.BinaryData[key2] = value
 		}
-		if marked {
-			cm.Annotations = map[string]string{AnnotationDigested: DigestedSHA256}
+		if marked { // the old in-memory marker, now an ordinary annotation
+			cm.Annotations = map[string]string{"configstamp.io/digested": "sha256"}
+		}
+		for i := range int(many) % (2 * MaxKeyDigests) { // sometimes beyond the cap
+			cm.Data[fmt.Sprintf("many-%d", i)] = string(value) + strconv.Itoa(i)
 		}
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name2}, Data: map[string][]byte{key2: value}}
 		w := world{cms: []*corev1.ConfigMap{cm}, secrets: []*corev1.Secret{sec}}
@@ -172,6 +191,21 @@ func FuzzWorkloadRefs(f *testing.F) {
 			t.Fatalf("Changed(x, x) = %v", c)
 		}
 	})
+}
+
+// countField counts the problems about the extra-* annotation of kind.
+func countField(problems []Problem, kind Kind) int {
+	field := "annotation " + AnnotationExtraConfigMaps
+	if kind == KindSecret {
+		field = "annotation " + AnnotationExtraSecrets
+	}
+	n := 0
+	for _, p := range problems {
+		if p.Field == field {
+			n++
+		}
+	}
+	return n
 }
 
 func FuzzRolloutSelector(f *testing.F) {

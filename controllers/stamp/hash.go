@@ -37,6 +37,7 @@ const (
 	recKeyAbsent    = "key-absent"    // a referenced key missing from a present object
 	recAbsent       = "absent"        // a referenced object that does not exist
 	recPresentEmpty = "present-empty" // a present object referenced with All that has no keys
+	recCombined     = "combined"      // a present object with more than MaxKeyDigests keys
 )
 
 // Domain separators: the full hash and the per-source digests never share an input.
@@ -70,7 +71,9 @@ func (h *Hasher) mac(domain string) hash.Hash {
 // exists; (key-absent, kind, namespace, name, key) for a referenced key the object
 // lacks; (absent, kind, namespace, name) for an object missing from sources or not
 // Present; (present-empty, kind, namespace, name) for a present object referenced with
-// All that has no keys. Fields are length-prefixed. Only referenced keys count; objects
+// All that has no keys; (combined, kind, namespace, name, combined digest) for a
+// present object with more than MaxKeyDigests keys, however it is referenced (a
+// change of any of its keys then changes the hash). Fields are length-prefixed. Only referenced keys count; objects
 // whose Source is Ignored contribute nothing. Map iteration order never matters.
 func (h *Hasher) Compute(namespace string, refs *Refs, sources map[ObjectRef]Source) Result {
 	full := h.mac(domainHash)
@@ -86,6 +89,8 @@ func (h *Hasher) Compute(namespace string, refs *Refs, sources map[ObjectRef]Sou
 		switch ks := refs.m[ref]; {
 		case !found || !src.Present:
 			writeFields(&b, recAbsent, kind, namespace, name)
+		case src.Combined:
+			writeFields(&b, recCombined, kind, namespace, name, src.Digests[""])
 		case ks.All && len(src.Digests) == 0:
 			writeFields(&b, recPresentEmpty, kind, namespace, name)
 		default:

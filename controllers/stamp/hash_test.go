@@ -419,9 +419,9 @@ func TestSourceFromDigested(t *testing.T) {
 		"binary only":     configMap("b", nil, map[string][]byte{"bin": {0xff, 0}}),
 		"data and binary": configMap("c", map[string]string{"k": "v"}, map[string][]byte{"bin": {1}}),
 		"no keys":         configMap("d", nil, nil),
-		"user-set marker": {ObjectMeta: metav1.ObjectMeta{Name: "e", Annotations: map[string]string{AnnotationDigested: DigestedSHA256}},
+		"user-set marker": {ObjectMeta: metav1.ObjectMeta{Name: "e", Annotations: map[string]string{"configstamp.io/digested": "sha256"}},
 			Data: map[string]string{"k": "not really a digest"}, BinaryData: map[string][]byte{"b": {1}}},
-		"other marker value": {ObjectMeta: metav1.ObjectMeta{Name: "f", Annotations: map[string]string{AnnotationDigested: "md5"}},
+		"other marker value": {ObjectMeta: metav1.ObjectMeta{Name: "f", Annotations: map[string]string{"configstamp.io/digested": "sha256-combined"}},
 			Data: map[string]string{"k": "v"}},
 	}
 	for name, cm := range cms {
@@ -442,7 +442,7 @@ func TestSourceFromDigested(t *testing.T) {
 		"empty":       secret("e", nil),
 		"stringData":  {ObjectMeta: metav1.ObjectMeta{Name: "sd"}, StringData: map[string]string{"k": "v"}},
 		"nil data":    {ObjectMeta: metav1.ObjectMeta{Name: "n"}},
-		"with marker": {ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{AnnotationDigested: DigestedSHA256}}, Data: map[string][]byte{"k": []byte("x")}},
+		"with marker": {ObjectMeta: metav1.ObjectMeta{Name: "m", Annotations: map[string]string{"configstamp.io/digested": "sha256"}}, Data: map[string][]byte{"k": []byte("x")}},
 	}
 	for name, s := range secrets {
 		t.Run("Secret "+name, func(t *testing.T) {
@@ -477,13 +477,14 @@ func TestDigestTransform(t *testing.T) {
 				AnnotationRolloutSelector: "app=x",
 				AnnotationPodDeleteMatch:  "app=y",
 				"other":                   "dropped",
+				"configstamp.io/digested": "sha256", // a user's: no effect
 			},
 			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 			OwnerReferences: []metav1.OwnerReference{{Name: "owner"}},
 		}
 	}
 	wantAnn := map[string]string{
-		AnnotationDigested:        DigestedSHA256,
+		AnnotationDigested:        DigestedPerKey,
 		AnnotationIgnore:          "false",
 		AnnotationRolloutSelector: "app=x",
 		AnnotationPodDeleteMatch:  "app=y",

@@ -40,15 +40,25 @@ const (
 	AnnotationRolloutSelector = "configstamp.io/rollout-selector"
 	// AnnotationPodDeleteMatch is the accepted alias of AnnotationRolloutSelector.
 	AnnotationPodDeleteMatch = "magalix.com/podDeleteMatch"
-	// AnnotationDigested marks a cached object whose Data holds per-key raw SHA-256
-	// sums instead of values. Its value is DigestedSHA256. It exists only in memory.
-	AnnotationDigested = "configstamp.io/digested"
+	// AnnotationDigested marks a cached object (see DigestConfigMap): its value,
+	// DigestedPerKey or DigestedCombined, says what its Data holds instead of values.
+	// It exists only in memory: the key is no valid annotation key (a '#' in the name
+	// part), so the API server rejects every object carrying it and can never deliver
+	// one. An object from the API server with any other annotation, such as
+	// "configstamp.io/digested", is digested like every other.
+	AnnotationDigested = "configstamp.io/cache#digested"
 	// HashVersion prefixes every hash ("v1-...").
 	HashVersion = "v1"
 )
 
-// DigestedSHA256 is the value of AnnotationDigested on a digested object.
-const DigestedSHA256 = "sha256"
+// Values of AnnotationDigested.
+const (
+	// DigestedPerKey: Data holds the raw SHA-256 sum of each key's value.
+	DigestedPerKey = "sha256"
+	// DigestedCombined: the object had more than MaxKeyDigests keys; Data holds
+	// one raw SHA-256 sum of all keys and values (CombinedDigest) under the key "".
+	DigestedCombined = "sha256-combined"
+)
 
 // Kind is the kind of a referenced object.
 type Kind string

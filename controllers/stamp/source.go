@@ -1,8 +1,12 @@
 package stamp
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
+	"slices"
+	"strings"
 	"unique"
 	"unsafe"
 
@@ -10,11 +14,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// MaxKeyDigests is the number of keys up to which a ConfigMap or Secret is hashed (and
+// cached) key by key. An object with more keys is reduced to one combined digest of
+// all its keys and values (Source.Combined): its cached size no longer depends on its
+// number of keys, and every reference to it, key-precise or not, hashes that combined
+// digest, so the workload rolls on any change of that object (conservative). Objects
+// up to the cap hash exactly as they always did. At the cap, the cache holds about
+// 28 KiB for such an object with short key names and 90 KiB with 253-byte ones.
+const MaxKeyDigests = 256
+
 // Source is the hashable content of one referenced object.
 type Source struct {
 	Ref     ObjectRef
-	Present bool              // false: the object does not exist
-	Digests map[string]string // key -> Digest(value), over data and binaryData
+	Present bool // false: the object does not exist
+	// Digests maps key -> Digest(value), over data and binaryData. When Combined, it
+	// holds one entry under the key "" (no real key is empty): CombinedDigest of all
+	// keys and values.
+	Digests map[string]string
+	// Combined: the object has more than MaxKeyDigests keys; Compute hashes the
+	// combined digest for every reference to it.
+	Combined bool
 	// Ignored: the object carries configstamp.io/ignore="true"; Compute leaves it out
 	// entirely (no content, no absent marker, no entry in Result.Sources).
 	Ignored bool
@@ -26,6 +45,26 @@ func Digest(value []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// CombinedDigest returns the lowercase hex SHA-256 over every (key, digest) of
+// digests in key order, each field length-prefixed.
+func CombinedDigest(digests map[string]string) string {
+	sum := combinedSum(digests)
+	return hex.EncodeToString(sum[:])
+}
+
+func combinedSum(digests map[string]string) [sha256.Size]byte {
+	h := sha256.New()
+	var b bytes.Buffer
+	for _, k := range slices.Sorted(maps.Keys(digests)) {
+		b.Reset()
+		writeFields(&b, k, digests[k])
+		h.Write(b.Bytes())
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
 // stringBytes returns the bytes of s without copying them, for hashing only: the
 // result must never be written. Digesting a 10 KiB value must not allocate 10 KiB.
 func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
@@ -33,45 +72,58 @@ func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), le
 // AbsentSource is the Source of a referenced object that does not exist.
 func AbsentSource(ref ObjectRef) Source { return Source{Ref: ref} }
 
-func isDigested(annotations map[string]string) bool {
-	return annotations[AnnotationDigested] == DigestedSHA256
+// digestedForm reports what DigestConfigMap/DigestSecret left in an object: "" for
+// an object as the API server delivers it (no object there can carry
+// AnnotationDigested, its key fails API validation), digestedPerKey or
+// digestedCombined for a cached one.
+func digestedForm(annotations map[string]string) string {
+	return annotations[AnnotationDigested]
 }
 
-// configMapDigests returns the per-key hex digests of a ConfigMap, full or digested.
-// In a digested object Data values are raw SHA-256 sums; BinaryData (nil after
-// DigestConfigMap) is digested in both cases, so digesting is exactly idempotent.
-func configMapDigests(cm *corev1.ConfigMap) map[string]string {
-	digested := isDigested(cm.Annotations)
+// fromDigests completes a full object's per-key digests into a Source's digests.
+func fromDigests(out map[string]string) (map[string]string, bool) {
+	if len(out) <= MaxKeyDigests {
+		return out, false
+	}
+	return map[string]string{"": CombinedDigest(out)}, true
+}
+
+// fromCached reads a cached object's digests: raw SHA-256 sums by key.
+func fromCached(form string, sums map[string]string) (map[string]string, bool) {
+	out := make(map[string]string, len(sums))
+	for k, v := range sums {
+		out[k] = hex.EncodeToString(stringBytes(v))
+	}
+	return out, form == DigestedCombined
+}
+
+// configMapDigests returns the digests of a ConfigMap, full or digested, and whether
+// they are combined. In a digested object Data holds raw SHA-256 sums.
+func configMapDigests(cm *corev1.ConfigMap) (map[string]string, bool) {
+	if form := digestedForm(cm.Annotations); form != "" {
+		return fromCached(form, cm.Data)
+	}
 	out := make(map[string]string, len(cm.Data)+len(cm.BinaryData))
 	for k, v := range cm.Data {
-		if digested {
-			out[k] = hex.EncodeToString(stringBytes(v))
-		} else {
-			out[k] = Digest(stringBytes(v))
-		}
+		out[k] = Digest(stringBytes(v))
 	}
 	for k, v := range cm.BinaryData { // keys are disjoint from Data in valid objects
 		out[k] = Digest(v)
 	}
-	return out
+	return fromDigests(out)
 }
 
-func secretDigests(s *corev1.Secret) map[string]string {
-	digested := isDigested(s.Annotations)
-	out := make(map[string]string, len(s.Data)+len(s.StringData))
+// secretDigests is configMapDigests for Secrets; a digested Secret keeps its sums in
+// StringData (see DigestSecret), a full one's StringData (write-only) is ignored.
+func secretDigests(s *corev1.Secret) (map[string]string, bool) {
+	if form := digestedForm(s.Annotations); form != "" {
+		return fromCached(form, s.StringData)
+	}
+	out := make(map[string]string, len(s.Data))
 	for k, v := range s.Data {
-		if digested {
-			out[k] = hex.EncodeToString(v)
-		} else {
-			out[k] = Digest(v)
-		}
+		out[k] = Digest(v)
 	}
-	if digested { // DigestSecret keeps the sums in StringData; see there
-		for k, v := range s.StringData {
-			out[k] = hex.EncodeToString(stringBytes(v))
-		}
-	}
-	return out
+	return fromDigests(out)
 }
 
 // SourceFromConfigMap returns the Source of an existing ConfigMap, full or digested by
@@ -81,8 +133,9 @@ func SourceFromConfigMap(cm *corev1.ConfigMap) Source {
 		return Source{}
 	}
 	ignored, _ := Ignored(cm.Annotations)
+	digests, combined := configMapDigests(cm)
 	return Source{Ref: ObjectRef{Kind: KindConfigMap, Name: cm.Name}, Present: true,
-		Digests: configMapDigests(cm), Ignored: ignored}
+		Digests: digests, Combined: combined, Ignored: ignored}
 }
 
 // SourceFromSecret returns the Source of an existing Secret, full or digested by
@@ -93,8 +146,9 @@ func SourceFromSecret(s *corev1.Secret) Source {
 		return Source{}
 	}
 	ignored, _ := Ignored(s.Annotations)
+	digests, combined := secretDigests(s)
 	return Source{Ref: ObjectRef{Kind: KindSecret, Name: s.Name}, Present: true,
-		Digests: secretDigests(s), Ignored: ignored}
+		Digests: digests, Combined: combined, Ignored: ignored}
 }
 
 // sums is the cache's form of an object's values: the raw SHA-256 sums of every key's
@@ -111,39 +165,66 @@ func newSums(n int) *sums {
 }
 
 func (r *sums) add(key string, value []byte) {
-	r.keys = append(r.keys, unique.Make(key).Value())
+	r.keys = append(r.keys, key)
 	sum := sha256.Sum256(value)
 	r.buf = append(r.buf, sum[:]...)
 }
 
-// byKey returns the sums by key, all slices of one string; nil when there are no keys.
-func (r *sums) byKey() map[string]string {
+// cached returns the form to cache: up to MaxKeyDigests distinct keys, the sums by
+// key, all slices of one string, keys interned (nil when there are no keys);
+// beyond, the combined sum alone under the key "". A later duplicate key wins,
+// as in a map.
+func (r *sums) cached() (map[string]string, string) {
 	if len(r.keys) == 0 {
-		return nil
+		return nil, DigestedPerKey
 	}
 	all := string(r.buf)
-	out := make(map[string]string, len(r.keys))
+	intern := len(r.keys) <= MaxKeyDigests // never intern a tenant's 100,000 key names
+	byKey := make(map[string]string, len(r.keys))
 	for i, k := range r.keys {
-		out[k] = all[i*sha256.Size : (i+1)*sha256.Size]
+		if intern {
+			k = unique.Make(k).Value()
+		}
+		byKey[k] = all[i*sha256.Size : (i+1)*sha256.Size]
 	}
-	return out
+	if len(byKey) <= MaxKeyDigests {
+		return byKey, DigestedPerKey
+	}
+	hexes := make(map[string]string, len(byKey))
+	for k, v := range byKey {
+		hexes[k] = hex.EncodeToString(stringBytes(v))
+	}
+	sum := combinedSum(hexes)
+	return map[string]string{"": string(sum[:])}, DigestedCombined
 }
+
+// MaxKeptAnnotation bounds the annotation values the cache keeps (ignore,
+// rollout-selector and its alias): a longer value is kept cut to
+// MaxKeptAnnotation+1 bytes, which Ignored and RolloutSelector reject exactly as
+// they reject the whole value (see MaxSelectorLength).
+const MaxKeptAnnotation = MaxSelectorLength
+
+// keptAnnotations are the annotations of a ConfigMap or Secret that the cache keeps.
+var keptAnnotations = []string{AnnotationIgnore, AnnotationRolloutSelector, AnnotationPodDeleteMatch}
 
 // cacheMeta strips metadata the cache does not need: the UID, managedFields, labels,
 // owner references and every annotation except ignore, rollout-selector and its alias (a
-// kubectl last-applied-configuration annotation holds a full copy of the data). It sets
-// the digested marker.
-func cacheMeta(m *metav1.ObjectMeta) {
+// kubectl last-applied-configuration annotation holds a full copy of the data), those
+// cut to MaxKeptAnnotation+1 bytes. It sets the digested marker to form.
+func cacheMeta(m *metav1.ObjectMeta, form string) {
 	m.Namespace = unique.Make(m.Namespace).Value() // thousands of objects, few namespaces
 	m.UID = ""                                     // 48 bytes an object; events read it live
 	m.ManagedFields = nil
 	m.Labels = nil
 	m.OwnerReferences = nil
 	var kept map[string]string
-	for _, k := range []string{AnnotationIgnore, AnnotationRolloutSelector, AnnotationPodDeleteMatch} {
+	for _, k := range keptAnnotations {
 		if v, ok := m.Annotations[k]; ok {
 			if kept == nil {
-				kept = map[string]string{AnnotationDigested: DigestedSHA256}
+				kept = map[string]string{AnnotationDigested: form}
+			}
+			if len(v) > MaxKeptAnnotation {
+				v = strings.Clone(v[:MaxKeptAnnotation+1]) // not a slice of the whole value
 			}
 			kept[k] = v
 		}
@@ -151,74 +232,67 @@ func cacheMeta(m *metav1.ObjectMeta) {
 	if kept == nil {
 		// Most objects keep nothing but the marker: they all share one map
 		// (the cache hands out deep copies, nobody writes the cached object).
-		kept = digestedOnly
+		kept = markerOnly[form]
 	}
 	m.Annotations = kept
 }
 
-// digestedOnly is the annotations map of every digested object that keeps no
-// other annotation. Never written.
-var digestedOnly = map[string]string{AnnotationDigested: DigestedSHA256}
-
-// DigestConfigMap is the informer-cache transform: in place, Data becomes the raw
-// SHA-256 sums of data and binaryData per key (SourceFromConfigMap turns them back into
-// the same hex digests a full object gives), BinaryData becomes nil, the digested
-// marker is set and the metadata is stripped to what configstamp needs (managedFields,
-// labels, ownerReferences and all annotations but ignore, rollout-selector and
-// podDeleteMatch are dropped). Idempotent; nil is a no-op.
-func DigestConfigMap(cm *corev1.ConfigMap) {
-	if cm == nil {
-		return
-	}
-	if isDigested(cm.Annotations) {
-		// Data holds sums already (or, with a user-set marker, what configMapDigests
-		// treats as sums); only BinaryData is left to digest.
-		for k, v := range cm.BinaryData {
-			if cm.Data == nil {
-				cm.Data = make(map[string]string, len(cm.BinaryData))
-			}
-			sum := sha256.Sum256(v)
-			cm.Data[k] = string(sum[:])
-		}
-	} else {
-		r := newSums(len(cm.Data) + len(cm.BinaryData))
-		for k, v := range cm.Data {
-			r.add(k, stringBytes(v))
-		}
-		for k, v := range cm.BinaryData {
-			r.add(k, v)
-		}
-		cm.Data = r.byKey()
-	}
-	cm.BinaryData = nil
-	cacheMeta(&cm.ObjectMeta)
+// markerOnly holds the annotations map of every digested object that keeps no
+// other annotation, by form. Never written.
+var markerOnly = map[string]map[string]string{
+	DigestedPerKey:   {AnnotationDigested: DigestedPerKey},
+	DigestedCombined: {AnnotationDigested: DigestedCombined},
 }
 
-// DigestSecret is DigestConfigMap for Secrets. The raw sums go to StringData and
+// DigestConfigMap is the informer-cache transform: in place, Data becomes the raw
+// SHA-256 sums of data and binaryData per key, or beyond MaxKeyDigests keys the one
+// combined sum under the key "" (SourceFromConfigMap turns either back into the
+// digests a full object gives), BinaryData becomes nil, the digested marker is set
+// and the metadata is stripped to what configstamp needs (managedFields, labels,
+// ownerReferences and all annotations but ignore, rollout-selector and
+// podDeleteMatch are dropped). Only the marker, whose key no object from the API
+// server can carry, makes an object count as digested. Idempotent; nil is a no-op.
+func DigestConfigMap(cm *corev1.ConfigMap) {
+	if cm == nil || digestedForm(cm.Annotations) != "" {
+		return
+	}
+	r := newSums(len(cm.Data) + len(cm.BinaryData))
+	for k, v := range cm.Data {
+		r.add(k, stringBytes(v))
+	}
+	for k, v := range cm.BinaryData {
+		r.add(k, v)
+	}
+	var form string
+	cm.Data, form = r.cached()
+	cm.BinaryData = nil
+	cacheMeta(&cm.ObjectMeta, form)
+}
+
+// DigestSecret is DigestConfigMap for Secrets. The sums go to StringData and
 // Data becomes nil: StringData is write-only in the API, so no Secret read from it
 // has any, and a map[string]string costs 64 bytes less than a map[string][]byte
 // (32-byte slots instead of 40). SourceFromSecret reads them back. Idempotent; nil is
 // a no-op.
 func DigestSecret(s *corev1.Secret) {
-	if s == nil {
+	if s == nil || digestedForm(s.Annotations) != "" {
 		return
 	}
-	if isDigested(s.Annotations) {
-		// Data holds what secretDigests treats as sums already (a user-set marker).
-		for k, v := range s.Data {
-			if s.StringData == nil {
-				s.StringData = make(map[string]string, len(s.Data))
-			}
-			s.StringData[k] = string(v)
-		}
-	} else {
-		r := newSums(len(s.Data))
-		for k, v := range s.Data {
-			r.add(k, v)
-		}
-		s.StringData = r.byKey()
+	r := newSums(len(s.Data))
+	for k, v := range s.Data {
+		r.add(k, v)
 	}
+	var form string
+	s.StringData, form = r.cached()
 	s.Data = nil
-	s.Type = corev1.SecretType(unique.Make(string(s.Type)).Value()) // a handful of types
-	cacheMeta(&s.ObjectMeta)
+	s.Type = corev1.SecretType(unique.Make(clipType(string(s.Type))).Value()) // a handful of types
+	cacheMeta(&s.ObjectMeta, form)
+}
+
+// clipType bounds a Secret type kept in the cache; nothing in configstamp reads it.
+func clipType(t string) string {
+	if len(t) > 253 {
+		return ""
+	}
+	return t
 }

@@ -1,9 +1,11 @@
 package workload
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,8 +29,35 @@ type Resolver struct {
 	// throughout.
 	Keys *stamp.Keyring
 	// Parallel reads the sources concurrently (for live reads; a cache read
-	// costs nothing to wait for).
+	// costs nothing to wait for): at most MaxReadsPerCompute at once for one
+	// computation, and at most MaxReads at once across all computations of this
+	// Resolver (all admissions), so that no workload can make configstamp fire
+	// thousands of GETs at the API server at once.
 	Parallel bool
+	// MaxReadsPerCompute bounds one computation's concurrent reads (Parallel);
+	// 0 is DefaultReadsPerCompute.
+	MaxReadsPerCompute int
+	// MaxReads bounds the concurrent reads of all computations (Parallel); 0 is
+	// DefaultReads. Read once, at the first parallel computation.
+	MaxReads int
+
+	slotsOnce sync.Once
+	slots     chan struct{}
+}
+
+// Default bounds on live reads. An admission referencing 20 objects takes about
+// three round trips instead of one; the extra-* annotations hold at most 128
+// names (stamp.MaxExtraNames each), so the most they can cost is 16 round
+// trips. 32 in total keeps a burst of admissions from flooding the API server.
+const (
+	DefaultReadsPerCompute = 8
+	DefaultReads           = 32
+)
+
+// readSlots returns the semaphore shared by every computation of r.
+func (r *Resolver) readSlots() chan struct{} {
+	r.slotsOnce.Do(func() { r.slots = make(chan struct{}, cmp.Or(r.MaxReads, DefaultReads)) })
+	return r.slots
 }
 
 // Computation is the outcome of resolving one workload.
@@ -42,6 +71,8 @@ type Computation struct {
 	Data map[stamp.ObjectRef]stamp.Source
 	// Versions are the resourceVersions read (stamp.VersionAbsent for missing objects).
 	Versions map[stamp.ObjectRef]string
+	// Refs are the resolved references (template, extra-*, selectors).
+	Refs *stamp.Refs
 	// Hasher is the key the hash was made with; KeyID identifies it.
 	Hasher *stamp.Hasher
 	KeyID  string
@@ -80,13 +111,27 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 		err     error
 	}
 	reads := make([]read, len(objects))
-	if r.Parallel && len(objects) > 1 {
-		// Live reads are round trips: do them at once, so an admission costs
-		// one read's latency, not one per referenced object.
+	if r.Parallel {
+		// Live reads are round trips: overlap them, within the bounds.
+		slots := r.readSlots()
+		var next atomic.Int64
 		var wg sync.WaitGroup
-		for i, ref := range objects {
+		for range min(cmp.Or(r.MaxReadsPerCompute, DefaultReadsPerCompute), len(objects)) {
 			wg.Go(func() {
-				reads[i].src, reads[i].version, reads[i].problem, reads[i].err = r.source(ctx, namespace, ref)
+				for i := int(next.Add(1) - 1); i < len(objects); i = int(next.Add(1) - 1) {
+					select {
+					case slots <- struct{}{}:
+					case <-ctx.Done():
+						reads[i].err = fmt.Errorf("while waiting to read %s: %w", objects[i], ctx.Err())
+						continue
+					}
+					if err := ctx.Err(); err != nil { // both were ready: read nothing more
+						reads[i].err = fmt.Errorf("while waiting to read %s: %w", objects[i], err)
+					} else {
+						reads[i].src, reads[i].version, reads[i].problem, reads[i].err = r.source(ctx, namespace, objects[i])
+					}
+					<-slots
+				}
 			})
 		}
 		wg.Wait()
@@ -108,6 +153,7 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 		comp.Versions[ref] = reads[i].version
 	}
 	comp.Data = sources
+	comp.Refs = refs
 	comp.Hasher = r.Keys.Current()
 	comp.KeyID = comp.Hasher.KeyID()
 	comp.Result = comp.Hasher.Compute(namespace, refs, sources)
