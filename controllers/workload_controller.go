@@ -246,7 +246,7 @@ func (r *WorkloadReconciler) decide(ctx context.Context, obj client.Object, p *p
 	f := Facts{
 		Stamped: workload.PodTemplate(obj).Annotations[stamp.AnnotationHash], Recorded: a[stamp.AnnotationAppliedHash],
 		RecordedKey: a[stamp.AnnotationKeyID], Computed: comp.Hash, Key: comp.KeyID,
-		Bookkeeping: a[stamp.AnnotationSources] != stamp.FormatSources(comp.Sources) || a[stamp.AnnotationKeyID] != comp.KeyID,
+		Bookkeeping: a[stamp.AnnotationSources] != sourcesRecord(comp) || a[stamp.AnnotationKeyID] != comp.KeyID,
 	}
 	if f.RecordedKey != "" && f.RecordedKey != f.Key {
 		if h := r.Resolver.Keys.ByID(f.RecordedKey); h != nil {
@@ -310,14 +310,27 @@ func (r *WorkloadReconciler) causes(obj client.Object, comp *workload.Computatio
 	return out
 }
 
-// recordAnnotations is the record of comp on the workload's metadata.
+// recordAnnotations is the record of comp on the workload's metadata, the
+// same the webhook writes: sources and source-versions only within
+// stamp.MaxRecordBytes (else removed), so that configstamp never pushes a
+// workload over the API server's limit on annotations.
 func recordAnnotations(comp *workload.Computation) map[string]any {
-	return map[string]any{
+	out := map[string]any{
 		stamp.AnnotationAppliedHash:    comp.Hash,
-		stamp.AnnotationSources:        stamp.FormatSources(comp.Sources),
-		stamp.AnnotationSourceVersions: stamp.FormatVersions(comp.Versions),
+		stamp.AnnotationSources:        nil,
+		stamp.AnnotationSourceVersions: nil,
 		stamp.AnnotationKeyID:          comp.KeyID,
 	}
+	if src, ver, ok := stamp.FormatRecord(comp.Sources, comp.Versions); ok {
+		out[stamp.AnnotationSources], out[stamp.AnnotationSourceVersions] = src, ver
+	}
+	return out
+}
+
+// sourcesRecord is the value recordAnnotations gives AnnotationSources ("" when none).
+func sourcesRecord(comp *workload.Computation) string {
+	src, _, _ := stamp.FormatRecord(comp.Sources, comp.Versions)
+	return src
 }
 
 // record writes the record only (a baseline, a re-baseline, bookkeeping).

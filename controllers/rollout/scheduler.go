@@ -280,7 +280,7 @@ func (s *Scheduler) rank(k Key, held map[Key]bool, now time.Time) int {
 func (s *Scheduler) order(held map[Key]bool, now time.Time) []Key {
 	byNS := map[string][]Key{}
 	for k, p := range s.pending {
-		if now.Sub(p.seen) > forgetAfter {
+		if p.stale(now) {
 			delete(s.pending, k)
 			continue
 		}
@@ -354,10 +354,21 @@ func (s *Scheduler) HaltedOn(changes []string) []Key {
 	return out
 }
 
-// report updates the gauges; s.mu held.
+// stale: its reconcile stopped asking (the workload was deleted, or no longer
+// needs a rollout and was busy when it was announced). A workload in its
+// debounce window asks again at the window's end.
+func (p *pending) stale(now time.Time) bool {
+	return now.Sub(maxTime(p.seen, p.readyAt)) > forgetAfter
+}
+
+// report drops stale entries and updates the gauges; s.mu held.
 func (s *Scheduler) report() {
 	waiting, debouncing := 0, 0
-	for _, p := range s.pending {
+	for k, p := range s.pending {
+		if p.stale(s.now()) {
+			delete(s.pending, k)
+			continue
+		}
 		switch {
 		case p.announced:
 		case p.readyAt.After(s.now()):

@@ -128,7 +128,13 @@ func TestRestartCausesNoRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A fresh process: every workload is reconciled once from the initial list.
+	// WaitIdle also waits for the scheduler to hold nothing pending, so a
+	// rollout decided after the restart (debounced 2 s by default) would have
+	// been stamped before the templates are compared.
 	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	if started, err := env.Configstamp.Metrics("configstamp_rollouts_started_total"); err != nil || started != 0 {
+		t.Fatalf("the restarted process started %v rollouts (%v), want 0", started, err)
+	}
 
 	env.Get(t, dep)
 	env.Get(t, plain)

@@ -234,3 +234,39 @@ func RolledOut(d *appsv1.Deployment) bool {
 	s, want := d.Status, *d.Spec.Replicas
 	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
 }
+
+// CountEvents returns how many events with reason are about obj (by name and,
+// when obj has one, UID).
+func (e *Env) CountEvents(t testing.TB, obj client.Object, reason string) int {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := e.Client.List(t.Context(), list, client.InNamespace(obj.GetNamespace())); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range list.Items {
+		if ev.Regarding.Name == obj.GetName() && ev.Reason == reason && (obj.GetUID() == "" || ev.Regarding.UID == obj.GetUID()) {
+			n++
+		}
+	}
+	return n
+}
+
+// Revisions counts the ControllerRevisions owned by the StatefulSet or
+// DaemonSet named owner: one per distinct template it ever had.
+func (e *Env) Revisions(t testing.TB, ns, owner string) int {
+	t.Helper()
+	list := &appsv1.ControllerRevisionList{}
+	if err := e.Client.List(t.Context(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, cr := range list.Items {
+		for _, o := range cr.OwnerReferences {
+			if o.Name == owner {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -342,27 +342,7 @@ func (c *ControlPlane) AuditLogPath() string {
 // startNodeComponents registers the fake node, starts kube-controller-manager,
 // kube-scheduler and kwok, and waits until the node can take pods.
 func (c *ControlPlane) startNodeComponents(ctx context.Context, cs kubernetes.Interface) error {
-	res := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("1000"),
-		corev1.ResourceMemory: resource.MustParse("1Ti"),
-		corev1.ResourcePods:   resource.MustParse("10000"),
-	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        NodeName,
-			Annotations: map[string]string{kwokAnnotation: "fake"},
-			Labels: map[string]string{
-				"type":                   "kwok",
-				"kubernetes.io/hostname": NodeName,
-				"kubernetes.io/os":       "linux",
-				"kubernetes.io/arch":     "amd64",
-			},
-		},
-		// Status is kept on create for nodes (kubelets self-register that way);
-		// kwok's node-initialize stage keeps the allocatable it finds.
-		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
-	}
-	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Nodes().Create(ctx, fakeNode(NodeName), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating node %s: %w", NodeName, err)
 	}
 
@@ -419,6 +399,51 @@ func (c *ControlPlane) startNodeComponents(ctx context.Context, cs kubernetes.In
 	return c.waitFor(ctx, "default ServiceAccount", time.Minute, func(ctx context.Context) error {
 		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
+	})
+}
+
+// fakeNode is a node that kwok plays the kubelet of.
+func fakeNode(name string) *corev1.Node {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("1000"),
+		corev1.ResourceMemory: resource.MustParse("1Ti"),
+		corev1.ResourcePods:   resource.MustParse("10000"),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{kwokAnnotation: "fake"},
+			Labels: map[string]string{
+				"type":                   "kwok",
+				"kubernetes.io/hostname": name,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     "amd64",
+			},
+		},
+		// Status is kept on create for nodes (kubelets self-register that way);
+		// kwok's node-initialize stage keeps the allocatable it finds.
+		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+	}
+}
+
+// AddNode adds a kwok node with taints to a Full control plane (a node
+// joining the cluster) and waits until it is Ready and has no not-ready taint.
+func (c *ControlPlane) AddNode(ctx context.Context, name string, taints ...corev1.Taint) error {
+	cs, err := c.clientset()
+	if err != nil {
+		return err
+	}
+	node := fakeNode(name)
+	node.Spec.Taints = taints
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating node %s: %w", name, err)
+	}
+	return c.waitFor(ctx, "node "+name+" Ready and untainted", 2*time.Minute, func(ctx context.Context) error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return nodeUsable(n)
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/test/framework"
 )
@@ -28,20 +29,36 @@ var env *framework.Env
 // hashKey is the suite's HMAC key, so the test can compute stamps in advance.
 var hashKey = []byte("configstamp-safety-suite-hmac-key!")
 
-// haltNamespace and the bad data are fixed so that the stamp of the third
-// workload's bad rollout is known before kwok starts: kwok keeps pods with that
-// stamp unready, as an application would crash on a bad config.
-const haltNamespace = "halt"
+// The bad data and the namespaces it is applied in are fixed, so that the
+// stamps of the rollouts meant to hang are known before kwok starts: kwok keeps
+// pods with those stamps unready, as an application would crash on a bad
+// config. Pods on the slow node never become ready either (a node that joins
+// and stays unready).
+const (
+	haltNamespace   = "halt"
+	tenantNamespace = "tenant"
+	slowNode        = "kwok-slow"
+	// progressDeadline is the suite's --progress-deadline.
+	progressDeadline = 30 * time.Second
+)
+
+// haltNamespaces run the halt scenario: lifted by a fix, by deleting the
+// failed workload, by removing its halted annotation.
+var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 
 func TestMain(m *testing.M) {
-	stages, err := stagesHolding(haltWorkloadHash("bad"))
+	held := []string{tenantHash("stuck")}
+	for _, ns := range haltNamespaces {
+		held = append(held, haltWorkloadHash(ns, "bad"))
+	}
+	stages, err := stagesHolding(held, slowNode)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	os.Exit(framework.Main(m, &env, framework.Config{
 		Full: true, HashKey: hashKey, KwokStages: stages,
-		Args: []string{"--max-concurrent-rollouts=5", "--debounce=2s"},
+		Args: []string{"--max-concurrent-rollouts=5", "--debounce=2s", "--progress-deadline=" + progressDeadline.String()},
 	}))
 }
 
@@ -53,28 +70,31 @@ func haltSpec(name string) corev1.PodSpec {
 	return spec
 }
 
-// haltWorkloadHash is the stamp of the third halt-wave workload when the
-// shared ConfigMap holds mode=shared.
-func haltWorkloadHash(shared string) string {
-	name := haltNames[2]
-	spec := haltSpec(name)
+// hashOf is the stamp of a workload in ns with spec when the ConfigMaps hold cms.
+func hashOf(ns string, spec corev1.PodSpec, cms ...*corev1.ConfigMap) string {
 	refs, _ := stamp.WorkloadRefs(nil, &spec)
 	sources := map[stamp.ObjectRef]stamp.Source{}
-	for _, cm := range []*corev1.ConfigMap{
-		framework.ConfigMap(haltNamespace, "cfg-"+name, map[string]string{"v": name}, nil),
-		framework.ConfigMap(haltNamespace, "shared", map[string]string{"mode": shared}, nil),
-	} {
+	for _, cm := range cms {
 		src := stamp.SourceFromConfigMap(cm)
 		sources[src.Ref] = src
 	}
-	return stamp.NewHasher(hashKey).Compute(haltNamespace, refs, sources).Hash
+	return stamp.NewHasher(hashKey).Compute(ns, refs, sources).Hash
+}
+
+// haltWorkloadHash is the stamp of the third halt-wave workload of ns when the
+// shared ConfigMap holds mode=shared.
+func haltWorkloadHash(ns, shared string) string {
+	name := haltNames[2]
+	return hashOf(ns, haltSpec(name),
+		framework.ConfigMap(ns, "cfg-"+name, map[string]string{"v": name}, nil),
+		framework.ConfigMap(ns, "shared", map[string]string{"mode": shared}, nil))
 }
 
 var haltNames = []string{"w-0", "w-1", "w-2", "w-3", "w-4", "w-5"}
 
 // stagesHolding writes a copy of kwok's stages whose pod-ready stage skips
-// pods stamped with hash, and returns its path.
-func stagesHolding(hash string) (string, error) {
+// pods stamped with one of hashes and pods on node, and returns its path.
+func stagesHolding(hashes []string, node string) (string, error) {
 	bin := os.Getenv("CONFIGSTAMP_BIN")
 	if bin == "" {
 		wd, _ := os.Getwd()
@@ -97,9 +117,15 @@ func stagesHolding(hash string) (string, error) {
 		}
 		sel := stage["spec"].(map[string]any)["selector"].(map[string]any)
 		exprs, _ := sel["matchExpressions"].([]any)
+		values := make([]any, len(hashes))
+		for i, h := range hashes {
+			values[i] = h
+		}
 		sel["matchExpressions"] = append(exprs, map[string]any{
 			"key":      `.metadata.annotations["configstamp.io/config-hash"]`,
-			"operator": "NotIn", "values": []any{hash},
+			"operator": "NotIn", "values": values,
+		}, map[string]any{
+			"key": ".spec.nodeName", "operator": "NotIn", "values": []any{node},
 		})
 		out, err := yaml.Marshal(stage)
 		if err != nil {
@@ -309,14 +335,17 @@ func TestBudgetBoundsConcurrentRollouts(t *testing.T) {
 	}
 }
 
-func TestFailedRolloutHaltsTheWave(t *testing.T) {
+// haltTheWave runs a six-workload wave in ns, one at a time, whose third
+// workload fails (its pods never become ready with the bad data): the
+// remaining three are halted. It returns the initial stamps.
+func haltTheWave(t *testing.T, ns string) map[string]string {
+	t.Helper()
 	// One slot and no debounce make the wave strictly sequential: w-0, w-1, w-2 (fails), ...
 	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=1", "--debounce=0"); err != nil {
 		t.Fatal(err)
 	}
 	// t.Context is canceled before Cleanup functions run.
 	t.Cleanup(func() { _ = env.Configstamp.Restart(context.WithoutCancel(t.Context())) })
-	ns := haltNamespace
 	env.Kubectl(t, "", "create", "namespace", ns)
 	short := func(d *appsv1.Deployment) {
 		d.Spec.ProgressDeadlineSeconds = new(int32(4))
@@ -326,10 +355,10 @@ func TestFailedRolloutHaltsTheWave(t *testing.T) {
 	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "bad"}, nil))
 	bad := &appsv1.Deployment{}
 	bad.Namespace, bad.Name = ns, haltNames[2]
-	env.WaitEvent(t, bad, "RolloutFailed", "did not complete")
+	env.WaitEvent(t, bad, "RolloutFailed", "ProgressDeadlineExceeded")
 	env.Get(t, bad)
-	if framework.TemplateHash(bad) != haltWorkloadHash("bad") {
-		t.Fatalf("the failing workload carries %s, want the precomputed %s", framework.TemplateHash(bad), haltWorkloadHash("bad"))
+	if framework.TemplateHash(bad) != haltWorkloadHash(ns, "bad") {
+		t.Fatalf("the failing workload carries %s, want the precomputed %s", framework.TemplateHash(bad), haltWorkloadHash(ns, "bad"))
 	}
 	shared := framework.ConfigMap(ns, "shared", nil, nil)
 	env.WaitEvent(t, shared, "RolloutFailed", haltNames[2])
@@ -355,6 +384,69 @@ func TestFailedRolloutHaltsTheWave(t *testing.T) {
 			t.Errorf("halted %s was stamped anyway", n)
 		}
 	}
+	return initial
+}
+
+// waitHaltedRoll waits until the workloads halted by haltTheWave have rolled
+// the change once and returns how long until the first was stamped.
+func waitHaltedRoll(t *testing.T, ns string, initial map[string]string, began time.Time) time.Duration {
+	t.Helper()
+	var resumed time.Duration
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for _, n := range haltNames[3:] {
+			d := &appsv1.Deployment{}
+			d.Namespace, d.Name = ns, n
+			env.Get(t, d)
+			if framework.TemplateHash(d) != initial[n] && resumed == 0 {
+				resumed = time.Since(began)
+			}
+			if framework.TemplateHash(d) == initial[n] || !framework.RolledOut(d) {
+				return false, n + " not yet rolled"
+			}
+		}
+		return true, ""
+	})
+	for _, n := range haltNames[3:] {
+		if got := replicaSets(t, ns, n); got != 2 {
+			t.Errorf("after the halt was lifted %s has %d ReplicaSets, want 2 (rolled once)", n, got)
+		}
+	}
+	return resumed
+}
+
+func TestDeletingTheFailedWorkloadResumesTheWave(t *testing.T) {
+	ns := "halt-delete"
+	initial := haltTheWave(t, ns)
+	began := time.Now()
+	env.Kubectl(t, "", "-n", ns, "delete", "deployment", haltNames[2], "--wait=false")
+	resumed := waitHaltedRoll(t, ns, initial, began)
+	t.Logf("wave resumed %v after the failed workload was deleted; all %d waiting workloads rolled in %v",
+		resumed.Round(time.Millisecond), len(haltNames[3:]), time.Since(began).Round(time.Millisecond))
+	if resumed > 10*time.Second {
+		t.Errorf("the wave resumed %v after the delete, want within seconds", resumed)
+	}
+}
+
+func TestRemovingTheHaltedAnnotationResumesTheWave(t *testing.T) {
+	ns := "halt-unannotate"
+	initial := haltTheWave(t, ns)
+	began := time.Now()
+	env.Kubectl(t, "", "-n", ns, "annotate", "deployment", haltNames[2], rollout.AnnotationHalted+"-")
+	resumed := waitHaltedRoll(t, ns, initial, began)
+	t.Logf("wave resumed %v after the halted annotation was removed; all %d waiting workloads rolled in %v",
+		resumed.Round(time.Millisecond), len(haltNames[3:]), time.Since(began).Round(time.Millisecond))
+	if resumed > 10*time.Second {
+		t.Errorf("the wave resumed %v after the annotation was removed, want within seconds", resumed)
+	}
+	// The failed workload itself does not roll again for the same change.
+	if got := replicaSets(t, ns, haltNames[2]); got != 2 {
+		t.Errorf("the failed %s has %d ReplicaSets, want 2", haltNames[2], got)
+	}
+}
+
+func TestFailedRolloutHaltsTheWave(t *testing.T) {
+	ns := haltNamespace
+	initial := haltTheWave(t, ns)
 
 	// A corrected change lifts the halt and completes the wave.
 	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "fixed"}, nil))

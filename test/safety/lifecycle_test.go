@@ -1,0 +1,339 @@
+package safety
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+// tenantSpec mounts the tenant's ConfigMap only, so that all its workloads
+// share one stamp, known in advance (tenantHash).
+func tenantSpec() corev1.PodSpec {
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "tenant-cfg")
+	return spec
+}
+
+func tenantHash(v string) string {
+	return hashOf(tenantNamespace, tenantSpec(), framework.ConfigMap(tenantNamespace, "tenant-cfg", map[string]string{"v": v}, nil))
+}
+
+func get[T client.Object](t *testing.T, obj T) T {
+	t.Helper()
+	env.Get(t, obj)
+	return obj
+}
+
+func state(t *testing.T, obj client.Object) rollout.Record {
+	t.Helper()
+	env.Get(t, obj)
+	return rollout.Read(obj.GetAnnotations())
+}
+
+func slotsInUse(t *testing.T) float64 {
+	t.Helper()
+	v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// waitState polls until obj's rollout record is in state want.
+func waitState(t *testing.T, obj client.Object, want rollout.State) {
+	t.Helper()
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		r := state(t, obj)
+		return r.State == want, fmt.Sprintf("%s %s: rollout-state %q, want %q", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), r.State, want)
+	})
+}
+
+// Problem 1 of the issue: a finished rollout must stay finished. A StatefulSet
+// and a DaemonSet roll for a change and complete; then the StatefulSet is
+// scaled, a node joins (its DaemonSet pod never becomes ready) and the
+// DaemonSet's image is bumped, past the progress deadline of their rollout. A
+// Deployment sharing the change, held back by a long debounce, must still roll.
+func TestFinishedRolloutsStayFinished(t *testing.T) {
+	// The late Deployment's debounce annotation holds it back past the others'
+	// deadline; --debounce-max-wait must not cut it short.
+	if err := env.Configstamp.RestartWith(t.Context(), "--debounce-max-wait=2m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Configstamp.Restart(context.WithoutCancel(t.Context())) })
+	ns := env.Namespace(t, "life", nil)
+	toleration := corev1.Toleration{Key: "configstamp-test/slow", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "shared")
+	spec.Tolerations = []corev1.Toleration{toleration}
+	sts := framework.StatefulSet(ns, "db", framework.OptIn, spec)
+	ds := framework.DaemonSet(ns, "agent", framework.OptIn, spec)
+	late := framework.Deployment(ns, "late", framework.OptIn, framework.PodSpec())
+	framework.MountConfigMap(&late.Spec.Template.Spec, "shared")
+	lateDebounce := 50 * time.Second
+	late.Annotations = map[string]string{rollout.AnnotationDebounce: lateDebounce.String()}
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"v": "1"}, nil), sts, ds, late)
+	waitComplete(t, ns, "late")
+	waitDone(t, sts, ds)
+	lateHash := framework.TemplateHash(get(t, late))
+
+	changed := time.Now()
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"v": "2"}, nil))
+	waitState(t, sts, rollout.Completed)
+	waitState(t, ds, rollout.Completed)
+	started := state(t, sts).Started
+	t.Logf("StatefulSet and DaemonSet rolled and completed %v after the change", time.Since(changed).Round(time.Millisecond))
+
+	// Ordinary cluster life, well within the rollout's progress deadline.
+	if err := env.CP.AddNode(t.Context(), slowNode, corev1.Taint{Key: toleration.Key, Value: "x", Effect: corev1.TaintEffectNoSchedule}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = env.KubectlErr("", "delete", "node", slowNode, "--wait=false") })
+	env.Kubectl(t, "", "-n", ns, "scale", "statefulset", "db", "--replicas=3")
+	env.Kubectl(t, "", "-n", ns, "set", "image", "daemonset/agent", "app=registry.example/app:2")
+	if since := time.Since(started); since > progressDeadline {
+		t.Fatalf("the disturbances came %v after the rollout started, past the %v deadline: the test proves nothing", since, progressDeadline)
+	}
+	// The DaemonSet now never completes (its pod on the slow node stays unready).
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		d := get(t, ds)
+		return d.Status.DesiredNumberScheduled == 2 && d.Status.NumberUnavailable > 0,
+			fmt.Sprintf("daemonset desired %d unavailable %d", d.Status.DesiredNumberScheduled, d.Status.NumberUnavailable)
+	})
+
+	// Past the deadline of the finished rollouts, the waiting Deployment rolls.
+	framework.Eventually(t, lateDebounce+time.Minute, func() (bool, string) {
+		d := get(t, late)
+		return framework.TemplateHash(d) != lateHash && framework.RolledOut(d), "the late Deployment has not rolled"
+	})
+	if time.Since(started) < progressDeadline {
+		t.Fatalf("the late Deployment rolled %v after the others started, before their %v deadline: the test proves nothing", time.Since(started), progressDeadline)
+	}
+	waitComplete(t, ns, "late")
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	for _, obj := range []client.Object{sts, ds} {
+		if n := env.CountEvents(t, obj, "RolloutFailed"); n != 0 {
+			t.Errorf("%s %s: %d RolloutFailed events after a finished rollout", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), n)
+		}
+		if r := state(t, obj); r.State != rollout.Completed || r.Halted != "" {
+			t.Errorf("%s: record %+v, want completed and not halted", obj.GetName(), r)
+		}
+	}
+	if n := replicaSets(t, ns, "late"); n != 2 {
+		t.Errorf("the late Deployment has %d ReplicaSets, want 2 (one rollout)", n)
+	}
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		n := slotsInUse(t)
+		return n == 0, fmt.Sprintf("%v rollout slots in use", n)
+	})
+}
+
+// waitDone waits until the StatefulSet and DaemonSet are fully rolled out.
+func waitDone(t *testing.T, sts *appsv1.StatefulSet, ds *appsv1.DaemonSet) {
+	t.Helper()
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		s, d := get(t, sts), get(t, ds)
+		ok := s.Status.ObservedGeneration >= s.Generation && s.Status.ReadyReplicas == *s.Spec.Replicas &&
+			s.Status.UpdateRevision == s.Status.CurrentRevision &&
+			d.Status.ObservedGeneration >= d.Generation && d.Status.DesiredNumberScheduled > 0 &&
+			d.Status.NumberAvailable == d.Status.DesiredNumberScheduled && d.Status.UpdatedNumberScheduled == d.Status.DesiredNumberScheduled
+		return ok, fmt.Sprintf("statefulset %+v daemonset %+v", s.Status, d.Status)
+	})
+}
+
+// Problem 2: OnDelete and partitioned workloads first in a wave with a budget
+// of one must not hold the slot until the progress deadline.
+func TestOnDeleteAndPartitionedHoldNoSlot(t *testing.T) {
+	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=1"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Configstamp.Restart(context.WithoutCancel(t.Context())) })
+	ns := env.Namespace(t, "strategies", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "shared")
+	first := map[string]string{rollout.AnnotationPriority: "10"}
+	onDeleteSTS := framework.StatefulSet(ns, "ondelete-db", framework.OptIn, spec)
+	onDeleteSTS.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+	onDeleteDS := framework.DaemonSet(ns, "ondelete-cni", framework.OptIn, spec)
+	onDeleteDS.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+	canary := framework.StatefulSet(ns, "canary-db", framework.OptIn, spec)
+	canary.Spec.Replicas = ptr.To[int32](2)
+	canary.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To[int32](2)}}
+	objs := []client.Object{framework.ConfigMap(ns, "shared", map[string]string{"v": "1"}, nil)}
+	for _, o := range []client.Object{onDeleteSTS, onDeleteDS, canary} {
+		o.SetAnnotations(first)
+		objs = append(objs, o)
+	}
+	deps := []string{"app-0", "app-1", "app-2"}
+	for _, n := range deps {
+		objs = append(objs, framework.Deployment(ns, n, framework.OptIn, spec))
+	}
+	env.Apply(t, objs...)
+	waitComplete(t, ns, deps...)
+	initial := map[string]string{}
+	for _, n := range deps {
+		initial[n] = framework.TemplateHash(get(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}))
+	}
+
+	began := time.Now()
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"v": "2"}, nil))
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for _, n := range deps {
+			d := get(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}})
+			if framework.TemplateHash(d) == initial[n] || !framework.RolledOut(d) {
+				return false, n + " not rolled"
+			}
+		}
+		return true, ""
+	})
+	took := time.Since(began)
+	t.Logf("budget 1, OnDelete StatefulSet and DaemonSet and a partitioned StatefulSet first: the three Deployments rolled in %v", took.Round(time.Millisecond))
+	if took >= progressDeadline {
+		t.Errorf("the Deployments rolled %v after the change: something held the only slot until the %v deadline", took, progressDeadline)
+	}
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	for _, o := range []client.Object{onDeleteSTS, onDeleteDS, canary} {
+		if r := state(t, o); r.State != rollout.Completed || r.Halted != "" {
+			t.Errorf("%s: record %+v, want completed, not halted", o.GetName(), r)
+		}
+		if n := env.CountEvents(t, o, "RolloutFailed"); n != 0 {
+			t.Errorf("%s: %d RolloutFailed events", o.GetName(), n)
+		}
+		if n := env.Revisions(t, ns, o.GetName()); n != 2 {
+			t.Errorf("%s has %d ControllerRevisions, want 2 (stamped once)", o.GetName(), n)
+		}
+	}
+	for _, n := range deps {
+		if got := replicaSets(t, ns, n); got != 2 {
+			t.Errorf("%s has %d ReplicaSets, want 2", n, got)
+		}
+	}
+}
+
+// Problem 3: five never-ready Deployments with a huge progress deadline hold
+// the whole budget of five; a change in another namespace must still roll
+// once configstamp's own --progress-deadline gives their slots back.
+func TestStuckTenantCannotStarveTheBudget(t *testing.T) {
+	ns := tenantNamespace
+	env.Kubectl(t, "", "create", "namespace", ns)
+	var objs []client.Object
+	objs = append(objs, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil))
+	var stuck []string
+	for i := 0; i < 5; i++ {
+		d := framework.Deployment(ns, "stuck-"+strconv.Itoa(i), framework.OptIn, tenantSpec())
+		d.Spec.ProgressDeadlineSeconds = ptr.To[int32](2147483647)
+		objs = append(objs, d)
+		stuck = append(stuck, d.Name)
+	}
+	env.Apply(t, objs...)
+	waitComplete(t, ns, stuck...)
+
+	other := env.Namespace(t, "other", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "cfg")
+	app := framework.Deployment(other, "app", framework.OptIn, spec)
+	env.Apply(t, framework.ConfigMap(other, "cfg", map[string]string{"v": "1"}, nil), app)
+	waitComplete(t, other, "app")
+	before := framework.TemplateHash(get(t, app))
+
+	tenantChange := time.Now()
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		n := slotsInUse(t)
+		return n == 5, fmt.Sprintf("%v slots in use, waiting for the five stuck rollouts", n)
+	})
+	env.Apply(t, framework.ConfigMap(other, "cfg", map[string]string{"v": "2"}, nil))
+	framework.Eventually(t, progressDeadline+time.Minute, func() (bool, string) {
+		return framework.TemplateHash(get(t, app)) != before, "the other namespace's Deployment is not stamped"
+	})
+	waited := time.Since(tenantChange)
+	t.Logf("five stuck rollouts held the budget of 5; the other namespace's change was stamped %v after they started (deadline %v)",
+		waited.Round(time.Millisecond), progressDeadline)
+	if waited > progressDeadline+10*time.Second {
+		t.Errorf("the other namespace waited %v, more than --progress-deadline %v + 10s", waited, progressDeadline)
+	}
+	waitComplete(t, other, "app")
+	for _, n := range stuck {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}
+		waitState(t, d, rollout.Failed)
+		env.WaitEvent(t, d, "RolloutFailed", "progress deadline of "+progressDeadline.String())
+	}
+}
+
+// Problem 5: a record made in another cluster (a restore) names source
+// versions this cluster never had; the next change must still roll.
+func TestRestoredRecordRollsOnNextChange(t *testing.T) {
+	ns := env.Namespace(t, "restore", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "cfg")
+	app := framework.Deployment(ns, "app", framework.OptIn, spec)
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil), app)
+	waitComplete(t, ns, "app")
+	before := framework.TemplateHash(get(t, app))
+	env.Kubectl(t, "", "-n", ns, "annotate", "--overwrite", "deployment", "app", stamp.AnnotationSourceVersions+"=ConfigMap/cfg=987654321")
+
+	changed := time.Now()
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil))
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		return framework.TemplateHash(get(t, app)) != before, "not stamped after the change"
+	})
+	t.Logf("a record with source versions from another cluster rolled %v after the change", time.Since(changed).Round(time.Millisecond))
+	waitComplete(t, ns, "app")
+	if n := replicaSets(t, ns, "app"); n != 2 {
+		t.Errorf("%d ReplicaSets, want 2 (one rollout)", n)
+	}
+}
+
+// Problem 6: a manifest exported with kubectl get -o yaml and re-applied by a
+// GitOps tool carries a stale applied-hash; configstamp records quietly.
+func TestStaleAppliedHashRecordsQuietly(t *testing.T) {
+	ns := env.Namespace(t, "echo", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "cfg")
+	app := framework.Deployment(ns, "app", framework.OptIn, spec)
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil), app)
+	waitComplete(t, ns, "app")
+	old := framework.TemplateHash(get(t, app))
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil))
+	current := env.WaitTemplateHash(t, app, old)
+	waitComplete(t, ns, "app")
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	startedBefore := get(t, app).Annotations[rollout.AnnotationStarted]
+	eventsBefore := env.CountEvents(t, app, "ConfigChanged")
+	rollouts, err := env.Configstamp.Metrics("configstamp_rollouts_started_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	since := map[string]float64{"deployment": env.Configstamp.ReconcileCounts(t)["deployment"]}
+	env.Kubectl(t, "", "-n", ns, "annotate", "--overwrite", "deployment", "app", stamp.AnnotationAppliedHash+"="+old)
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		h := get(t, app).Annotations[stamp.AnnotationAppliedHash]
+		return h == current, "applied-hash is " + h
+	})
+	env.Configstamp.WaitIdle(t, since)
+	if after, _ := env.Configstamp.Metrics("configstamp_rollouts_started_total"); after != rollouts {
+		t.Errorf("rollouts started went from %v to %v for a re-applied stale record", rollouts, after)
+	}
+	if n := env.CountEvents(t, app, "ConfigChanged"); n != eventsBefore {
+		t.Errorf("ConfigChanged events went from %d to %d", eventsBefore, n)
+	}
+	if s := get(t, app).Annotations[rollout.AnnotationStarted]; s != startedBefore {
+		t.Errorf("rollout-started moved from %s to %s", startedBefore, s)
+	}
+	if n := replicaSets(t, ns, "app"); n != 2 {
+		t.Errorf("%d ReplicaSets, want 2", n)
+	}
+}
