@@ -192,20 +192,10 @@ func heapProbe(args []string) error {
 // runHeapProfile runs the probe against the main control plane (every object
 // of the scenarios present) and adds `go tool pprof -top` of its heap.
 func runHeapProfile(ctx context.Context, cfg *config, e *env, res *results) error {
-	self, err := os.Executable()
+	profile := filepath.Join(cfg.outDir, "cache-heap.pprof")
+	r, err := probeCache(ctx, e, profile)
 	if err != nil {
 		return err
-	}
-	profile := filepath.Join(cfg.outDir, "cache-heap.pprof")
-	cmd := exec.CommandContext(ctx, self, heapProbeCommand, "-kubeconfig="+e.cp.KubeconfigPath, "-out="+profile)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%w: %s", err, stderr.String())
-	}
-	var r heapProbeResult
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return fmt.Errorf("reading the probe's result %q: %w", stdout.String(), err)
 	}
 	const scenario = "cache replica"
 	res.add(scenario, fmt.Sprintf("live heap / heap in use holding configstamp's cache of %d objects (%s)", r.Objects, e.inventory),
@@ -231,6 +221,25 @@ func runHeapProfile(ctx context.Context, cfg *config, e *env, res *results) erro
 		section{"Heap of a cache replica (go tool pprof -top -sample_index=inuse_space " + profile + ")", trimPprof(string(top))},
 		section{"Same, cumulative (-top -cum)", trimPprof(string(cum))})
 	return nil
+}
+
+// probeCache runs the heap probe against e's control plane.
+func probeCache(ctx context.Context, e *env, profile string) (heapProbeResult, error) {
+	var r heapProbeResult
+	self, err := os.Executable()
+	if err != nil {
+		return r, err
+	}
+	cmd := exec.CommandContext(ctx, self, heapProbeCommand, "-kubeconfig="+e.cp.KubeconfigPath, "-out="+profile)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return r, fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		return r, fmt.Errorf("reading the probe's result %q: %w", stdout.String(), err)
+	}
+	return r, nil
 }
 
 // trimPprof drops pprof's header lines about the file and build.

@@ -65,9 +65,10 @@ const (
 	scWebhook = "webhook"
 	scStartup = "startup"
 	scSweep   = "sweep"
+	scHostile = "hostile"
 )
 
-var allScenarios = []string{scMemory, scLatency, scFanout, scWebhook, scStartup, scSweep}
+var allScenarios = []string{scMemory, scLatency, scFanout, scWebhook, scStartup, scSweep, scHostile}
 
 // rolloutFlags switch off configstamp's deliberate delays (see the notes printed with the results).
 var rolloutFlags = []string{"--max-concurrent-rollouts=0", "--debounce=0"}
@@ -253,6 +254,12 @@ func run(ctx context.Context, cfg *config) error {
 	if cfg.scenarios[scSweep] {
 		if err := runSweep(ctx, cfg, res); err != nil {
 			return err
+		}
+	}
+	if cfg.scenarios[scHostile] {
+		logf("== scenario %s", scHostile)
+		if err := runHostile(ctx, cfg, res); err != nil {
+			return fmt.Errorf("scenario %s: %w", scHostile, err)
 		}
 	}
 	res.notes = append(res.notes, fmt.Sprintf("Whole run: %s.", time.Since(began).Round(time.Second)))
