@@ -6,18 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -27,10 +23,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/configstamp/configstamp/certs"
 	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -50,6 +44,9 @@ type options struct {
 	hashKeySecret       string
 	probeAddr           string
 	metricsAddr         string
+	metricsSecure       bool
+	metricsCertDir      string
+	enableHTTP2         bool
 	pprofAddr           string
 	leaderElect         bool
 	leaderElectionID    string
@@ -89,7 +86,10 @@ func parseFlags() *options {
 	fs.StringVar(&o.tlsSecret, "tls-secret", "configstamp-webhook-tls", "Self mode: Secret holding the CA and serving certificate.")
 	fs.StringVar(&o.hashKeySecret, "hash-key-secret", "configstamp-hash-key", "Secret holding the per-installation HMAC key.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `Address of /metrics; "0" disables it.`)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", `Address of /metrics; "0" disables it.`)
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve /metrics over HTTPS, each scrape authenticated and authorized by the API server (a bearer token allowed get on /metrics, e.g. by the metrics-reader ClusterRole). false: plain HTTP without authentication, for a loopback address only.")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-path", "", "Directory of the metrics server's tls.crt and tls.key (hot-reloaded). Default: a self-signed certificate made in memory.")
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Offer HTTP/2 on the webhook and metrics servers. Off by default: HTTP/2 rapid reset and CONTINUATION floods (CVE-2023-44487, GHSA-qppj-fm5r-hxr3, GHSA-4374-p667-p6c8).")
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", `Address of net/http/pprof (e.g. 127.0.0.1:6060); empty disables it.`)
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader for the reconciler (every replica serves the webhook).")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "configstamp.configstamp.io", "Name of the leader election Lease.")
@@ -184,47 +184,26 @@ func run() error {
 		return err
 	}
 
-	webhookHost := o.webhookHost
-	certDir := o.certDir
-	var bundle *certs.Bundle
-	switch o.certMode {
-	case "self":
-		hosts, host, err := selfHosts(o)
-		if err != nil {
-			return err
-		}
-		if webhookHost == "" {
-			webhookHost = host
-		}
-		pki := &certs.PublicKeyInfrastructure{
-			Client: direct, Namespace: o.namespace, SecretName: o.tlsSecret, Hosts: hosts,
-			CALifetime: o.caLifetime, CertLifetime: o.certLifetime, RenewBefore: o.renewBefore,
-			Log: logger.WithName("certs"),
-		}
-		if bundle, err = pki.Ensure(ctx); err != nil {
-			return err
-		}
-		if certDir == "" {
-			if certDir, err = os.MkdirTemp("", "configstamp-certs-"); err != nil {
-				return err
-			}
-			defer func() { _ = os.RemoveAll(certDir) }()
-		}
-		if err := bundle.WriteFiles(certDir); err != nil {
-			return err
-		}
-	case "cert-manager":
-		if certDir == "" {
-			certDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
-		}
-	default:
-		return fmt.Errorf("unknown --cert-mode %q (self or cert-manager)", o.certMode)
+	// The certificate mode is decided here, once; below, only the provider.
+	webhookCerts, webhookHost, err := certProvider(o, direct, logger.WithName("certs"))
+	if err != nil {
+		return err
 	}
+	certDir, err := webhookCerts.Prepare(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := webhookCerts.Close(); err != nil {
+			setupLog.Error(err, "cleaning up the certificate files")
+		}
+	}()
+	tlsOpts := tlsOptions(o.enableHTTP2)
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, setupLog),
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect,
@@ -234,7 +213,7 @@ func run() error {
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &o.gracefulShutdownFor,
 		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
-			Host: webhookHost, Port: o.webhookPort, CertDir: certDir,
+			Host: webhookHost, Port: o.webhookPort, CertDir: certDir, TLSOpts: tlsOpts,
 		}),
 	})
 	if err != nil {
@@ -275,48 +254,10 @@ func run() error {
 		return fmt.Errorf("while setting up the webhook: %w", err)
 	}
 
-	if bundle != nil {
-		// The current CA and, during a CA rotation, the previous one: other
-		// replicas may still serve a certificate the previous CA signed.
-		cc := admissionregistrationv1.WebhookClientConfig{CABundle: bundle.CABundle()}
-		if o.webhookURL != "" {
-			u := o.webhookURL + webhook.Path
-			cc.URL = &u
-		} else {
-			p := webhook.Path
-			cc.Service = &admissionregistrationv1.ServiceReference{Namespace: o.namespace, Name: o.webhookService, Path: &p}
-		}
-		if err := webhook.Register(ctx, direct, webhook.Configuration(o.webhookConfigName, o.namespace, cc)); err != nil {
-			return err
-		}
-		// Every replica renews the certificates before they expire, serves the
-		// renewed pair and keeps the CA bundle (current CA + previous CA during a
-		// CA rotation).
-		hosts, _, err := selfHosts(o)
-		if err != nil {
-			return err
-		}
-		rotator := &certs.Rotator{
-			PKI: &certs.PublicKeyInfrastructure{
-				Client: direct, Namespace: o.namespace, SecretName: o.tlsSecret, Hosts: hosts,
-				CALifetime: o.caLifetime, CertLifetime: o.certLifetime, RenewBefore: o.renewBefore,
-				Log: logger.WithName("certs"),
-			},
-			CertDir: certDir, WebhookConfigName: o.webhookConfigName, Interval: o.certCheckInterval,
-			Log: logger.WithName("certs"),
-		}
-		if err := rotator.Validate(); err != nil {
-			return err
-		}
-		if err := rotator.Check(ctx); err != nil {
-			return err
-		}
-		if err := mgr.Add(rotator); err != nil {
-			return fmt.Errorf("while adding the certificate rotator: %w", err)
-		}
-		if err := mgr.AddReadyzCheck("certificate", certs.FilesValid(certDir)); err != nil {
-			return fmt.Errorf("while adding the certificate ready check: %w", err)
-		}
+	// Self mode registers the webhook configuration and renews the
+	// certificates on every replica; both modes add a ready check.
+	if err := webhookCerts.Start(ctx, mgr); err != nil {
+		return err
 	}
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -329,15 +270,8 @@ func run() error {
 		return fmt.Errorf("while adding the cache ready check: %w", err)
 	}
 
-	if o.certMode == "cert-manager" {
-		// The files are mounted from cert-manager's Secret and hot-reloaded by the
-		// webhook server's certificate watcher; ready only while they are valid.
-		if err := mgr.AddReadyzCheck("certificate", certs.FilesValid(certDir)); err != nil {
-			return fmt.Errorf("while adding the certificate ready check: %w", err)
-		}
-	}
-
-	setupLog.Info("starting", "user", self, "namespace", o.namespace, "certMode", o.certMode, "webhookURL", o.webhookURL)
+	setupLog.Info("starting", "user", self, "namespace", o.namespace, "certMode", o.certMode, "webhookURL", o.webhookURL,
+		"metricsSecure", o.metricsSecure, "http2", o.enableHTTP2)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("while running the manager: %w", err)
 	}
@@ -364,23 +298,4 @@ func cachesSynced(mgr ctrl.Manager) healthz.Checker {
 		}
 		return nil
 	}
-}
-
-// selfHosts returns the names the serving certificate must cover and the bind
-// host implied by --webhook-url (its IP, so a laptop does not listen on every
-// interface).
-func selfHosts(o *options) ([]string, string, error) {
-	if o.webhookURL != "" {
-		u, err := url.Parse(o.webhookURL)
-		if err != nil || u.Scheme != "https" || u.Hostname() == "" {
-			return nil, "", fmt.Errorf("--webhook-url %q must be an https URL with a host", o.webhookURL)
-		}
-		host := ""
-		if net.ParseIP(u.Hostname()) != nil {
-			host = u.Hostname()
-		}
-		return []string{u.Hostname()}, host, nil
-	}
-	svc := o.webhookService + "." + o.namespace + ".svc"
-	return []string{svc, svc + ".cluster.local"}, "", nil
 }

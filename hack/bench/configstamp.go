@@ -66,6 +66,8 @@ func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extr
 		"--cert-mode=self", fmt.Sprintf("--webhook-url=https://127.0.0.1:%d", ports[0]),
 		fmt.Sprintf("--webhook-port=%d", ports[0]),
 		"--health-probe-bind-address=" + p.probeAddr, "--metrics-bind-address=" + p.metricsAddr,
+		// Plain HTTP on loopback: the benchmark scrapes without an identity.
+		"--metrics-secure=false",
 		"--graceful-shutdown-timeout=5s",
 	}, extra...)
 	p.cmd = exec.Command(bin, args...)

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -49,6 +50,12 @@ type Env struct {
 	dir         string
 	keep        bool
 	certDir     string
+	// secureMetrics: configstamp serves /metrics as in a cluster (Config.SecureMetrics).
+	secureMetrics bool
+
+	// MetricsToken is the bearer token Process.Metrics sends when /metrics is
+	// served over HTTPS (Config.SecureMetrics): one allowed get on /metrics.
+	MetricsToken string
 
 	// ConfigstampKubeconfig is what configstamp runs with: the admin
 	// Kubeconfig unless Config.Kubeconfig says otherwise.
@@ -73,6 +80,11 @@ type Config struct {
 	// configstamp (the files must exist first) and StartConfigstamp waits for
 	// /healthz only: readiness depends on the files, the test's to check.
 	CertManagerDir string
+	// SecureMetrics serves /metrics as in a cluster: HTTPS, every scrape
+	// authenticated and authorized by the API server (Process.Metrics then
+	// sends Env.MetricsToken). Default: --metrics-secure=false, plain HTTP on
+	// the loopback address, so a suite reads metrics with no identity.
+	SecureMetrics bool
 	// Kubeconfig, when set, is called once the control plane is up and
 	// configstamp's namespace exists, before configstamp starts, and returns
 	// the kubeconfig file configstamp runs with (default: the admin one). It
@@ -110,7 +122,7 @@ func start(cfg Config) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Root: root, certDir: cfg.CertManagerDir}
+	e := &Env{Root: root, certDir: cfg.CertManagerDir, secureMetrics: cfg.SecureMetrics}
 	dir, err := os.MkdirTemp("", "configstamp-test-")
 	if err != nil {
 		return nil, err
@@ -217,6 +229,10 @@ type Process struct {
 	MetricsAddr string
 	args        []string
 	env         *Env
+	// secureMetrics: the running process serves /metrics over HTTPS with
+	// authentication (its --metrics-secure, as last given).
+	secureMetrics bool
+	client        *http.Client
 }
 
 func freePort() (int, error) {
@@ -244,6 +260,10 @@ func (e *Env) StartConfigstamp(ctx context.Context, logPath string, extra ...str
 		ProbeAddr:   "127.0.0.1:" + strconv.Itoa(ports[1]),
 		MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[2]),
 		args:        extra, env: e,
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			// The metrics server's certificate is self-signed, made in memory.
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+		}},
 	}
 	return p, p.start(ctx)
 }
@@ -257,12 +277,17 @@ func (p *Process) start(ctx context.Context) error {
 	if p.env.certDir != "" {
 		mode, probe = []string{"--cert-mode=cert-manager", "--cert-dir=" + p.env.certDir, "--webhook-host=127.0.0.1"}, "/healthz"
 	}
+	// The metrics address is on loopback: plain HTTP without authentication
+	// unless the suite asks for the in-cluster setting.
+	mode = append(mode, "--metrics-secure="+strconv.FormatBool(p.env.secureMetrics))
 	args := append([]string{
 		"--kubeconfig=" + p.env.configstampKubeconfig(), "--namespace=" + OwnNamespace,
 		fmt.Sprintf("--webhook-port=%d", p.WebhookPort),
 		"--health-probe-bind-address=" + p.ProbeAddr, "--metrics-bind-address=" + p.MetricsAddr,
 		"--graceful-shutdown-timeout=5s",
 	}, append(mode, p.args...)...)
+	p.secureMetrics = metricsSecure(args)
+	metricsAddr := lastValue(args, "metrics-bind-address")
 	p.cmd = exec.Command(p.env.Binary, args...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -283,7 +308,20 @@ func (p *Process) start(ctx context.Context) error {
 			return false, nil
 		}
 		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
+		if resp.StatusCode != http.StatusOK {
+			return false, nil
+		}
+		// The metrics server may start listening after /readyz answers (over
+		// HTTPS it first makes its certificate and the API server clients).
+		if metricsAddr == "0" {
+			return true, nil
+		}
+		conn, err := net.DialTimeout("tcp", metricsAddr, time.Second)
+		if err != nil {
+			return false, nil
+		}
+		_ = conn.Close()
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for configstamp %s: %w", probe, err)
@@ -345,14 +383,62 @@ func (p *Process) Start(ctx context.Context, extra ...string) error {
 	return p.start(ctx)
 }
 
+// lastValue is the value of the last --name=value in args ("" without one).
+func lastValue(args []string, name string) string {
+	v := ""
+	for _, a := range args {
+		if rest, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), name+"="); ok {
+			v = rest
+		}
+	}
+	return v
+}
+
+// metricsSecure is the value of the last --metrics-secure in args (the
+// binary's default, true, without one).
+func metricsSecure(args []string) bool {
+	secure := true
+	for _, a := range args {
+		switch a {
+		case "--metrics-secure", "-metrics-secure", "--metrics-secure=true", "-metrics-secure=true":
+			secure = true
+		case "--metrics-secure=false", "-metrics-secure=false":
+			secure = false
+		}
+	}
+	return secure
+}
+
+// MetricsURL is where the running process serves /metrics.
+func (p *Process) MetricsURL() string {
+	if p.secureMetrics {
+		return "https://" + p.MetricsAddr + "/metrics"
+	}
+	return "http://" + p.MetricsAddr + "/metrics"
+}
+
 // Metrics scrapes /metrics and returns the sum of the samples of family whose
-// labels contain every given name="value" pair.
+// labels contain every given name="value" pair. Over HTTPS (Config.SecureMetrics)
+// it sends Env.MetricsToken; the server's certificate is self-signed.
 func (p *Process) Metrics(family string, labels ...string) (float64, error) {
-	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, p.MetricsURL(), nil)
+	if err != nil {
+		return 0, err
+	}
+	if p.secureMetrics {
+		if p.env.MetricsToken == "" {
+			return 0, fmt.Errorf("scraping %s: /metrics is served securely and Env.MetricsToken is empty", p.MetricsURL())
+		}
+		req.Header.Set("Authorization", "Bearer "+p.env.MetricsToken)
+	}
+	resp, err := p.client.Do(req)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("scraping %s: %s", p.MetricsURL(), resp.Status)
+	}
 	return sumSamples(resp.Body, family, labels)
 }
 
@@ -389,8 +475,12 @@ func sumSamples(r io.Reader, family string, labels []string) (float64, error) {
 }
 
 // WaitIdle waits until every configstamp controller has reconciled more than
-// it had at `since` (from ReconcileCounts) and all work queues are empty: the
-// point where configstamp has acted on everything it was told before.
+// it had at `since` (from ReconcileCounts), all work queues are empty, and the
+// scheduler holds nothing pending (configstamp_rollouts_pending: no workload
+// debouncing, waiting for a slot, or announced and not yet reconciled): the
+// point where configstamp has acted on everything it was told before. Work
+// queues alone do not show reconciles waiting on RequeueAfter (a debounce
+// window): a "nothing rolled" check needs the scheduler to be empty too.
 func (p *Process) WaitIdle(t testing.TB, since map[string]float64) {
 	t.Helper()
 	Eventually(t, 60*time.Second, func() (bool, string) {
@@ -399,6 +489,9 @@ func (p *Process) WaitIdle(t testing.TB, since map[string]float64) {
 			if now[name] <= before {
 				return false, fmt.Sprintf("controller %s reconciled %v times, waiting for more than %v", name, now[name], before)
 			}
+		}
+		if pending, err := p.Metrics("configstamp_rollouts_pending"); err != nil || pending != 0 {
+			return false, fmt.Sprintf("%v workloads pending in the scheduler (%v)", pending, err)
 		}
 		for _, name := range controllerNames {
 			depth, err := p.Metrics("workqueue_depth", `name="`+name+`"`)

@@ -18,7 +18,9 @@ import (
 
 // TestServerSideDryRun applies both overlays with a server-side dry run to a
 // real kube-apiserver that has cert-manager's CRDs: every object must pass the
-// API server's validation (schemas, CRD schemas, RBAC escalation checks).
+// API server's validation (schemas, CRD schemas, RBAC escalation checks). The
+// opt-in NetworkPolicies of config/network-policy too (config/prometheus needs
+// the Prometheus Operator's CRDs and is checked by TestPrometheus only).
 func TestServerSideDryRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
@@ -115,6 +117,29 @@ func TestServerSideDryRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			kubectl(t, "apply", "--server-side", "--dry-run=server", "--warnings-as-errors", "--field-manager=configstamp-test", "-f", podFile)
+
+			// The opt-in NetworkPolicies (config/network-policy), as the
+			// overlay renders them once enabled.
+			withNP := kustomize(t, enableComponent(t, tc.dir, "network-policy"))
+			var items []map[string]any
+			for _, o := range withNP.all("NetworkPolicy") {
+				items = append(items, o.Object)
+			}
+			if len(items) == 0 {
+				t.Fatal("config/network-policy renders no NetworkPolicy")
+			}
+			data, err = json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+			if err != nil {
+				t.Fatal(err)
+			}
+			npFile := filepath.Join(dir, "networkpolicies.json")
+			if err := os.WriteFile(npFile, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out = kubectl(t, "apply", "--server-side", "--dry-run=server", "--warnings-as-errors", "--field-manager=configstamp-test", "-f", npFile)
+			if got := strings.Count(out, "(server dry run)"); got != len(items) {
+				t.Errorf("%d of %d NetworkPolicies applied (server dry run):\n%s", got, len(items), out)
+			}
 		})
 	}
 }

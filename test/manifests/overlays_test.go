@@ -13,6 +13,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +33,7 @@ var overlays = map[string]struct {
 		dir: "config/default",
 		counts: map[string]int{
 			"Namespace": 1, "ServiceAccount": 1,
-			"ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
+			"ClusterRole": 3, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
 			"Deployment": 1, "PodDisruptionBudget": 1, "Service": 1,
 			"MutatingWebhookConfiguration": 1,
 			"Issuer":                       2, "Certificate": 2,
@@ -42,7 +43,7 @@ var overlays = map[string]struct {
 		dir: "config/selfsigned",
 		counts: map[string]int{
 			"Namespace": 1, "ServiceAccount": 1,
-			"ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
+			"ClusterRole": 4, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
 			"Deployment": 1, "PodDisruptionBudget": 1, "Service": 1,
 			"MutatingWebhookConfiguration": 1,
 		},
@@ -108,7 +109,7 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment) {
 	}
 	for flag, want := range map[string]string{
 		"health-probe-bind-address": ":8081",
-		"metrics-bind-address":      ":8080",
+		"metrics-bind-address":      ":8443",
 		"webhook-port":              "9443",
 	} {
 		if v, ok := argValue(c.Args, flag); !ok || v != want {
@@ -117,6 +118,13 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment) {
 	}
 	if !slices.Contains(c.Args, "--leader-elect") {
 		t.Errorf("args %v lack --leader-elect", c.Args)
+	}
+	// /metrics over HTTPS with authentication and authorization, HTTP/2 off:
+	// the binary's defaults, which the overlays must not turn off.
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--metrics-secure") || strings.HasPrefix(a, "--enable-http2") {
+			t.Errorf("argument %s: the overlays keep the secure defaults (HTTPS metrics, no HTTP/2)", a)
+		}
 	}
 	if _, ok := argValue(c.Args, "namespace"); ok {
 		t.Errorf("args %v set --namespace: it must come from POD_NAMESPACE so the overlay's namespace is the only place", c.Args)
@@ -144,7 +152,7 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment) {
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if want := map[string]int32{"webhook-server": 9443, "metrics": 8080, "health": 8081}; !maps.Equal(ports, want) {
+	if want := map[string]int32{"webhook-server": 9443, "metrics": 8443, "health": 8081}; !maps.Equal(ports, want) {
 		t.Errorf("container ports %v, want %v", ports, want)
 	}
 	for probe, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
@@ -361,10 +369,32 @@ func checkRBACWiring(t *testing.T, r *rendered) {
 	}
 	for _, kind := range []string{"ClusterRole", "Role"} {
 		for _, o := range r.all(kind) {
-			if !bound[kind+"/"+o.GetName()] {
+			switch {
+			case kind == "ClusterRole" && o.GetName() == metricsReader:
+				// For scrapers to bind; configstamp itself must not hold it.
+				if bound[kind+"/"+o.GetName()] {
+					t.Errorf("%s %s is bound to configstamp's ServiceAccount; it is for scrapers", kind, o.GetName())
+				}
+			case !bound[kind+"/"+o.GetName()]:
 				t.Errorf("%s %s is bound by nothing", kind, o.GetName())
 			}
 		}
+	}
+}
+
+// metricsReader is the ClusterRole a scraper of /metrics needs (get on the
+// non-resource URL /metrics), shipped unbound like kubebuilder's.
+const metricsReader = "configstamp-metrics-reader"
+
+// checkMetricsReader checks that the metrics-reader ClusterRole grants get on
+// /metrics and nothing else.
+func checkMetricsReader(t *testing.T, r *rendered) {
+	t.Helper()
+	role := getAs[rbacv1.ClusterRole](t, r, "ClusterRole", metricsReader)
+	want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].NonResourceURLs, want[0].NonResourceURLs) ||
+		!slices.Equal(role.Rules[0].Verbs, want[0].Verbs) || len(role.Rules[0].Resources) > 0 || len(role.Rules[0].APIGroups) > 0 {
+		t.Errorf("ClusterRole %s rules = %+v, want %+v", metricsReader, role.Rules, want)
 	}
 }
 
@@ -387,6 +417,9 @@ var commonGrants = map[string]string{
 	// Own namespace: leader election.
 	"Role configstamp-leader-election-role coordination.k8s.io/leases": "create,get,update",
 	"Role configstamp-leader-election-role core/events":                "create,patch",
+	// /metrics: each scrape's token reviewed and its access checked by the API server.
+	"ClusterRole configstamp-metrics-auth-role authentication.k8s.io/tokenreviews":        "create",
+	"ClusterRole configstamp-metrics-auth-role authorization.k8s.io/subjectaccessreviews": "create",
 }
 
 var selfGrants = map[string]string{
@@ -401,6 +434,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	for name, tc := range overlays {
 		t.Run(name, func(t *testing.T) {
 			r := kustomize(t, tc.dir)
+			checkMetricsReader(t, r)
 			want := maps.Clone(commonGrants)
 			if tc.self {
 				maps.Copy(want, selfGrants)
@@ -408,6 +442,9 @@ func TestRBACLeastPrivilege(t *testing.T) {
 			got := map[string]string{}
 			for _, kind := range []string{"ClusterRole", "Role"} {
 				for _, o := range r.all(kind) {
+					if kind == "ClusterRole" && o.GetName() == metricsReader {
+						continue // the scrapers' role (checkMetricsReader), bound to nothing of configstamp's
+					}
 					role := typed[rbacv1.ClusterRole](t, o) // same rules as a Role
 					if kind == "Role" && role.Namespace != ownNamespace {
 						t.Errorf("Role %s is in namespace %q, want %q", role.Name, role.Namespace, ownNamespace)
@@ -530,71 +567,172 @@ func TestNamespaceIsWired(t *testing.T) {
 	}
 }
 
-// TestPrometheus enables config/prometheus the way its comment says
-// (uncommenting it in config/default) and checks that the ServiceMonitor finds
-// the metrics Service and the Service finds the metrics port.
-func TestPrometheus(t *testing.T) {
-	root := repoRoot(t)
-	if r := kustomize(t, "config/default"); r.counts()["ServiceMonitor"] != 0 {
-		t.Fatal("config/default includes the ServiceMonitor; it needs the Prometheus Operator's CRDs and is opt-in")
-	}
+// enableComponent copies config/ into a temporary directory and uncomments
+// `- ../<component>` in overlay's kustomization.yaml, the way the component's
+// comment tells a user to enable it; it returns the copied overlay directory.
+func enableComponent(t *testing.T, overlay, component string) string {
+	t.Helper()
 	tmp := t.TempDir()
-	if err := os.CopyFS(filepath.Join(tmp, "config"), os.DirFS(filepath.Join(root, "config"))); err != nil {
+	if err := os.CopyFS(filepath.Join(tmp, "config"), os.DirFS(filepath.Join(repoRoot(t), "config"))); err != nil {
 		t.Fatal(err)
 	}
-	kfile := filepath.Join(tmp, "config", "default", "kustomization.yaml")
+	kfile := filepath.Join(tmp, overlay, "kustomization.yaml")
 	data, err := os.ReadFile(kfile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const from, to = "  # - ../prometheus\n", "  - ../prometheus\n"
+	from, to := "  # - ../"+component+"\n", "  - ../"+component+"\n"
 	if !strings.Contains(string(data), from) {
-		t.Fatalf("config/default/kustomization.yaml has no %q line to uncomment", strings.TrimSpace(from))
+		t.Fatalf("%s/kustomization.yaml has no %q line to uncomment", overlay, strings.TrimSpace(from))
 	}
 	if err := os.WriteFile(kfile, []byte(strings.Replace(string(data), from, to, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := kustomize(t, filepath.Join(tmp, "config", "default"))
-	if n := r.counts()["ServiceMonitor"]; n != 1 {
-		t.Fatalf("%d ServiceMonitors, want 1", n)
-	}
-	sm := r.all("ServiceMonitor")[0]
-	if sm.GetNamespace() != ownNamespace || !strings.HasPrefix(sm.GetName(), "configstamp-") {
-		t.Errorf("ServiceMonitor %s/%s: want namespace %s and the configstamp- prefix", sm.GetNamespace(), sm.GetName(), ownNamespace)
-	}
-	var smSpec struct {
-		Selector  metav1.LabelSelector `json:"selector"`
-		Endpoints []struct {
-			Port string `json:"port"`
-			Path string `json:"path"`
-		} `json:"endpoints"`
-	}
-	spec, _ := sm.Object["spec"].(map[string]any)
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &smSpec); err != nil {
-		t.Fatal(err)
-	}
-	sel, err := metav1.LabelSelectorAsSelector(&smSpec.Selector)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dep := getAs[appsv1.Deployment](t, r, "Deployment", deployment)
-	var metrics *corev1.Service
-	for _, o := range r.all("Service") {
-		if s := typed[corev1.Service](t, o); sel.Matches(labels.Set(s.Labels)) {
-			if metrics != nil {
-				t.Errorf("ServiceMonitor selects Services %s and %s", metrics.Name, s.Name)
-			}
-			metrics = s
+	return filepath.Join(tmp, overlay)
+}
+
+// containerPort returns the manager container's port named name (0 if none).
+func containerPort(dep *appsv1.Deployment, name string) int32 {
+	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+		if p.Name == name {
+			return p.ContainerPort
 		}
 	}
-	if metrics == nil {
-		t.Fatalf("ServiceMonitor selector %v matches no Service", smSpec.Selector)
+	return 0
+}
+
+// TestPrometheus enables config/prometheus in each overlay the way its comment
+// says and checks that the ServiceMonitor finds the metrics Service, the
+// Service reaches the container port --metrics-bind-address serves, and the
+// scrape is HTTPS with Prometheus's ServiceAccount token.
+func TestPrometheus(t *testing.T) {
+	for name, tc := range overlays {
+		t.Run(name, func(t *testing.T) {
+			if r := kustomize(t, tc.dir); r.counts()["ServiceMonitor"] != 0 {
+				t.Fatalf("%s includes the ServiceMonitor; it needs the Prometheus Operator's CRDs and is opt-in", tc.dir)
+			}
+			r := kustomize(t, enableComponent(t, tc.dir, "prometheus"))
+			if n := r.counts()["ServiceMonitor"]; n != 1 {
+				t.Fatalf("%d ServiceMonitors, want 1", n)
+			}
+			sm := r.all("ServiceMonitor")[0]
+			if sm.GetNamespace() != ownNamespace || !strings.HasPrefix(sm.GetName(), "configstamp-") {
+				t.Errorf("ServiceMonitor %s/%s: want namespace %s and the configstamp- prefix", sm.GetNamespace(), sm.GetName(), ownNamespace)
+			}
+			var smSpec struct {
+				Selector  metav1.LabelSelector `json:"selector"`
+				Endpoints []struct {
+					Port            string `json:"port"`
+					Path            string `json:"path"`
+					Scheme          string `json:"scheme"`
+					BearerTokenFile string `json:"bearerTokenFile"`
+					TLSConfig       *struct {
+						InsecureSkipVerify bool `json:"insecureSkipVerify"`
+					} `json:"tlsConfig"`
+				} `json:"endpoints"`
+			}
+			spec, _ := sm.Object["spec"].(map[string]any)
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &smSpec); err != nil {
+				t.Fatal(err)
+			}
+			sel, err := metav1.LabelSelectorAsSelector(&smSpec.Selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dep := getAs[appsv1.Deployment](t, r, "Deployment", deployment)
+			var metrics *corev1.Service
+			for _, o := range r.all("Service") {
+				if s := typed[corev1.Service](t, o); sel.Matches(labels.Set(s.Labels)) {
+					if metrics != nil {
+						t.Errorf("ServiceMonitor selects Services %s and %s", metrics.Name, s.Name)
+					}
+					metrics = s
+				}
+			}
+			if metrics == nil {
+				t.Fatalf("ServiceMonitor selector %v matches no Service", smSpec.Selector)
+			}
+			if !labels.SelectorFromSet(metrics.Spec.Selector).Matches(labels.Set(dep.Spec.Template.Labels)) {
+				t.Errorf("metrics Service %s does not select the manager pods", metrics.Name)
+			}
+			if len(smSpec.Endpoints) != 1 || smSpec.Endpoints[0].Path != "/metrics" || len(metrics.Spec.Ports) != 1 ||
+				metrics.Spec.Ports[0].Name != smSpec.Endpoints[0].Port || metrics.Spec.Ports[0].TargetPort.String() != "metrics" {
+				t.Fatalf("ServiceMonitor endpoints %+v do not reach Service port %+v → container port metrics", smSpec.Endpoints, metrics.Spec.Ports)
+			}
+			// The container port named metrics is the one --metrics-bind-address serves.
+			bind, _ := argValue(dep.Spec.Template.Spec.Containers[0].Args, "metrics-bind-address")
+			if port := containerPort(dep, "metrics"); port == 0 || bind != fmt.Sprintf(":%d", port) {
+				t.Errorf("container port metrics = %d, --metrics-bind-address=%q: want the same port", port, bind)
+			}
+			if p := metrics.Spec.Ports[0].Port; p != containerPort(dep, "metrics") {
+				t.Errorf("metrics Service port %d, want the container port %d (kubebuilder's 8443)", p, containerPort(dep, "metrics"))
+			}
+			// HTTPS with the token of Prometheus's ServiceAccount, which the
+			// metrics server reviews with the API server.
+			ep := smSpec.Endpoints[0]
+			if ep.Scheme != "https" || ep.BearerTokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token" || ep.TLSConfig == nil {
+				t.Errorf("ServiceMonitor endpoint %+v: want scheme https, the ServiceAccount token as bearer token and a tlsConfig", ep)
+			}
+		})
 	}
-	if !labels.SelectorFromSet(metrics.Spec.Selector).Matches(labels.Set(dep.Spec.Template.Labels)) {
-		t.Errorf("metrics Service %s does not select the manager pods", metrics.Name)
-	}
-	if len(smSpec.Endpoints) != 1 || smSpec.Endpoints[0].Path != "/metrics" || len(metrics.Spec.Ports) != 1 ||
-		metrics.Spec.Ports[0].Name != smSpec.Endpoints[0].Port || metrics.Spec.Ports[0].TargetPort.String() != "metrics" {
-		t.Errorf("ServiceMonitor endpoints %+v do not reach Service port %+v → container port metrics", smSpec.Endpoints, metrics.Spec.Ports)
+}
+
+// TestNetworkPolicy enables config/network-policy in each overlay and checks
+// that its policies select the manager pods, open the webhook port to any
+// source (the API server is rarely a pod), and open the metrics port only to
+// namespaces labelled metrics=enabled. Named ports must be the container's.
+func TestNetworkPolicy(t *testing.T) {
+	for name, tc := range overlays {
+		t.Run(name, func(t *testing.T) {
+			if n := kustomize(t, tc.dir).counts()["NetworkPolicy"]; n != 0 {
+				t.Fatalf("%s includes %d NetworkPolicies; they are opt-in", tc.dir, n)
+			}
+			r := kustomize(t, enableComponent(t, tc.dir, "network-policy"))
+			dep := getAs[appsv1.Deployment](t, r, "Deployment", deployment)
+			pods := labels.Set(dep.Spec.Template.Labels)
+			// What each policy lets in, as "port from" (from "any" or a selector).
+			allowed := map[string]string{}
+			for _, o := range r.all("NetworkPolicy") {
+				np := typed[networkingv1.NetworkPolicy](t, o)
+				if np.Namespace != ownNamespace || !strings.HasPrefix(np.Name, "configstamp-") {
+					t.Errorf("NetworkPolicy %s/%s: want namespace %s and the configstamp- prefix", np.Namespace, np.Name, ownNamespace)
+				}
+				sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+				if err != nil || sel.Empty() || !sel.Matches(pods) {
+					t.Errorf("NetworkPolicy %s podSelector %v does not select the manager pods %v", np.Name, np.Spec.PodSelector, pods)
+				}
+				if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+					t.Errorf("NetworkPolicy %s policyTypes %v, want [Ingress] (egress is not restricted)", np.Name, np.Spec.PolicyTypes)
+				}
+				for _, rule := range np.Spec.Ingress {
+					from := "any"
+					if len(rule.From) > 0 {
+						var peers []string
+						for _, peer := range rule.From {
+							if peer.NamespaceSelector == nil || peer.PodSelector != nil || peer.IPBlock != nil {
+								t.Errorf("NetworkPolicy %s peer %+v: want a namespaceSelector only", np.Name, peer)
+								continue
+							}
+							peers = append(peers, metav1.FormatLabelSelector(peer.NamespaceSelector))
+						}
+						from = strings.Join(peers, ";")
+					}
+					if len(rule.Ports) == 0 {
+						t.Errorf("NetworkPolicy %s: an ingress rule for every port", np.Name)
+					}
+					for _, p := range rule.Ports {
+						if p.Port == nil || containerPort(dep, p.Port.String()) == 0 {
+							t.Errorf("NetworkPolicy %s port %v is not a named port of the manager container", np.Name, p.Port)
+							continue
+						}
+						allowed[p.Port.String()] = from
+					}
+				}
+			}
+			want := map[string]string{"webhook-server": "any", "metrics": "metrics=enabled"}
+			if !maps.Equal(allowed, want) {
+				t.Errorf("NetworkPolicies let in %v (port: from), want %v", allowed, want)
+			}
+		})
 	}
 }
