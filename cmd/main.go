@@ -26,6 +26,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 	"github.com/configstamp/configstamp/webhook"
@@ -61,7 +62,7 @@ type options struct {
 	renewBefore         time.Duration
 	certCheckInterval   time.Duration
 	gracefulShutdownFor time.Duration
-	rollout             controllers.RolloutPolicy
+	rollout             rollout.Policy
 }
 
 func main() {
@@ -108,8 +109,8 @@ func parseFlags() *options {
 	fs.DurationVar(&o.rollout.MaxWait, "debounce-max-wait", 30*time.Second, "Longest a rollout waits for a quiet window, so a source rewritten every second still rolls.")
 	fs.IntVar(&o.rollout.MaxConcurrent, "max-concurrent-rollouts", 10, "Budget of workloads rolling at once because of configstamp; a workload holds a slot from its stamp until its rollout completes or fails. 0: unlimited.")
 	fs.Float64Var(&o.rollout.PerSecond, "max-rollouts-per-second", 0, "Global rate of rollout starts. 0: unlimited.")
-	fs.DurationVar(&o.rollout.ProgressDeadline, "progress-deadline", 10*time.Minute, "A StatefulSet or DaemonSet rollout not complete after this has failed (Deployments use their progressDeadlineSeconds).")
-	fs.BoolVar(&o.rollout.HaltOnFailure, "halt-on-failure", true, "When a rollout configstamp started fails, start no further rollouts caused by the same change until that source changes again.")
+	fs.DurationVar(&o.rollout.ProgressDeadline, "progress-deadline", 10*time.Minute, "A rollout configstamp started that is not complete after this has failed (a Deployment fails earlier on its own progressDeadlineSeconds), and gives its slot back: no workload holds a slot longer.")
+	fs.BoolVar(&o.rollout.HaltOnFailure, "halt-on-failure", true, "When a rollout configstamp started fails, start no further rollouts caused by the same change until the source changes again, the failed workload recovers or is deleted, or its configstamp.io/halted annotation is removed.")
 	flag.Parse()
 	return o
 }
@@ -224,18 +225,9 @@ func run() error {
 		return err
 	}
 	keys := stamp.NewKeyring(hashKey)
-	scheduler := controllers.NewScheduler(o.rollout, mgr.GetCache())
-	for _, kind := range workload.Kinds {
-		r := &controllers.WorkloadReconciler{
-			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kind: kind,
-			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: keys},
-			Recorder:                mgr.GetEventRecorder("configstamp"),
-			Scheduler:               scheduler,
-			MaxConcurrentReconciles: o.concurrency,
-		}
-		if err := r.SetupWithManager(mgr); err != nil {
-			return fmt.Errorf("while setting up the %s reconciler: %w", kind.Name, err)
-		}
+	if err := controllers.Setup(mgr, controllers.Options{Policy: o.rollout, Keys: keys, Namespace: o.namespace,
+		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency}); err != nil {
+		return err
 	}
 	// The webhook reads sources live (consistent reads), not from the cache,
 	// through its own client: the reconciler's rate limit must not delay admissions.

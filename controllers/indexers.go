@@ -12,6 +12,7 @@ import (
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -21,24 +22,12 @@ import (
 // changed ConfigMap finds its workloads through this index, never a LIST.
 const IndexSources = "configstamp.io/sources"
 
-// IndexRolling indexes workloads holding a rollout slot, value "true": a
-// rollout configstamp started (AnnotationRolloutStarted) that the status does
-// not yet show complete or failed.
-const IndexRolling = "configstamp.io/rolling"
-
 // IndexHalted indexes workloads by every change whose rollout failed on them
-// (AnnotationHalted), as stamp.Change.String() values.
+// (rollout.AnnotationHalted), as rollout.Change.String() values.
 const IndexHalted = "configstamp.io/halted"
 
-func indexRolling(obj client.Object) []string {
-	if inProgress(obj) {
-		return []string{"true"}
-	}
-	return nil
-}
-
 func indexHalted(obj client.Object) []string {
-	changes := stamp.ParseChanges(obj.GetAnnotations()[stamp.AnnotationHalted])
+	changes := rollout.ParseChanges(obj.GetAnnotations()[rollout.AnnotationHalted])
 	out := make([]string, len(changes))
 	for i, c := range changes {
 		out[i] = c.String()
@@ -59,7 +48,7 @@ func indexWorkloadSources(obj client.Object) []string {
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	for _, kind := range workload.Kinds {
 		for name, fn := range map[string]client.IndexerFunc{
-			IndexSources: indexWorkloadSources, IndexRolling: indexRolling, IndexHalted: indexHalted,
+			IndexSources: indexWorkloadSources, rollout.IndexRolling: rollout.IndexRollingFunc, IndexHalted: indexHalted,
 		} {
 			if err := indexer.IndexField(ctx, kind.New(), name, fn); err != nil {
 				return fmt.Errorf("while indexing %s by %s: %w", kind.Name, name, err)
@@ -127,8 +116,8 @@ var _ cache.TransformFunc = stripMetadata
 // rollout selectors) and configstamp.io/ annotations (the stamp), its
 // references (volumes of ConfigMaps, Secrets and projections; env keyRefs;
 // envFrom), and the spec and status fields that tell a rollout's progress.
-// Images, commands, resources, probes, selectors, strategies, other labels and
-// annotations never enter the cache. configstamp patches workloads with
+// Images, commands, resources, probes, selectors, rolling-update parameters (but a StatefulSet's partition), other labels
+// and annotations never enter the cache. configstamp patches workloads with
 // explicit keys (never a diff of the cached object), and the webhook decodes
 // the object it admits and never reads workloads from the cache.
 func stripWorkload(in any) (any, error) {
@@ -140,7 +129,9 @@ func stripWorkload(in any) (any, error) {
 		return in, nil
 	}
 	obj.SetLabels(ownKeys(obj.GetLabels()))
-	obj.SetAnnotations(ownKeys(obj.GetAnnotations()))
+	own := ownKeys(obj.GetAnnotations())
+	stamp.BoundWorkloadAnnotations(own) // a tenant's 256 KiB of extra-* names: what counts of it
+	obj.SetAnnotations(own)
 	obj.SetOwnerReferences(nil)
 	obj.SetFinalizers(nil)
 	if tmpl := workload.PodTemplate(obj); tmpl != nil {
@@ -156,10 +147,14 @@ func stripWorkload(in any) (any, error) {
 		}
 		w.Status.Conditions = conditions
 	case *appsv1.StatefulSet:
-		w.Spec.Selector, w.Spec.UpdateStrategy, w.Spec.VolumeClaimTemplates = nil, appsv1.StatefulSetUpdateStrategy{}, nil
+		// The strategy type and partition tell when a rollout is complete (rollout.Complete).
+		w.Spec.Selector, w.Spec.VolumeClaimTemplates = nil, nil
+		if ru := w.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+			w.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{Partition: ru.Partition}
+		}
 		w.Status.Conditions = nil
 	case *appsv1.DaemonSet:
-		w.Spec.Selector, w.Spec.UpdateStrategy = nil, appsv1.DaemonSetUpdateStrategy{}
+		w.Spec.Selector, w.Spec.UpdateStrategy = nil, appsv1.DaemonSetUpdateStrategy{Type: w.Spec.UpdateStrategy.Type}
 		w.Status.Conditions = nil
 	}
 	return in, nil
