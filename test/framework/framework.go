@@ -47,9 +47,13 @@ type Env struct {
 	Binary      string
 	Root        string
 	Configstamp *Process
-	dir         string
-	keep        bool
-	certDir     string
+	// Replicas are every configstamp process of a suite with Config.Replicas
+	// > 1 (Configstamp is the first), behind Balancer.
+	Replicas []*Process
+	Balancer *Balancer
+	dir      string
+	keep     bool
+	certDir  string
 	// secureMetrics: configstamp serves /metrics as in a cluster (Config.SecureMetrics).
 	secureMetrics bool
 
@@ -80,6 +84,10 @@ type Config struct {
 	// configstamp (the files must exist first) and StartConfigstamp waits for
 	// /healthz only: readiness depends on the files, the test's to check.
 	CertManagerDir string
+	// Replicas runs this many configstamp processes (default 1) sharing one
+	// webhook URL, a loopback Balancer in front of their webhook ports, as a
+	// Service is in front of a Deployment's pods.
+	Replicas int
 	// SecureMetrics serves /metrics as in a cluster: HTTPS, every scrape
 	// authenticated and authorized by the API server (Process.Metrics then
 	// sends Env.MetricsToken). Default: --metrics-secure=false, plain HTTP on
@@ -169,13 +177,44 @@ func start(cfg Config) (*Env, error) {
 	if cfg.CertManagerDir != "" {
 		return e, nil
 	}
-	e.Configstamp, err = e.StartConfigstamp(ctx, filepath.Join(dir, "configstamp.log"), cfg.Args...)
-	return e, err
+	if cfg.Replicas <= 1 {
+		e.Configstamp, err = e.StartConfigstamp(ctx, filepath.Join(dir, "configstamp.log"), cfg.Args...)
+		return e, err
+	}
+	if e.Balancer, err = NewBalancer(); err != nil {
+		return e, err
+	}
+	for i := range cfg.Replicas {
+		p, err := e.newProcess(filepath.Join(dir, fmt.Sprintf("configstamp-%d.log", i)), cfg.Args)
+		if err != nil {
+			return e, err
+		}
+		p.webhookURL = "https://" + e.Balancer.Addr()
+		e.Replicas = append(e.Replicas, p)
+	}
+	e.Configstamp = e.Replicas[0]
+	addrs := make([]string, len(e.Replicas))
+	for i, p := range e.Replicas {
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", p.WebhookPort)
+	}
+	e.Balancer.SetBackends(addrs...)
+	for _, p := range e.Replicas {
+		if err := p.start(ctx); err != nil {
+			return e, err
+		}
+	}
+	return e, nil
 }
 
 func (e *Env) stop() {
+	for _, p := range e.Replicas {
+		p.Stop()
+	}
 	if e.Configstamp != nil {
 		e.Configstamp.Stop()
+	}
+	if e.Balancer != nil {
+		e.Balancer.Close()
 	}
 	if e.CP != nil {
 		_ = e.CP.Stop()
@@ -225,6 +264,9 @@ type Process struct {
 	done        chan struct{}
 	LogPath     string
 	WebhookPort int
+	// webhookURL, when set, is the --webhook-url (a Balancer in front of
+	// several replicas); the webhook then binds 127.0.0.1:WebhookPort.
+	webhookURL  string
 	ProbeAddr   string
 	MetricsAddr string
 	args        []string
@@ -247,6 +289,15 @@ func freePort() (int, error) {
 // StartConfigstamp runs the binary with the design's out-of-cluster flags on
 // free loopback ports and waits until /readyz answers.
 func (e *Env) StartConfigstamp(ctx context.Context, logPath string, extra ...string) (*Process, error) {
+	p, err := e.newProcess(logPath, extra)
+	if err != nil {
+		return nil, err
+	}
+	return p, p.start(ctx)
+}
+
+// newProcess prepares a configstamp process on free loopback ports.
+func (e *Env) newProcess(logPath string, extra []string) (*Process, error) {
 	var ports [3]int
 	for i := range ports {
 		p, err := freePort()
@@ -265,7 +316,7 @@ func (e *Env) StartConfigstamp(ctx context.Context, logPath string, extra ...str
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 		}},
 	}
-	return p, p.start(ctx)
+	return p, nil
 }
 
 func (p *Process) start(ctx context.Context) error {
@@ -274,6 +325,9 @@ func (p *Process) start(ctx context.Context) error {
 		return err
 	}
 	mode, probe := []string{"--cert-mode=self", fmt.Sprintf("--webhook-url=https://127.0.0.1:%d", p.WebhookPort)}, "/readyz"
+	if p.webhookURL != "" {
+		mode = []string{"--cert-mode=self", "--webhook-url=" + p.webhookURL, "--webhook-host=127.0.0.1"}
+	}
 	if p.env.certDir != "" {
 		mode, probe = []string{"--cert-mode=cert-manager", "--cert-dir=" + p.env.certDir, "--webhook-host=127.0.0.1"}, "/healthz"
 	}
@@ -364,6 +418,20 @@ func (p *Process) RestartWith(ctx context.Context, extra ...string) error {
 	p.args = append(append([]string{}, base...), extra...)
 	defer func() { p.args = base }()
 	return p.start(ctx)
+}
+
+// Exited reports whether the process has ended (a crash, a lost leader
+// election, Kill or Stop).
+func (p *Process) Exited() bool {
+	if p.done == nil {
+		return true
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Kill ends configstamp with SIGKILL, as a crash or a node loss would: no
@@ -572,4 +640,11 @@ func (e *Env) Namespace(t testing.TB, prefix string, labels map[string]string) s
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	return name
+}
+
+// SumSamples sums the samples of family in a Prometheus text exposition whose
+// labels contain every given name="value" pair (0 when there are none).
+func SumSamples(text, family string, labels ...string) float64 {
+	v, _ := sumSamples(strings.NewReader(text), family, labels)
+	return v
 }

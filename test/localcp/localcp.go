@@ -8,6 +8,7 @@ package localcp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -96,6 +97,7 @@ type ControlPlane struct {
 	logf     func(string, ...any)
 	procs    []*process
 	pki      *pki
+	etcdURL  string
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -221,6 +223,7 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 		return err
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	c.etcdURL = etcdURL
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	c.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 
@@ -288,6 +291,10 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 	if err := writeKubeconfig(c.KubeconfigPath, c.APIServerURL, p); err != nil {
 		return err
 	}
+	return c.waitAPIServer(ctx)
+}
+
+func (c *ControlPlane) waitAPIServer(ctx context.Context) error {
 	cfg, err := c.RESTConfig()
 	if err != nil {
 		return err
@@ -299,6 +306,70 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 	return c.waitFor(ctx, "kube-apiserver /readyz", 2*time.Minute, func(ctx context.Context) error {
 		return httpOK(ctx, http.MethodGet, hc, c.APIServerURL+"/readyz", "ok")
 	})
+}
+
+// CrashAPIServer kills kube-apiserver with SIGKILL, as a crash or an OOM kill
+// would, and starts it again on the same port and etcd; it returns once the new
+// one is ready. Every client's connections and watches break meanwhile.
+func (c *ControlPlane) CrashAPIServer(ctx context.Context) error {
+	p, err := c.kill(apiserverBin)
+	if err != nil {
+		return err
+	}
+	if err := c.run(apiserverBin, os.O_APPEND, p.args, p.env); err != nil {
+		return err
+	}
+	if err := c.writePids(); err != nil {
+		return err
+	}
+	return c.waitAPIServer(ctx)
+}
+
+// CompactEtcd compacts etcd's history up to its current revision and
+// defragments it, as a cluster's periodic maintenance does: every watch that
+// resumes from an older revision then gets "too old resource version" and relists.
+func (c *ControlPlane) CompactEtcd(ctx context.Context) (int64, error) {
+	var rng struct {
+		Header struct {
+			Revision string `json:"revision"`
+		} `json:"header"`
+	}
+	// A range over one key answers with the store's current revision.
+	if err := etcdCall(ctx, c.etcdURL+"/v3/kv/range", `{"key":"L3JlZ2lzdHJ5"}`, &rng); err != nil {
+		return 0, err
+	}
+	rev, err := strconv.ParseInt(rng.Header.Revision, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("etcd revision %q: %w", rng.Header.Revision, err)
+	}
+	if err := etcdCall(ctx, c.etcdURL+"/v3/kv/compaction", fmt.Sprintf(`{"revision":"%d","physical":true}`, rev), nil); err != nil {
+		return 0, err
+	}
+	return rev, etcdCall(ctx, c.etcdURL+"/v3/maintenance/defragment", `{}`, nil)
+}
+
+// etcdCall posts body to etcd's gRPC gateway and decodes the answer into out.
+func etcdCall(ctx context.Context, url, body string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("etcd %s: %w", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd %s: %s: %s", url, resp.Status, data)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
 }
 
 // auditPolicy logs every request at level Metadata, once it has completed.

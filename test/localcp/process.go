@@ -20,6 +20,8 @@ import (
 type process struct {
 	name    string
 	pid     int
+	args    []string // what it was started with, for Restart
+	env     []string
 	cmd     *exec.Cmd
 	done    chan struct{} // closed once the process has exited
 	exitErr error         // valid after done is closed (own children only)
@@ -52,8 +54,13 @@ func portClash(err error) bool {
 
 // start runs bin/<name> with its output in <Dir>/<name>.log.
 func (c *ControlPlane) start(name string, args []string, env ...string) error {
+	return c.run(name, os.O_TRUNC, args, env)
+}
+
+// run starts bin/<name>; logFlag is O_TRUNC for a first start, O_APPEND for a restart.
+func (c *ControlPlane) run(name string, logFlag int, args, env []string) error {
 	logPath := c.LogPath(name)
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|logFlag, 0o644)
 	if err != nil {
 		return err
 	}
@@ -67,13 +74,30 @@ func (c *ControlPlane) start(name string, args []string, env ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, pid: cmd.Process.Pid, cmd: cmd, done: make(chan struct{})}
+	p := &process{name: name, pid: cmd.Process.Pid, args: args, env: env, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.exitErr = cmd.Wait()
 		close(p.done)
 	}()
 	c.procs = append(c.procs, p)
 	return c.writePids()
+}
+
+// kill ends the running component name with SIGKILL, as a crash would, and
+// forgets it (checkAlive no longer reports it). It returns how it was started.
+func (c *ControlPlane) kill(name string) (*process, error) {
+	for i, p := range c.procs {
+		if p.name != name || p.exited() {
+			continue
+		}
+		if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil {
+			return nil, fmt.Errorf("killing %s: %w", name, err)
+		}
+		<-p.done
+		c.procs = append(c.procs[:i], c.procs[i+1:]...)
+		return p, nil
+	}
+	return nil, fmt.Errorf("%s is not running", name)
 }
 
 // Pids returns the process ID of every running component by name (etcd,
