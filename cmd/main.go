@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -51,6 +52,9 @@ type options struct {
 	pprofAddr           string
 	leaderElect         bool
 	leaderElectionID    string
+	leaseDuration       time.Duration
+	renewDeadline       time.Duration
+	retryPeriod         time.Duration
 	logFormat           string
 	logLevel            int
 	concurrency         int
@@ -63,6 +67,10 @@ type options struct {
 	certCheckInterval   time.Duration
 	gracefulShutdownFor time.Duration
 	rollout             rollout.Policy
+	watchNamespaces     stringList
+	excludeNamespaces   stringList
+	namespaceSelector   string
+	scope               *workload.Scope
 }
 
 func main() {
@@ -94,6 +102,9 @@ func parseFlags() *options {
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", `Address of net/http/pprof (e.g. 127.0.0.1:6060); empty disables it.`)
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader for the reconciler (every replica serves the webhook).")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "configstamp.configstamp.io", "Name of the leader election Lease.")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a follower waits after the last renewal before it takes the lease of a leader that is gone.")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it gives the lead up.")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to take or renew the lease.")
 	fs.StringVar(&o.logFormat, "log-format", "json", `"json" or "console".`)
 	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity (0 info, 1 debug).")
 	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 16, "Parallel reconciles per workload kind (a reconcile mostly waits for its PATCH round trip).")
@@ -111,8 +122,21 @@ func parseFlags() *options {
 	fs.Float64Var(&o.rollout.PerSecond, "max-rollouts-per-second", 0, "Global rate of rollout starts. 0: unlimited.")
 	fs.DurationVar(&o.rollout.ProgressDeadline, "progress-deadline", 10*time.Minute, "A rollout configstamp started that is not complete after this has failed (a Deployment fails earlier on its own progressDeadlineSeconds), and gives its slot back: no workload holds a slot longer.")
 	fs.BoolVar(&o.rollout.HaltOnFailure, "halt-on-failure", true, "When a rollout configstamp started fails, start no further rollouts caused by the same change until the source changes again, the failed workload recovers or is deleted, or its configstamp.io/halted annotation is removed.")
+	fs.Var(&o.watchNamespaces, "watch-namespaces", "Comma-separated namespaces this installation acts in (webhook and reconciler); the cache holds only these, and a Role in each suffices (config/namespaced). Empty: every namespace but the excluded ones.")
+	fs.Var(&o.excludeNamespaces, "exclude-namespaces", "Comma-separated namespaces this installation never acts in, webhook and reconciler alike; their objects are not cached. --namespace and kube-system are always excluded.")
+	fs.StringVar(&o.namespaceSelector, "namespace-selector", "", `Label selector (kubectl syntax, e.g. "team=payments,env in (prod)") a namespace's labels must match to be in scope. Filters what is acted on, not what is cached.`)
 	flag.Parse()
 	return o
+}
+
+// stringList is a repeatable, comma-separated flag value.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, strings.Split(v, ",")...)
+	return nil
 }
 
 func envOr(key, def string) string {
@@ -160,6 +184,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// One scope for the webhook and the reconciler, decided once.
+	if o.scope, err = workload.NewScope(o.namespace, o.watchNamespaces, o.excludeNamespaces, o.namespaceSelector); err != nil {
+		return err
+	}
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 	setupLog := logger.WithName("setup")
@@ -203,13 +231,16 @@ func run() error {
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Cache:                   controllers.CacheOptions(),
+		Cache:                   controllers.CacheOptions(o.scope),
 		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, setupLog),
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        o.leaderElectionID,
 		LeaderElectionNamespace: o.namespace,
+		LeaseDuration:           &o.leaseDuration,
+		RenewDeadline:           &o.renewDeadline,
+		RetryPeriod:             &o.retryPeriod,
 		// The reconciler's work is idempotent; a new leader may start at once.
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &o.gracefulShutdownFor,
@@ -226,7 +257,7 @@ func run() error {
 	}
 	keys := stamp.NewKeyring(hashKey)
 	if err := controllers.Setup(mgr, controllers.Options{Policy: o.rollout, Keys: keys, Namespace: o.namespace,
-		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency}); err != nil {
+		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope}); err != nil {
 		return err
 	}
 	// The webhook reads sources live (consistent reads), not from the cache,
@@ -242,7 +273,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := webhook.Setup(mgr, live, self); err != nil {
+	if err := webhook.Setup(mgr, live, self, o.scope); err != nil {
 		return fmt.Errorf("while setting up the webhook: %w", err)
 	}
 
@@ -263,7 +294,9 @@ func run() error {
 	}
 
 	setupLog.Info("starting", "user", self, "namespace", o.namespace, "certMode", o.certMode, "webhookURL", o.webhookURL,
-		"metricsSecure", o.metricsSecure, "http2", o.enableHTTP2)
+		"metricsSecure", o.metricsSecure, "http2", o.enableHTTP2,
+		"scope", o.scope.String(), "leaderElectionID", o.leaderElectionID, "webhookConfigName", o.webhookConfigName,
+		"hashKeySecret", o.hashKeySecret, "tlsSecret", o.tlsSecret)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("while running the manager: %w", err)
 	}

@@ -88,7 +88,7 @@ func certProvider(o *options, c client.Client, log logr.Logger) (certs.Provider,
 				p := webhook.Path
 				cc.Service = &admissionregistrationv1.ServiceReference{Namespace: o.namespace, Name: o.webhookService, Path: &p}
 			}
-			return webhook.Register(ctx, c, webhook.Configuration(o.webhookConfigName, o.namespace, cc))
+			return webhook.Register(ctx, c, webhook.ScopedConfiguration(o.webhookConfigName, o.scope, cc))
 		}
 		return &certs.SelfManaged{
 			PKI: &certs.PublicKeyInfrastructure{

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,10 +72,16 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // number of objects rather than their size: ConfigMap and Secret data are
 // replaced by per-key digests before an object is stored, and managedFields and
 // last-applied copies are dropped from everything.
-func CacheOptions() ctrlcache.Options {
+//
+// The cache holds only the namespaces scope may contain (ScopeNamespaces), so
+// memory follows the scope too. Namespaces themselves are cluster-scoped and
+// cached whole: their labels say which workloads opted in and which
+// namespaces --namespace-selector selects.
+func CacheOptions(scope *workload.Scope) ctrlcache.Options {
 	workload := ctrlcache.ByObject{Transform: stripWorkload}
 	return ctrlcache.Options{
-		DefaultTransform: stripMetadata,
+		DefaultNamespaces: ScopeNamespaces(scope),
+		DefaultTransform:  stripMetadata,
 		ByObject: map[client.Object]ctrlcache.ByObject{
 			&appsv1.Deployment{}:  workload,
 			&appsv1.StatefulSet{}: workload,
@@ -93,6 +100,31 @@ func CacheOptions() ctrlcache.Options {
 			}},
 		},
 	}
+}
+
+// ScopeNamespaces is the cache's DefaultNamespaces for scope: with a watch
+// list one informer per watched namespace (list and watch in that namespace
+// only, which a Role there allows); without one, one informer over every
+// namespace with a field selector that leaves out the excluded ones (their
+// objects never reach configstamp). Cluster-scoped objects (Namespaces) are
+// not affected. A nil scope caches every namespace.
+func ScopeNamespaces(scope *workload.Scope) map[string]ctrlcache.Config {
+	if scope == nil {
+		return nil
+	}
+	out := map[string]ctrlcache.Config{}
+	if watched := scope.Watched(); len(watched) > 0 {
+		for _, ns := range watched {
+			out[ns] = ctrlcache.Config{}
+		}
+		return out
+	}
+	var not []fields.Selector
+	for _, ns := range scope.Excluded() {
+		not = append(not, fields.OneTermNotEqualSelector("metadata.namespace", ns))
+	}
+	out[ctrlcache.AllNamespaces] = ctrlcache.Config{FieldSelector: fields.AndSelectors(not...)}
+	return out
 }
 
 func stripMetadata(in any) (any, error) {

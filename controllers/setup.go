@@ -23,6 +23,10 @@ type Options struct {
 	Namespace, KeySecret string
 	// MaxConcurrentReconciles bounds parallel reconciles per kind.
 	MaxConcurrentReconciles int
+	// Scope is the installation's, the webhook's too: workloads in other
+	// namespaces are neither stamped nor rolled (the cache, CacheOptions, holds
+	// only its namespaces; the reconciler also checks the namespace's labels).
+	Scope *workload.Scope
 }
 
 // Setup adds the reconciler of every workload kind, sharing one Scheduler and
@@ -38,6 +42,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			Scheduler:               scheduler,
 			Nudger:                  nudger,
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+			Scope:                   o.Scope,
 		}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("while setting up the %s reconciler: %w", kind.Name, err)

@@ -57,6 +57,8 @@ type WorkloadReconciler struct {
 	Nudger *Nudger
 	// MaxConcurrentReconciles bounds parallel reconciles of this kind.
 	MaxConcurrentReconciles int
+	// Scope: workloads in namespaces out of it are not ours. Nil: every namespace.
+	Scope *workload.Scope
 }
 
 var _ reconcile.Reconciler = &WorkloadReconciler{}
@@ -204,6 +206,9 @@ func (r *WorkloadReconciler) compute(ctx context.Context, obj client.Object) (*p
 	ns := &corev1.Namespace{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
 		return nil, fmt.Errorf("while reading namespace %s: %w", obj.GetNamespace(), err)
+	}
+	if !r.Scope.InScope(ns.Name, ns.Labels) {
+		return nil, nil
 	}
 	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)
 	comp, err := r.Resolver.Compute(ctx, obj.GetNamespace(), obj.GetAnnotations(), workload.PodTemplate(obj))
@@ -459,7 +464,7 @@ func (r *WorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ConfigMap{}, m.sourceHandler(stamp.KindConfigMap), builder.WithPredicates(sourceChanged())).
 		Watches(&corev1.Secret{}, m.sourceHandler(stamp.KindSecret), builder.WithPredicates(sourceChanged())).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.namespaceWorkloads),
-			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+			builder.WithPredicates(predicate.LabelChangedPredicate{}, inScope(r.Scope))).
 		WatchesRawSource(r.Nudger.source(r.Kind)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)

@@ -25,17 +25,18 @@ const Path = "/mutate-workloads"
 
 // Setup registers the webhook on the manager's webhook server. resolver must
 // read sources live; the cache is used for Namespaces and selector discovery.
-// self is configstamp's own user name (see Stamper.Self).
-func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string) error {
+// self is configstamp's own user name (see Stamper.Self). scope is the
+// installation's (see Stamper.Scope).
+func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	recorder := mgr.GetEventRecorder("configstamp-webhook")
 	handlers := map[string]admission.Handler{
 		"Deployment": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler,
 		"StatefulSet": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.StatefulSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler,
 		"DaemonSet": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.DaemonSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler,
 	}
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: withWarnings{byKind(handlers)}})
 	return nil
@@ -66,13 +67,25 @@ func (b byKind) Handle(ctx context.Context, req admission.Request) admission.Res
 //   - "malformed": elsewhere, workloads whose label is malformed, only to warn.
 //
 // All exclude configstamp's own namespace and kube-system, so configstamp can
-// never block its own start. failurePolicy Ignore: if configstamp is down,
+// never block its own start (ScopedConfiguration adds the rest of a scope).
+// failurePolicy Ignore: if configstamp is down,
 // writes go through unstamped and the reconciler records or stamps them later.
 // timeoutSeconds 5: a stamp needs a few GETs; a slow API server should not hold
 // a user's kubectl apply for the default 10 s.
 func Configuration(name, ownNamespace string, cc admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
-	excluded := metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
-		Values: []string{ownNamespace, "kube-system"}}
+	scope, err := workload.NewScope(ownNamespace, nil, nil, "")
+	if err != nil { // only an invalid own namespace name, which the API server would refuse anyway
+		panic(err)
+	}
+	return ScopedConfiguration(name, scope, cc)
+}
+
+// ScopedConfiguration is Configuration for an installation scoped by scope:
+// every webhook's namespaceSelector starts with scope.NamespaceSelector() (the
+// excluded namespaces, own first; the watched ones; the namespace label
+// selector), so the API server never sends configstamp a workload out of its
+// scope, and a second installation on other namespaces never sees this one's.
+func ScopedConfiguration(name string, scope *workload.Scope, cc admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
 	rules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"},
@@ -90,7 +103,7 @@ func Configuration(name, ownNamespace string, cc admissionregistrationv1.Webhook
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: objSel},
-			NamespaceSelector:       &metav1.LabelSelector{MatchExpressions: append([]metav1.LabelSelectorRequirement{excluded}, nsSel...)},
+			NamespaceSelector:       &metav1.LabelSelector{MatchExpressions: append(scope.NamespaceSelector(), nsSel...)},
 		}
 	}
 	label := stamp.LabelEnabled

@@ -34,6 +34,10 @@ type Stamper[T client.Object] struct {
 	// source versions they were computed from and are accepted without reads
 	// when those are no older than the recorded ones.
 	Self string
+	// Scope is the installation's: a workload in a namespace out of it is
+	// admitted unchanged, whatever sent it here (a namespaceSelector edited by
+	// hand, the static manifest of cert-manager mode). Nil: every namespace.
+	Scope *workload.Scope
 }
 
 var _ admission.Defaulter[client.Object] = &Stamper[client.Object]{}
@@ -65,6 +69,10 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	}
 	if err != nil {
 		logger.Error(err, "while reading namespace; admitting unchanged")
+		return nil
+	}
+	if !s.Scope.InScope(namespace, ns.Labels) {
+		logger.V(1).Info("namespace out of scope; admitting unchanged")
 		return nil
 	}
 	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)

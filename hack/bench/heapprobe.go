@@ -114,7 +114,7 @@ func heapProbe(args []string) error {
 	cfg.QPS, cfg.Burst = 300, 600 // configstamp's defaults
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
-	opts := controllers.CacheOptions()
+	opts := controllers.CacheOptions(nil)
 	opts.Scheme = scheme
 	cache, err := ctrlcache.New(cfg, opts)
 	if err != nil {
