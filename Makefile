@@ -78,3 +78,11 @@ include hack/controlplane.mk
 
 include hack/manifests.mk
 include hack/bench.mk
+
+##@ kubectl plugin
+
+.PHONY: plugin
+plugin: $(LOCALBIN)/kubectl-configstamp ## Build bin/kubectl-configstamp (put it on PATH to run `kubectl configstamp`).
+
+$(LOCALBIN)/kubectl-configstamp: $(shell git ls-files 'cmd/kubectl-configstamp/*.go' 'controllers/*.go' 2>/dev/null) go.mod go.sum
+	$(GO) build -trimpath -o $@ ./cmd/kubectl-configstamp

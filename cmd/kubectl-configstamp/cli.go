@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+// options are the flags every command shares, and where it writes.
+type options struct {
+	namespace     string
+	allNamespaces bool
+	output        string
+	filename      string
+	kubeconfig    string
+	context       string
+	noColor       bool
+
+	out, errOut io.Writer
+	// client and defaultNamespace are set by connect.
+	client           kubernetes.Interface
+	meta             metadata.Interface
+	defaultNamespace string
+}
+
+// connect builds a client from the user's kubeconfig, as kubectl does
+// (--kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context; -n).
+func (o *options) connect() error {
+	if o.client != nil {
+		return nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.context}
+	overrides.Context.Namespace = o.namespace
+	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	rest, err := cfg.ClientConfig()
+	if err != nil {
+		return fmt.Errorf("while loading the kubeconfig: %w", err)
+	}
+	rest.UserAgent = "kubectl-configstamp"
+	if o.client, err = kubernetes.NewForConfig(rest); err != nil {
+		return fmt.Errorf("while making a client: %w", err)
+	}
+	if o.meta, err = metadata.NewForConfig(rest); err != nil {
+		return fmt.Errorf("while making a metadata client: %w", err)
+	}
+	if o.defaultNamespace, _, err = cfg.Namespace(); err != nil {
+		return fmt.Errorf("while reading the namespace from the kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// ns is the namespace to work in ("" with -A).
+func (o *options) ns() string {
+	if o.allNamespaces {
+		return metav1.NamespaceAll
+	}
+	return o.defaultNamespace
+}
+
+// machine writes v as JSON or YAML when -o asks for it, and reports whether it did.
+func (o *options) machine(v any) (bool, error) {
+	switch o.output {
+	case "json":
+		enc := json.NewEncoder(o.out)
+		enc.SetIndent("", "  ")
+		return true, enc.Encode(v)
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = o.out.Write(b)
+		return true, err
+	}
+	return false, nil
+}
+
+func (o *options) wide() bool { return o.output == "wide" }
+
+// colour reports whether to colour: only on a terminal, never with --no-color
+// or NO_COLOR.
+func (o *options) colour() bool {
+	if o.noColor || os.Getenv("NO_COLOR") != "" {
+		return false
+	}
+	f, ok := o.out.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func (o *options) printf(format string, a ...any) { _, _ = fmt.Fprintf(o.out, format, a...) }
+
+// ANSI colours for the few words worth one.
+const (
+	red    = "31"
+	green  = "32"
+	yellow = "33"
+	bold   = "1"
+)
+
+// cell is one table cell: its text and, on a terminal, a colour.
+type cell struct {
+	text, colour string
+}
+
+func c(text string) cell             { return cell{text: text} }
+func coloured(text, col string) cell { return cell{text: text, colour: col} }
+
+// table writes rows aligned in columns (two spaces apart), the first row as
+// the header. Widths count runes of the plain text, so colour never breaks
+// the alignment.
+func (o *options) table(rows [][]cell) {
+	if len(rows) == 0 {
+		return
+	}
+	widths := map[int]int{}
+	for _, r := range rows {
+		for i, x := range r {
+			widths[i] = max(widths[i], utf8.RuneCountInString(x.text))
+		}
+	}
+	col := o.colour()
+	var b strings.Builder
+	for _, r := range rows {
+		for i, x := range r {
+			text := x.text
+			if col && x.colour != "" {
+				text = "\x1b[" + x.colour + "m" + text + "\x1b[0m"
+			}
+			b.WriteString(text)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(x.text)+2))
+			}
+		}
+		b.WriteString("\n")
+	}
+	_, _ = io.WriteString(o.out, b.String())
+}
+
+func header(names ...string) []cell {
+	out := make([]cell, len(names))
+	for i, n := range names {
+		out[i] = coloured(n, bold)
+	}
+	return out
+}
+
+// workloadKind is one kind of workload the plugin reads.
+type workloadKind struct {
+	kind     string // "Deployment"
+	resource string // "deployments"
+	aliases  []string
+}
+
+var workloadKinds = []workloadKind{
+	{"Deployment", "deployments", []string{"deployment", "deployments", "deploy", "deployment.apps", "deployments.apps"}},
+	{"StatefulSet", "statefulsets", []string{"statefulset", "statefulsets", "sts", "statefulset.apps", "statefulsets.apps"}},
+	{"DaemonSet", "daemonsets", []string{"daemonset", "daemonsets", "ds", "daemonset.apps", "daemonsets.apps"}},
+}
+
+// parseWorkloadArg reads KIND/NAME (kubectl's spellings of the kind).
+func parseWorkloadArg(arg string) (workloadKind, string, error) {
+	kind, name, ok := strings.Cut(arg, "/")
+	if ok && name != "" {
+		for _, k := range workloadKinds {
+			for _, a := range k.aliases {
+				if strings.EqualFold(a, kind) {
+					return k, name, nil
+				}
+			}
+		}
+	}
+	return workloadKind{}, "", usagef("%q is not KIND/NAME with KIND deployment, statefulset or daemonset", arg)
+}
+
+// listWorkloads lists every Deployment, StatefulSet and DaemonSet of ns ("" all).
+func (o *options) listWorkloads(ctx context.Context, ns string) ([]workload, error) {
+	var out []workload
+	deps, err := o.client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("while listing Deployments: %w", err)
+	}
+	for i := range deps.Items {
+		out = append(out, fromDeployment(&deps.Items[i]))
+	}
+	sts, err := o.client.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("while listing StatefulSets: %w", err)
+	}
+	for i := range sts.Items {
+		out = append(out, fromStatefulSet(&sts.Items[i]))
+	}
+	dss, err := o.client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("while listing DaemonSets: %w", err)
+	}
+	for i := range dss.Items {
+		out = append(out, fromDaemonSet(&dss.Items[i]))
+	}
+	sortWorkloads(out)
+	return out, nil
+}
+
+// getWorkload reads one workload.
+func (o *options) getWorkload(ctx context.Context, k workloadKind, ns, name string) (workload, error) {
+	var w workload
+	var err error
+	switch k.kind {
+	case "Deployment":
+		var d *appsv1.Deployment
+		if d, err = o.client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			w = fromDeployment(d)
+		}
+	case "StatefulSet":
+		var s *appsv1.StatefulSet
+		if s, err = o.client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			w = fromStatefulSet(s)
+		}
+	case "DaemonSet":
+		var d *appsv1.DaemonSet
+		if d, err = o.client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			w = fromDaemonSet(d)
+		}
+	}
+	if apierrors.IsNotFound(err) {
+		return w, fmt.Errorf("%s %s/%s not found", k.kind, ns, name)
+	}
+	if err != nil {
+		return w, fmt.Errorf("while reading %s %s/%s: %w", k.kind, ns, name, err)
+	}
+	return w, nil
+}
+
+// namespaceLabels reads the labels of the namespaces, once each. A namespace
+// the user may not read counts as unlabelled.
+type namespaceLabels struct {
+	o     *options
+	cache map[string]map[string]string
+}
+
+func (n *namespaceLabels) get(ctx context.Context, name string) map[string]string {
+	if l, ok := n.cache[name]; ok {
+		return l
+	}
+	if n.cache == nil {
+		n.cache = map[string]map[string]string{}
+	}
+	var l map[string]string
+	if ns, err := n.o.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		l = ns.Labels
+	}
+	n.cache[name] = l
+	return l
+}

@@ -1,0 +1,474 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// lastApplied is where `kubectl apply` keeps what it applied last.
+const lastApplied = corev1.LastAppliedConfigAnnotation
+
+// source is a ConfigMap or Secret as plan needs it: its annotations and its
+// data as one map (data and binaryData; a Secret's stringData folded in).
+// Values stay in memory, are only compared, and are never printed.
+type source struct {
+	ref         stamp.ObjectRef
+	namespace   string
+	annotations map[string]string
+	data        map[string][]byte
+}
+
+func (s *source) stampSource() stamp.Source {
+	if s == nil {
+		return stamp.Source{}
+	}
+	switch s.ref.Kind {
+	case stamp.KindSecret:
+		return stamp.SourceFromSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.ref.Name, Annotations: s.annotations}, Data: s.data})
+	default:
+		return stamp.SourceFromConfigMap(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: s.ref.Name, Annotations: s.annotations}, BinaryData: s.data})
+	}
+}
+
+func fromConfigMap(cm *corev1.ConfigMap) *source {
+	s := &source{ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: cm.Name}, namespace: cm.Namespace,
+		annotations: cm.Annotations, data: map[string][]byte{}}
+	for k, v := range cm.Data {
+		s.data[k] = []byte(v)
+	}
+	maps.Copy(s.data, cm.BinaryData)
+	return s
+}
+
+func fromSecret(sec *corev1.Secret) *source {
+	s := &source{ref: stamp.ObjectRef{Kind: stamp.KindSecret, Name: sec.Name}, namespace: sec.Namespace,
+		annotations: sec.Annotations, data: maps.Clone(sec.Data)}
+	if s.data == nil {
+		s.data = map[string][]byte{}
+	}
+	for k, v := range sec.StringData { // the API server folds stringData into data, stringData winning
+		s.data[k] = []byte(v)
+	}
+	return s
+}
+
+// decodeSource reads a ConfigMap or Secret from its JSON; ok is false for other kinds.
+func decodeSource(raw []byte) (*source, bool, error) {
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(raw, &tm); err != nil {
+		return nil, false, err
+	}
+	if tm.APIVersion != "v1" {
+		return nil, false, nil
+	}
+	switch tm.Kind {
+	case "ConfigMap":
+		cm := &corev1.ConfigMap{}
+		if err := json.Unmarshal(raw, cm); err != nil {
+			return nil, false, fmt.Errorf("while reading ConfigMap: %w", err)
+		}
+		return fromConfigMap(cm), true, nil
+	case "Secret":
+		s := &corev1.Secret{}
+		if err := json.Unmarshal(raw, s); err != nil {
+			return nil, false, fmt.Errorf("while reading Secret: %w", err)
+		}
+		return fromSecret(s), true, nil
+	}
+	return nil, false, nil
+}
+
+// readManifest reads every ConfigMap and Secret of a YAML or JSON stream
+// (several documents, v1 Lists included); other kinds are returned by name.
+func readManifest(r io.Reader) ([]*source, []string, error) {
+	var out []*source
+	var skipped []string
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	var add func(raw json.RawMessage) error
+	add = func(raw json.RawMessage) error {
+		var head struct {
+			metav1.TypeMeta `json:",inline"`
+			Metadata        struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(raw, &head); err != nil {
+			return err
+		}
+		if head.Kind == "List" || strings.HasSuffix(head.Kind, "List") && head.Items != nil {
+			for _, item := range head.Items {
+				if err := add(item); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		s, ok, err := decodeSource(raw)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			skipped = append(skipped, head.Kind+"/"+head.Metadata.Name)
+			return nil
+		}
+		out = append(out, s)
+		return nil
+	}
+	for {
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("while reading the manifest: %w", err)
+		}
+		if len(raw) == 0 || string(raw) == "null" {
+			continue
+		}
+		if err := add(raw); err != nil {
+			return nil, nil, fmt.Errorf("while reading the manifest: %w", err)
+		}
+	}
+	return out, skipped, nil
+}
+
+// applied is what the object becomes when file is applied over live with
+// client-side `kubectl apply`: the file's keys and annotations are set, and
+// the ones the last applied configuration had but the file lacks are removed;
+// everything else live keeps. live nil: the object is created as in file.
+func applied(live, file *source) (*source, error) {
+	if live == nil {
+		return file, nil
+	}
+	prev := &source{data: map[string][]byte{}}
+	if raw := live.annotations[lastApplied]; raw != "" {
+		p, ok, err := decodeSource([]byte(raw))
+		if err != nil {
+			return nil, fmt.Errorf("while reading %s of %s: %w", lastApplied, live.ref, err)
+		}
+		if ok {
+			prev = p
+		}
+	}
+	out := &source{ref: live.ref, namespace: live.namespace, annotations: maps.Clone(live.annotations), data: maps.Clone(live.data)}
+	if out.annotations == nil {
+		out.annotations = map[string]string{}
+	}
+	for k := range prev.data {
+		if _, ok := file.data[k]; !ok {
+			delete(out.data, k)
+		}
+	}
+	maps.Copy(out.data, file.data)
+	for k := range prev.annotations {
+		if _, ok := file.annotations[k]; !ok {
+			delete(out.annotations, k)
+		}
+	}
+	maps.Copy(out.annotations, file.annotations)
+	return out, nil
+}
+
+// planEntry is the verdict for one workload.
+type planEntry struct {
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Rolls  bool   `json:"rolls"`
+	Reason string `json:"reason"`
+	// Keys are the keys behind the verdict: the referenced keys that change
+	// (rolls) or the unreferenced ones that do (does not roll). Names only.
+	Keys []string `json:"keys,omitempty"`
+}
+
+type planResult struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Exists    bool   `json:"exists"`
+	// ChangedKeys are the keys whose value would change (added, removed or
+	// modified), referenced or not.
+	ChangedKeys     []string    `json:"changedKeys"`
+	MetadataChanged bool        `json:"metadataChanged"`
+	Workloads       []planEntry `json:"workloads"`
+}
+
+// planKey only compares contributions within this process; it is no
+// installation key and nothing computed with it is printed.
+var planKey = []byte("kubectl-configstamp plan: comparison only")
+
+// planFor decides, for every workload of the namespace, whether applying next
+// over live (nil: absent) rolls it. others are the namespace's other objects
+// with a rollout selector.
+func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels func(string) map[string]string) planResult {
+	res := planResult{Kind: string(next.ref.Kind), Namespace: next.namespace, Name: next.ref.Name, Exists: live != nil, Workloads: []planEntry{}}
+	liveSrc, nextSrc := live.stampSource(), next.stampSource()
+	liveSrc.Ref, nextSrc.Ref = next.ref, next.ref
+	liveSrc.Present = live != nil
+	var liveAnn map[string]string
+	if live != nil {
+		liveAnn = live.annotations
+	}
+	res.ChangedKeys = changedKeys(live, next)
+	res.MetadataChanged = live != nil && !maps.Equal(withoutLastApplied(liveAnn), withoutLastApplied(next.annotations))
+	h := stamp.NewHasher(planKey)
+	for _, w := range ws {
+		if w.meta.Namespace != next.namespace {
+			continue
+		}
+		refsLive, refsNext := stamp.NewRefs(), stamp.NewRefs()
+		for _, r := range w.references() {
+			if r.Ref == next.ref {
+				r.Add(refsLive)
+				r.Add(refsNext)
+			}
+		}
+		_, selLive := w.selectedBy(liveAnn)
+		_, selNext := w.selectedBy(next.annotations)
+		if selLive {
+			refsLive.AddAll(next.ref)
+		}
+		if selNext {
+			refsNext.AddAll(next.ref)
+		}
+		if refsLive.Len() == 0 && refsNext.Len() == 0 {
+			continue
+		}
+		byOthers := false
+		for _, s := range others {
+			if s.namespace == w.meta.Namespace && s.ref != next.ref {
+				if _, ok := w.selectedBy(s.annotations); ok {
+					byOthers = true
+				}
+			}
+		}
+		optedIn := w.optedIn(nsLabels(w.meta.Namespace))
+		managedLive, managedNext := optedIn || byOthers || selLive, optedIn || byOthers || selNext
+		e := planEntry{Kind: w.kind, Name: w.meta.Name}
+		before := h.Compute(next.namespace, refsLive, map[stamp.ObjectRef]stamp.Source{next.ref: liveSrc}).Hash
+		after := h.Compute(next.namespace, refsNext, map[stamp.ObjectRef]stamp.Source{next.ref: nextSrc}).Hash
+		referenced := referencedKeys(refsNext.Keys(next.ref), refsLive.Keys(next.ref), res.ChangedKeys)
+		switch {
+		case !managedNext && !managedLive:
+			e.Reason = "not opted in (" + stamp.LabelEnabled + ")"
+		case !managedNext:
+			e.Reason = "no longer matched by the rollout selector: configstamp stops handling it"
+		case !managedLive:
+			e.Reason = "newly matched by the rollout selector: configstamp records a baseline, nothing rolls"
+		case before != after:
+			e.Rolls = true
+			e.Reason, e.Keys = rollReason(live, next, liveSrc, nextSrc, refsLive, refsNext, referenced)
+		case nextSrc.Ignored && liveSrc.Ignored:
+			e.Reason = "ignored (" + stamp.AnnotationIgnore + ")"
+		case len(res.ChangedKeys) > 0:
+			e.Reason = "only unreferenced keys change"
+			e.Keys = res.ChangedKeys
+		case res.MetadataChanged:
+			e.Reason = "only metadata changes"
+		default:
+			e.Reason = "no change"
+		}
+		res.Workloads = append(res.Workloads, e)
+	}
+	return res
+}
+
+func rollReason(live, next *source, liveSrc, nextSrc stamp.Source, refsLive, refsNext *stamp.Refs, keys []string) (string, []string) {
+	switch {
+	case live == nil:
+		return "created: it was absent", nil
+	case liveSrc.Ignored != nextSrc.Ignored && nextSrc.Ignored:
+		return "now ignored (" + stamp.AnnotationIgnore + "): leaves the hash", nil
+	case liveSrc.Ignored != nextSrc.Ignored:
+		return "no longer ignored: enters the hash", nil
+	case refsLive.Len() == 0:
+		return "now referenced by its rollout selector", nil
+	case refsNext.Len() == 0:
+		return "no longer referenced by its rollout selector", nil
+	case liveSrc.Combined || nextSrc.Combined:
+		return fmt.Sprintf("data changes (more than %d keys: any change counts)", stamp.MaxKeyDigests), nil
+	}
+	return "referenced keys change", keys
+}
+
+// referencedKeys are the changed keys either key set references.
+func referencedKeys(a, b stamp.KeySet, changed []string) []string {
+	var out []string
+	for _, k := range changed {
+		_, inA := a.Keys[k]
+		_, inB := b.Keys[k]
+		if a.All || b.All || inA || inB {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// changedKeys are the keys added, removed or modified between live and next.
+func changedKeys(live, next *source) []string {
+	out := []string{}
+	var old map[string][]byte
+	if live != nil {
+		old = live.data
+	}
+	for k, v := range next.data {
+		if ov, ok := old[k]; !ok || string(ov) != string(v) {
+			out = append(out, k)
+		}
+	}
+	for k := range old {
+		if _, ok := next.data[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func withoutLastApplied(a map[string]string) map[string]string {
+	out := maps.Clone(a)
+	delete(out, lastApplied)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// liveSource reads the object live (nil when absent). A Secret's data is read
+// to compare it; it is never printed.
+func (o *options) liveSource(ctx context.Context, ns string, ref stamp.ObjectRef) (*source, error) {
+	var s *source
+	var err error
+	switch ref.Kind {
+	case stamp.KindConfigMap:
+		var cm *corev1.ConfigMap
+		if cm, err = o.client.CoreV1().ConfigMaps(ns).Get(ctx, ref.Name, metav1.GetOptions{}); err == nil {
+			s = fromConfigMap(cm)
+		}
+	case stamp.KindSecret:
+		var sec *corev1.Secret
+		if sec, err = o.client.CoreV1().Secrets(ns).Get(ctx, ref.Name, metav1.GetOptions{}); err == nil {
+			s = fromSecret(sec)
+		}
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("while reading %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
+	}
+	return s, nil
+}
+
+func runPlan(ctx context.Context, o *options, _ []string) error {
+	if o.filename == "" {
+		return usagef("plan needs -f FILE (a ConfigMap or Secret manifest; - reads standard input)")
+	}
+	if o.allNamespaces {
+		return usagef("plan works in the namespace of each object: -A does not apply")
+	}
+	var r io.Reader = os.Stdin
+	if o.filename != "-" {
+		f, err := os.Open(o.filename)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		r = f
+	}
+	files, skipped, err := readManifest(r)
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("%s holds no ConfigMap or Secret", o.filename)
+	}
+	if err := o.connect(); err != nil {
+		return err
+	}
+	nsl := &namespaceLabels{o: o}
+	results := []planResult{}
+	for _, file := range files {
+		if file.namespace == "" {
+			file.namespace = o.defaultNamespace
+		} else if o.namespace != "" && o.namespace != file.namespace {
+			return fmt.Errorf("the namespace from the provided object %q does not match the namespace %q", file.namespace, o.namespace)
+		}
+		live, err := o.liveSource(ctx, file.namespace, file.ref)
+		if err != nil {
+			return err
+		}
+		next, err := applied(live, file)
+		if err != nil {
+			return err
+		}
+		ws, err := o.listWorkloads(ctx, file.namespace)
+		if err != nil {
+			return err
+		}
+		others, err := o.selectorSources(ctx, file.namespace)
+		if err != nil {
+			return err
+		}
+		results = append(results, planFor(live, next, ws, others, func(ns string) map[string]string { return nsl.get(ctx, ns) }))
+	}
+	for _, s := range skipped {
+		_, _ = fmt.Fprintf(o.errOut, "warning: %s skipped: plan reads ConfigMaps and Secrets\n", s)
+	}
+	if done, err := o.machine(map[string]any{"objects": results}); done {
+		return err
+	}
+	for i, res := range results {
+		if i > 0 {
+			o.printf("\n")
+		}
+		rolls := 0
+		for _, e := range res.Workloads {
+			if e.Rolls {
+				rolls++
+			}
+		}
+		what := "changes keys: " + strings.Join(res.ChangedKeys, ", ")
+		switch {
+		case !res.Exists:
+			what = "would be created"
+		case len(res.ChangedKeys) == 0 && res.MetadataChanged:
+			what = "changes metadata only"
+		case len(res.ChangedKeys) == 0:
+			what = "no change"
+		}
+		o.printf("%s %s/%s %s: %d workload(s) would roll, %d would not\n", res.Kind, res.Namespace, res.Name, what, rolls, len(res.Workloads)-rolls)
+		if len(res.Workloads) == 0 {
+			continue
+		}
+		rows := [][]cell{header("WORKLOAD", "ROLLS", "WHY")}
+		for _, e := range res.Workloads {
+			r := c("no")
+			if e.Rolls {
+				r = coloured("yes", yellow)
+			}
+			why := e.Reason
+			if len(e.Keys) > 0 {
+				why += ": " + strings.Join(e.Keys, ", ")
+			}
+			rows = append(rows, []cell{c(strings.ToLower(e.Kind) + "/" + e.Name), r, c(why)})
+		}
+		o.table(rows)
+	}
+	return nil
+}

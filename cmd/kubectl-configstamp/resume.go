@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/configstamp/configstamp/controllers/rollout"
+)
+
+type resumeResult struct {
+	Namespace string   `json:"namespace"`
+	Kind      string   `json:"kind"`
+	Name      string   `json:"name"`
+	Lifted    []change `json:"lifted"`
+}
+
+func runResume(ctx context.Context, o *options, args []string) error {
+	k, name, err := parseWorkloadArg(args[0])
+	if err != nil {
+		return err
+	}
+	if o.allNamespaces {
+		return usagef("resume acts on one workload: -A does not apply")
+	}
+	if err := o.connect(); err != nil {
+		return err
+	}
+	ns := o.ns()
+	w, err := o.getWorkload(ctx, k, ns, name)
+	if err != nil {
+		return err
+	}
+	res := resumeResult{Namespace: ns, Kind: w.kind, Name: w.meta.Name, Lifted: changes(w.meta.Annotations[rollout.AnnotationHalted])}
+	if _, halted := w.meta.Annotations[rollout.AnnotationHalted]; halted {
+		// A JSON merge patch of the one annotation, as `kubectl annotate NAME configstamp.io/halted-`.
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"annotations":     map[string]any{rollout.AnnotationHalted: nil},
+			"resourceVersion": w.meta.ResourceVersion, // fail rather than lift a halt that changed meanwhile
+		}})
+		if err != nil {
+			return err
+		}
+		apps := o.client.AppsV1()
+		opts := metav1.PatchOptions{FieldManager: "kubectl-configstamp"}
+		switch w.kind {
+		case "Deployment":
+			_, err = apps.Deployments(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
+		case "StatefulSet":
+			_, err = apps.StatefulSets(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
+		case "DaemonSet":
+			_, err = apps.DaemonSets(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
+		}
+		if err != nil {
+			return fmt.Errorf("while removing %s from %s %s/%s: %w", rollout.AnnotationHalted, w.kind, ns, name, err)
+		}
+	}
+	if done, err := o.machine(res); done {
+		return err
+	}
+	if len(res.Lifted) == 0 {
+		o.printf("%s in %s is not halted: nothing to resume\n", w.ref(), ns)
+		return nil
+	}
+	o.printf("%s in %s resumed: the halt of %s is lifted; configstamp rolls the workloads waiting on it\n", w.ref(), ns, changesText(res.Lifted))
+	return nil
+}

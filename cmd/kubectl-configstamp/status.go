@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/configstamp/configstamp/controllers/rollout"
+)
+
+type rollingView struct {
+	Namespace string     `json:"namespace"`
+	Kind      string     `json:"kind"`
+	Name      string     `json:"name"`
+	Started   *time.Time `json:"started,omitempty"`
+	Causes    []change   `json:"causes"`
+}
+
+type haltView struct {
+	Namespace string   `json:"namespace"`
+	Kind      string   `json:"kind"`
+	Name      string   `json:"name"`
+	Changes   []change `json:"changes"`
+	// Waiting are the workloads whose RolloutHalted event names one of the
+	// changes and which have not rolled it since.
+	Waiting []string `json:"waiting"`
+}
+
+type statusResult struct {
+	// BudgetInUse is the number of workloads with rollout-state=rolling: each
+	// holds a slot of --max-concurrent-rollouts.
+	BudgetInUse int           `json:"budgetInUse"`
+	Rolling     []rollingView `json:"rolling"`
+	Halted      []haltView    `json:"halted"`
+}
+
+func runStatus(ctx context.Context, o *options, _ []string) error {
+	if err := o.connect(); err != nil {
+		return err
+	}
+	ns := "" // cluster-wide unless -n
+	if o.namespace != "" {
+		ns = o.namespace
+	}
+	ws, err := o.listWorkloads(ctx, ns)
+	if err != nil {
+		return err
+	}
+	res := statusResult{Rolling: []rollingView{}, Halted: []haltView{}}
+	for _, w := range ws {
+		rec := rollout.Read(w.meta.Annotations)
+		if rec.Open() {
+			v := rollingView{Namespace: w.meta.Namespace, Kind: w.kind, Name: w.meta.Name, Causes: changes(rec.Cause)}
+			if !rec.Started.IsZero() {
+				t := rec.Started.UTC()
+				v.Started = &t
+			}
+			res.Rolling = append(res.Rolling, v)
+		}
+		if rec.Halted != "" {
+			res.Halted = append(res.Halted, haltView{Namespace: w.meta.Namespace, Kind: w.kind, Name: w.meta.Name, Changes: changes(rec.Halted), Waiting: []string{}})
+		}
+	}
+	res.BudgetInUse = len(res.Rolling)
+	if len(res.Halted) > 0 {
+		if err := o.fillWaiting(ctx, ns, ws, res.Halted); err != nil {
+			return err
+		}
+	}
+	if done, err := o.machine(res); done {
+		return err
+	}
+	scope := "all namespaces"
+	if ns != "" {
+		scope = "namespace " + ns
+	}
+	o.printf("Budget in use: %d rolling (%s)\n", res.BudgetInUse, scope)
+	o.printf("\nRolling: %d\n", len(res.Rolling))
+	if len(res.Rolling) > 0 {
+		rows := [][]cell{header("NAMESPACE", "WORKLOAD", "STARTED", "CAUSE")}
+		for _, r := range res.Rolling {
+			started := "unknown"
+			if r.Started != nil {
+				started = r.Started.Format(time.RFC3339)
+			}
+			rows = append(rows, []cell{c(r.Namespace), coloured(strings.ToLower(r.Kind)+"/"+r.Name, yellow), c(started), c(changesText(r.Causes))})
+		}
+		o.table(rows)
+	}
+	o.printf("\nHalted: %d\n", len(res.Halted))
+	if len(res.Halted) > 0 {
+		rows := [][]cell{header("NAMESPACE", "WORKLOAD", "HALTED CHANGE", "WAITING")}
+		for _, h := range res.Halted {
+			waiting := strings.Join(h.Waiting, ",")
+			if waiting == "" {
+				waiting = "-"
+			}
+			rows = append(rows, []cell{c(h.Namespace), coloured(strings.ToLower(h.Kind)+"/"+h.Name, red), c(changesText(h.Changes)), c(waiting)})
+		}
+		o.table(rows)
+		o.printf("\nLift a halt with: kubectl configstamp resume -n NAMESPACE WORKLOAD\n")
+	}
+	return nil
+}
+
+// fillWaiting finds, from RolloutHalted events, the workloads that wait on each halt.
+func (o *options) fillWaiting(ctx context.Context, ns string, ws []workload, halts []haltView) error {
+	list, err := o.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("reason", reasonRolloutHalted).String()})
+	if err != nil {
+		return fmt.Errorf("while listing %s events: %w", reasonRolloutHalted, err)
+	}
+	byUID := map[string]workload{}
+	for _, w := range ws {
+		byUID[string(w.meta.UID)] = w
+	}
+	for i := range halts {
+		h := &halts[i]
+		for _, e := range list.Items {
+			w, ok := byUID[string(e.InvolvedObject.UID)]
+			if !ok || w.meta.Namespace != h.Namespace {
+				continue
+			}
+			cause := w.meta.Annotations[rollout.AnnotationCause]
+			for _, ch := range h.Changes {
+				text := ch.Source + "@" + ch.Content
+				// Still waiting: named by the event, and not rolled with that change since.
+				if strings.Contains(e.Message, text) && !strings.Contains(cause, text) && !slices.Contains(h.Waiting, w.ref()) {
+					h.Waiting = append(h.Waiting, w.ref())
+				}
+			}
+		}
+		slices.Sort(h.Waiting)
+	}
+	return nil
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// Event reasons configstamp emits on workloads (controllers package).
+const (
+	reasonRolloutHalted = "RolloutHalted"
+	reporter            = "configstamp"
+)
+
+// change is one rollout cause, Kind/name@content (the content id is keyed with
+// the installation key: it tells versions apart and reveals nothing of the data).
+type change struct {
+	Source  string `json:"source"`
+	Content string `json:"content"`
+}
+
+func changes(s string) []change {
+	out := []change{}
+	for _, ch := range rollout.ParseChanges(s) {
+		out = append(out, change{Source: ch.Ref.String(), Content: ch.Content})
+	}
+	return out
+}
+
+func changesText(cs []change) string {
+	var out []string
+	for _, ch := range cs {
+		out = append(out, ch.Source+"@"+ch.Content)
+	}
+	return strings.Join(out, ", ")
+}
+
+type eventView struct {
+	Type    string    `json:"type"`
+	Reason  string    `json:"reason"`
+	Count   int32     `json:"count"`
+	Last    time.Time `json:"lastSeen"`
+	From    string    `json:"from"`
+	Message string    `json:"message"`
+}
+
+type whyResult struct {
+	Namespace string `json:"namespace"`
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+	OptedIn   bool   `json:"optedIn"`
+	Stamp     string `json:"stamp,omitempty"`
+	// Sources are the objects the last record names (configstamp.io/sources).
+	Sources []string `json:"sources"`
+	// State: none, rolling, completed, failed.
+	State     string      `json:"state"`
+	Started   *time.Time  `json:"started,omitempty"`
+	Causes    []change    `json:"causes"`
+	Halted    []change    `json:"halted"`
+	WaitingOn *waiting    `json:"waitingOn,omitempty"`
+	Summary   string      `json:"summary"`
+	Events    []eventView `json:"events"`
+}
+
+// waiting: the workload's latest word is a RolloutHalted event on a change that
+// some workload still halts.
+type waiting struct {
+	Change    string    `json:"change"`
+	HaltedBy  []string  `json:"haltedBy"`
+	Message   string    `json:"message"`
+	EventTime time.Time `json:"eventTime"`
+}
+
+// events lists the events of an object (core/v1 view, which also shows the
+// events.k8s.io events configstamp records), oldest first.
+func (o *options) events(ctx context.Context, ns string, uid string) ([]eventView, error) {
+	list, err := o.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", uid).String()})
+	if err != nil {
+		return nil, fmt.Errorf("while listing events: %w", err)
+	}
+	out := make([]eventView, 0, len(list.Items))
+	for _, e := range list.Items {
+		out = append(out, view(&e))
+	}
+	slices.SortStableFunc(out, func(a, b eventView) int {
+		return cmp.Or(a.Last.Compare(b.Last), cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Message, b.Message))
+	})
+	return out, nil
+}
+
+func view(e *corev1.Event) eventView {
+	// The most precise time first: events.k8s.io events carry microseconds.
+	last := e.EventTime.Time
+	if e.Series != nil && !e.Series.LastObservedTime.IsZero() {
+		last = e.Series.LastObservedTime.Time
+	}
+	if last.IsZero() {
+		last = e.LastTimestamp.Time
+	}
+	if last.IsZero() {
+		last = e.FirstTimestamp.Time
+	}
+	count := e.Count
+	if e.Series != nil && e.Series.Count > count {
+		count = e.Series.Count
+	}
+	from := cmp.Or(e.ReportingController, e.Source.Component)
+	return eventView{Type: e.Type, Reason: e.Reason, Count: max(count, 1), Last: last.UTC(), From: from, Message: e.Message}
+}
+
+func runWhy(ctx context.Context, o *options, args []string) error {
+	k, name, err := parseWorkloadArg(args[0])
+	if err != nil {
+		return err
+	}
+	if o.allNamespaces {
+		return usagef("why reads one workload: -A does not apply")
+	}
+	if err := o.connect(); err != nil {
+		return err
+	}
+	ns := o.ns()
+	w, err := o.getWorkload(ctx, k, ns, name)
+	if err != nil {
+		return err
+	}
+	nsl := &namespaceLabels{o: o}
+	rec := rollout.Read(w.meta.Annotations)
+	res := whyResult{Namespace: ns, Kind: w.kind, Name: w.meta.Name, OptedIn: w.optedIn(nsl.get(ctx, ns)),
+		Stamp: w.template.Annotations[stamp.AnnotationHash], Sources: []string{},
+		State: cmp.Or(string(rec.State), "none"), Causes: changes(rec.Cause), Halted: changes(rec.Halted)}
+	for ref := range stamp.ParseSources(w.meta.Annotations[stamp.AnnotationSources]) {
+		res.Sources = append(res.Sources, ref.String())
+	}
+	slices.Sort(res.Sources)
+	if !rec.Started.IsZero() {
+		t := rec.Started.UTC()
+		res.Started = &t
+	}
+	if res.Events, err = o.events(ctx, ns, string(w.meta.UID)); err != nil {
+		return err
+	}
+	if res.WaitingOn, err = o.waitingOn(ctx, ns, rec, res.Events); err != nil {
+		return err
+	}
+	res.Summary = summary(res)
+	if done, err := o.machine(res); done {
+		return err
+	}
+
+	stateColour := map[string]string{"rolling": yellow, "completed": green, "failed": red}[res.State]
+	stampText := res.Stamp
+	if stampText == "" {
+		stampText = "none"
+	}
+	rows := [][]cell{
+		{c(w.kind + ":"), c(ns + "/" + w.meta.Name)},
+		{c("Opted in:"), c(yesNo(res.OptedIn))},
+		{c("Stamp:"), c(stampText)},
+		{c("Sources:"), c(cmp.Or(strings.Join(res.Sources, ", "), "none recorded"))},
+	}
+	if res.Started != nil {
+		rows = append(rows, []cell{c("Last rollout:"), c("started " + res.Started.Format(time.RFC3339))})
+	} else {
+		rows = append(rows, []cell{c("Last rollout:"), c("none started by configstamp")})
+	}
+	if len(res.Causes) > 0 {
+		rows = append(rows, []cell{c("Caused by:"), c(changesText(res.Causes))})
+	}
+	rows = append(rows, []cell{c("State:"), coloured(res.State, stateColour)})
+	if len(res.Halted) > 0 {
+		rows = append(rows, []cell{c("Halts:"), coloured(changesText(res.Halted), red)})
+	}
+	if res.WaitingOn != nil {
+		rows = append(rows, []cell{c("Waiting on:"), coloured(res.WaitingOn.Change+", halted by "+strings.Join(res.WaitingOn.HaltedBy, ", "), red)})
+	}
+	rows = append(rows, []cell{c("Now:"), c(res.Summary)})
+	o.table(rows)
+
+	shown := res.Events
+	if !o.wide() {
+		shown = nil
+		for _, e := range res.Events {
+			if e.From == reporter {
+				shown = append(shown, e)
+			}
+		}
+	}
+	what := "Events from configstamp"
+	if o.wide() {
+		what = "Events"
+	}
+	if len(shown) == 0 {
+		o.printf("\n%s: none.\n", what)
+		return nil
+	}
+	o.printf("\n%s:\n", what)
+	erows := [][]cell{header("LAST SEEN", "TYPE", "REASON", "COUNT", "MESSAGE")}
+	if o.wide() {
+		erows[0] = header("LAST SEEN", "TYPE", "REASON", "COUNT", "FROM", "MESSAGE")
+	}
+	for _, e := range shown {
+		typ := c(e.Type)
+		if e.Type == corev1.EventTypeWarning {
+			typ = coloured(e.Type, red)
+		}
+		row := []cell{c(e.Last.Format(time.RFC3339)), typ, c(e.Reason), c(fmt.Sprint(e.Count))}
+		if o.wide() {
+			row = append(row, c(e.From))
+		}
+		erows = append(erows, append(row, c(e.Message)))
+	}
+	o.table(erows)
+	return nil
+}
+
+// waitingOn finds a halt the workload waits on: its latest configstamp event
+// is RolloutHalted (after its last rollout started) and some workload of the
+// namespace still carries that change in configstamp.io/halted.
+func (o *options) waitingOn(ctx context.Context, ns string, rec rollout.Record, events []eventView) (*waiting, error) {
+	var last *eventView
+	for i := range events {
+		if events[i].From == reporter {
+			last = &events[i]
+		}
+	}
+	if last == nil || last.Reason != reasonRolloutHalted || (!rec.Started.IsZero() && last.Last.Before(rec.Started)) {
+		return nil, nil
+	}
+	ws, err := o.listWorkloads(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		for _, ch := range changes(w.meta.Annotations[rollout.AnnotationHalted]) {
+			text := ch.Source + "@" + ch.Content
+			if strings.Contains(last.Message, text) {
+				return &waiting{Change: text, HaltedBy: []string{w.ref()}, Message: last.Message, EventTime: last.Last}, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+func summary(r whyResult) string {
+	switch {
+	case r.WaitingOn != nil:
+		return "waiting: the change " + r.WaitingOn.Change + " failed on " + strings.Join(r.WaitingOn.HaltedBy, ", ") +
+			"; it rolls once that halt is lifted (kubectl configstamp resume " + r.WaitingOn.HaltedBy[0] + ")"
+	case r.State == "rolling":
+		return "rolling: holds a slot of the budget until the rollout completes (at most --progress-deadline)"
+	case r.State == "failed" && len(r.Halted) > 0:
+		return "failed and halting that change on every other workload; lift with kubectl configstamp resume " +
+			strings.ToLower(r.Kind) + "/" + r.Name
+	case r.State == "failed":
+		return "failed; no halt in force"
+	case r.State == "completed":
+		return "completed"
+	case !r.OptedIn:
+		return "not opted in: configstamp stamps it only if a rollout selector matches it"
+	}
+	return "no rollout started by configstamp yet"
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// workload is what the plugin needs of a Deployment, StatefulSet or DaemonSet.
+type workload struct {
+	kind     string
+	meta     metav1.ObjectMeta
+	template *corev1.PodTemplateSpec
+}
+
+func fromDeployment(d *appsv1.Deployment) workload {
+	return workload{kind: "Deployment", meta: d.ObjectMeta, template: &d.Spec.Template}
+}
+
+func fromStatefulSet(s *appsv1.StatefulSet) workload {
+	return workload{kind: "StatefulSet", meta: s.ObjectMeta, template: &s.Spec.Template}
+}
+
+func fromDaemonSet(d *appsv1.DaemonSet) workload {
+	return workload{kind: "DaemonSet", meta: d.ObjectMeta, template: &d.Spec.Template}
+}
+
+// ref is "deployment/name", as kubectl names it.
+func (w workload) ref() string { return strings.ToLower(w.kind) + "/" + w.meta.Name }
+
+// references are the workload's template and extra-* references (not selectors).
+func (w workload) references() []stamp.Reference {
+	refs, _ := stamp.WorkloadReferences(w.meta.Annotations, &w.template.Spec)
+	return refs
+}
+
+// selectedBy reports whether the rollout selector of an object with these
+// annotations matches the workload's pod-template labels.
+func (w workload) selectedBy(annotations map[string]string) (string, bool) {
+	sel, ok, _ := stamp.RolloutSelector(annotations)
+	if !ok || sel.Empty() || !sel.Matches(labels.Set(w.template.Labels)) {
+		return "", false
+	}
+	return sel.String(), true
+}
+
+// optedIn is stamp.Enabled for the workload in its namespace.
+func (w workload) optedIn(nsLabels map[string]string) bool {
+	ok, _ := stamp.Enabled(w.meta.Labels, nsLabels)
+	return ok
+}
+
+func sortWorkloads(ws []workload) {
+	slices.SortFunc(ws, func(a, b workload) int {
+		return cmp.Or(cmp.Compare(a.meta.Namespace, b.meta.Namespace), cmp.Compare(a.kind, b.kind), cmp.Compare(a.meta.Name, b.meta.Name))
+	})
+}
+
+// parseSourceArg reads configmap/NAME or secret/NAME (kubectl's spellings).
+func parseSourceArg(arg string) (stamp.ObjectRef, error) {
+	kind, name, ok := strings.Cut(arg, "/")
+	if ok && name != "" {
+		switch strings.ToLower(kind) {
+		case "configmap", "configmaps", "cm":
+			return stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: name}, nil
+		case "secret", "secrets":
+			return stamp.ObjectRef{Kind: stamp.KindSecret, Name: name}, nil
+		}
+	}
+	return stamp.ObjectRef{}, usagef("%q is not configmap/NAME or secret/NAME", arg)
+}
+
+// keysText renders referenced keys for a table: "*" for every key.
+func keysText(keys []string) string {
+	if keys == nil {
+		return "*"
+	}
+	return strings.Join(keys, ",")
+}
+
+// mergeKeys unions key lists where nil means every key.
+func mergeKeys(a []string, aSet bool, b []string) ([]string, bool) {
+	if !aSet {
+		return slices.Clone(b), true
+	}
+	if a == nil || b == nil {
+		return nil, true
+	}
+	out := append(slices.Clone(a), b...)
+	slices.Sort(out)
+	return slices.Compact(out), true
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
