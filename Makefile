@@ -78,6 +78,7 @@ include hack/controlplane.mk
 
 include hack/manifests.mk
 include hack/bench.mk
+include hack/chaos.mk
 
 ##@ kubectl plugin
 

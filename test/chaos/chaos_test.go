@@ -33,9 +33,10 @@ var (
 
 var env *framework.Env
 
-// Leader election on short timings, so that a hand-off takes seconds.
+// A budget of 2 stretches the wave over several seconds, so a fault lands
+// mid-wave; leader election on short timings, so that a hand-off takes seconds.
 var replicaArgs = []string{
-	"--max-concurrent-rollouts=5", "--debounce=1s", "--progress-deadline=3m",
+	"--max-concurrent-rollouts=2", "--debounce=1s", "--progress-deadline=3m",
 	"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
 }
 
