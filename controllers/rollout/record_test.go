@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
@@ -72,5 +75,41 @@ func TestChangesRoundTrip(t *testing.T) {
 	got := ParseChanges(FormatChanges(in) + ",garbage,@x,ConfigMap/@y")
 	if len(got) != 2 || got[0].String() != "ConfigMap/a@0011" || got[1].String() != "Secret/b@absent" {
 		t.Fatalf("round trip: %v", got)
+	}
+}
+
+// A record that has ended is never judged again: whatever happens to the
+// workload afterwards (a scale, a node joining, an image bump) it holds no
+// slot. Only an open record does, whatever the status says.
+func TestEndedRecordsHoldNoSlot(t *testing.T) {
+	disturbed := map[string]func(map[string]string) client.Object{
+		"daemonset, a node joined, its pod unavailable": func(a map[string]string) client.Object {
+			d := daemonSet(5, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 5, DesiredNumberScheduled: 3, UpdatedNumberScheduled: 3, NumberAvailable: 2, NumberUnavailable: 1})
+			d.Annotations = a
+			return d
+		},
+		"statefulset scaled 3 to 5": func(a map[string]string) client.Object {
+			s := statefulSet(7, 5, rollingSTS, appsv1.StatefulSetStatus{ObservedGeneration: 7, ReadyReplicas: 3, UpdatedReplicas: 5, UpdateRevision: "b", CurrentRevision: "b"})
+			s.Annotations = a
+			return s
+		},
+		"deployment, image bumped, rolling": func(a map[string]string) client.Object {
+			d := deployment(9, 3, appsv1.DeploymentStatus{ObservedGeneration: 8, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 3})
+			d.Annotations = a
+			return d
+		},
+	}
+	for name, mk := range disturbed {
+		for state, holds := range map[State]bool{Completed: false, Failed: false, None: false, Rolling: true} {
+			t.Run(name+"/"+string(state), func(t *testing.T) {
+				a := map[string]string{AnnotationStarted: t0.Format(time.RFC3339), AnnotationCause: "ConfigMap/shared@00aa"}
+				if state != None {
+					a[AnnotationState] = string(state)
+				}
+				if got := len(IndexRollingFunc(mk(a))) > 0; got != holds {
+					t.Fatalf("record %q: holds a slot = %v, want %v", state, got, holds)
+				}
+			})
+		}
 	}
 }

@@ -87,8 +87,13 @@ func startEnv(ctx context.Context, cfg *config, dir string, full bool) (*env, er
 
 // startConfigstamp starts configstamp with the run's flags; it becomes e.configstamp.
 func (e *env) startConfigstamp(ctx context.Context, logName string) (*configstampProcess, error) {
+	return e.startConfigstampWith(ctx, logName, e.cfg.configstampArgs)
+}
+
+// startConfigstampWith starts configstamp with args; it becomes e.configstamp.
+func (e *env) startConfigstampWith(ctx context.Context, logName string, args []string) (*configstampProcess, error) {
 	p, err := startConfigstamp(ctx, e.cfg.configstampBin, e.cp.KubeconfigPath,
-		filepath.Join(e.cfg.outDir, logName), e.cfg.configstampArgs)
+		filepath.Join(e.cfg.outDir, logName), args)
 	if err != nil {
 		return nil, err
 	}

@@ -7,9 +7,32 @@ import (
 
 // runLatency changes distinct ConfigMaps one after the other, each referenced
 // by one Deployment, and times each change from the Update's response to the
-// new template stamp arriving on a watch started beforehand.
+// new template stamp arriving on a watch started beforehand: first with the
+// run's flags (no budget, no debounce), then with the default budget of
+// concurrent rollouts (10) and no debounce, where a single change with free
+// slots must not wait for a wave to gather.
 func runLatency(ctx context.Context, cfg *config, e *env, res *results) error {
-	const ns = "bench-latency"
+	if err := latencyPass(ctx, cfg, e, res, "bench-latency", "ConfigMap Update response → template restamped (watch)"); err != nil {
+		return err
+	}
+	if err := e.configstamp.stop(); err != nil {
+		return err
+	}
+	if _, err := e.startConfigstampWith(ctx, "configstamp-budget.log", append([]string{"--debounce=0"}, cfg.extraArgs...)); err != nil {
+		return err
+	}
+	if err := latencyPass(ctx, cfg, e, res, "bench-latency-budget",
+		"same, default budget (--max-concurrent-rollouts=10), --debounce=0"); err != nil {
+		return err
+	}
+	if err := e.configstamp.stop(); err != nil {
+		return err
+	}
+	_, err := e.startConfigstamp(ctx, "configstamp.log")
+	return err
+}
+
+func latencyPass(ctx context.Context, cfg *config, e *env, res *results, ns, what string) error {
 	n := cfg.latencyChanges
 	f := &fixture{namespaces: []string{ns}, configMaps: n, secrets: n, shared: 1, deployments: n, size: cfg.size, keys: cfg.keys}
 	if err := f.setup(ctx, e, cfg); err != nil {
@@ -39,6 +62,6 @@ func runLatency(ctx context.Context, cfg *config, e *env, res *results) error {
 		return err
 	}
 	e.windowPer(scLatency, from, time.Now(), n, "change")
-	res.addDurations(scLatency, "ConfigMap Update response → template restamped (watch)", latencies)
+	res.addDurations(scLatency, what, latencies)
 	return nil
 }

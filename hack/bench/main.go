@@ -51,6 +51,7 @@ type config struct {
 	qps             float64
 	etcdQuota       int64
 	configstampArgs []string
+	extraArgs       []string // -configstamp-args alone
 	scenarios       map[string]bool
 	timeout         time.Duration
 	heapProfile     bool
@@ -161,7 +162,8 @@ func parseFlags(args []string) (*config, error) {
 		return nil, fmt.Errorf("-etcd-quota: %w", err)
 	}
 	cfg.etcdQuota = int64(q)
-	cfg.configstampArgs = append(append([]string{}, rolloutFlags...), strings.Fields(extra)...)
+	cfg.extraArgs = strings.Fields(extra)
+	cfg.configstampArgs = append(append([]string{}, rolloutFlags...), cfg.extraArgs...)
 	cfg.scenarios = map[string]bool{}
 	for _, s := range strings.Split(scenarios, ",") {
 		s = strings.TrimSpace(s)
