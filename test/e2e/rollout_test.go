@@ -28,22 +28,7 @@ func replicaSets(t *testing.T, ns, name string) []appsv1.ReplicaSet {
 	return env.ReplicaSets(t, ns, name)
 }
 
-func revisions(t *testing.T, ns, owner string) int {
-	t.Helper()
-	list := &appsv1.ControllerRevisionList{}
-	if err := env.Client.List(t.Context(), list, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, cr := range list.Items {
-		for _, o := range cr.OwnerReferences {
-			if o.Name == owner {
-				n++
-			}
-		}
-	}
-	return n
-}
+func revisions(t *testing.T, ns, owner string) int { return env.Revisions(t, ns, owner) }
 
 // waitDeploymentRolledOut polls until the Deployment's rollout is complete:
 // observed, every replica updated and available, no old pods left.

@@ -272,15 +272,23 @@ func TestStuckTenantCannotStarveTheBudget(t *testing.T) {
 	}
 }
 
-// Problem 5: a record made in another cluster (a restore) names source
-// versions this cluster never had; the next change must still roll.
-func TestRestoredRecordRollsOnNextChange(t *testing.T) {
-	ns := env.Namespace(t, "restore", nil)
+// oneApp creates, in a new namespace, an opted-in Deployment "app" mounting
+// the ConfigMap "cfg" (v=1) and waits until it is available.
+func oneApp(t *testing.T, prefix string) (string, *appsv1.Deployment) {
+	t.Helper()
+	ns := env.Namespace(t, prefix, nil)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "cfg")
 	app := framework.Deployment(ns, "app", framework.OptIn, spec)
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil), app)
 	waitComplete(t, ns, "app")
+	return ns, app
+}
+
+// Problem 5: a record made in another cluster (a restore) names source
+// versions this cluster never had; the next change must still roll.
+func TestRestoredRecordRollsOnNextChange(t *testing.T) {
+	ns, app := oneApp(t, "restore")
 	before := framework.TemplateHash(get(t, app))
 	env.Kubectl(t, "", "-n", ns, "annotate", "--overwrite", "deployment", "app", stamp.AnnotationSourceVersions+"=ConfigMap/cfg=987654321")
 
@@ -299,12 +307,7 @@ func TestRestoredRecordRollsOnNextChange(t *testing.T) {
 // Problem 6: a manifest exported with kubectl get -o yaml and re-applied by a
 // GitOps tool carries a stale applied-hash; configstamp records quietly.
 func TestStaleAppliedHashRecordsQuietly(t *testing.T) {
-	ns := env.Namespace(t, "echo", nil)
-	spec := framework.PodSpec()
-	framework.MountConfigMap(&spec, "cfg")
-	app := framework.Deployment(ns, "app", framework.OptIn, spec)
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil), app)
-	waitComplete(t, ns, "app")
+	ns, app := oneApp(t, "echo")
 	old := framework.TemplateHash(get(t, app))
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil))
 	current := env.WaitTemplateHash(t, app, old)
