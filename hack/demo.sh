@@ -88,6 +88,11 @@ up() {
   rs=$(kubectl -n $NS get replicasets -o name | wc -l)
   echo "ReplicaSets of frontend: $rs (one before the change, one after)"
 
+  step "Asking configstamp why frontend rolled: kubectl configstamp (bin/kubectl-configstamp on PATH)"
+  (cd "$ROOT" && go build -o "$BIN/kubectl-configstamp" ./cmd/kubectl-configstamp)
+  poll "the rollout record to close" 60 bash -c "[[ \$(kubectl -n $NS get deploy frontend -o jsonpath='{.metadata.annotations.configstamp\\.io/rollout-state}') != rolling ]]"
+  PATH="$BIN:$PATH" run kubectl configstamp -n $NS why deployment/frontend
+
   step "Done. The cluster and configstamp keep running:"
   echo "export KUBECONFIG=$KUBECONFIG"
   echo "stop everything with: make demo-down"

@@ -59,7 +59,10 @@ type whyResult struct {
 	Kind      string `json:"kind"`
 	Name      string `json:"name"`
 	OptedIn   bool   `json:"optedIn"`
-	Stamp     string `json:"stamp,omitempty"`
+	// SelectedBy are the objects whose rollout selector matches the workload:
+	// configstamp handles it, opted in or not.
+	SelectedBy []string `json:"selectedBy"`
+	Stamp      string   `json:"stamp,omitempty"`
 	// Sources are the objects the last record names (configstamp.io/sources).
 	Sources []string `json:"sources"`
 	// State: none, rolling, completed, failed.
@@ -144,6 +147,16 @@ func runWhy(ctx context.Context, o *options, args []string) error {
 		res.Sources = append(res.Sources, ref.String())
 	}
 	slices.Sort(res.Sources)
+	selectors, err := o.selectorSources(ctx, ns)
+	if err != nil {
+		return err
+	}
+	res.SelectedBy = []string{}
+	for _, src := range selectors {
+		if _, ok := w.selectedBy(src.annotations); ok {
+			res.SelectedBy = append(res.SelectedBy, src.ref.String())
+		}
+	}
 	if !rec.Started.IsZero() {
 		t := rec.Started.UTC()
 		res.Started = &t
@@ -166,7 +179,7 @@ func runWhy(ctx context.Context, o *options, args []string) error {
 	}
 	rows := [][]cell{
 		{c(w.kind + ":"), c(ns + "/" + w.meta.Name)},
-		{c("Opted in:"), c(yesNo(res.OptedIn))},
+		{c("Opted in:"), c(optedInText(res))},
 		{c("Stamp:"), c(stampText)},
 		{c("Sources:"), c(cmp.Or(strings.Join(res.Sources, ", "), "none recorded"))},
 	}
@@ -267,8 +280,15 @@ func summary(r whyResult) string {
 		return "failed; no halt in force"
 	case r.State == "completed":
 		return "completed"
-	case !r.OptedIn:
+	case !r.OptedIn && len(r.SelectedBy) == 0:
 		return "not opted in: configstamp stamps it only if a rollout selector matches it"
 	}
 	return "no rollout started by configstamp yet"
+}
+
+func optedInText(r whyResult) string {
+	if len(r.SelectedBy) == 0 {
+		return yesNo(r.OptedIn)
+	}
+	return yesNo(r.OptedIn) + " (matched by the rollout selector of " + strings.Join(r.SelectedBy, ", ") + ")"
 }
