@@ -69,20 +69,54 @@ func key(o client.Object) string {
 	return kind + "/" + o.GetName()
 }
 
-// made counts what each workload's controller made: ReplicaSets of a
-// Deployment, ControllerRevisions of a StatefulSet or DaemonSet — one per
-// rollout.
-func made(t *testing.T, ns string, objs []client.Object) map[string]int {
+// made returns, per workload, the names of what its controller made for its
+// templates: ReplicaSets of a Deployment, ControllerRevisions of a StatefulSet
+// or DaemonSet. A rollout is a name that was not there before: counting names,
+// not how many exist, stays right when revisionHistoryLimit prunes old ones.
+func made(t *testing.T, ns string, objs []client.Object) map[string]map[string]bool {
 	t.Helper()
-	out := map[string]int{}
-	for _, o := range objs {
-		if _, ok := o.(*appsv1.Deployment); ok {
-			out[key(o)] = len(env.ReplicaSets(t, ns, o.GetName()))
-		} else {
-			out[key(o)] = env.Revisions(t, ns, o.GetName())
+	rs := &appsv1.ReplicaSetList{}
+	crs := &appsv1.ControllerRevisionList{}
+	if err := env.Client.List(t.Context(), rs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.List(t.Context(), crs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	owned := map[string]map[string]bool{}
+	add := func(kind, owner, name string) {
+		k := kind + "/" + owner
+		if owned[k] == nil {
+			owned[k] = map[string]bool{}
+		}
+		owned[k][name] = true
+	}
+	for _, r := range rs.Items {
+		for _, o := range r.OwnerReferences {
+			add(o.Kind, o.Name, r.Name)
 		}
 	}
+	for _, r := range crs.Items {
+		for _, o := range r.OwnerReferences {
+			add(o.Kind, o.Name, r.Name)
+		}
+	}
+	out := make(map[string]map[string]bool, len(objs))
+	for _, o := range objs {
+		out[key(o)] = owned[key(o)]
+	}
 	return out
+}
+
+// newNames counts the names in after that are not in before.
+func newNames(before, after map[string]bool) int {
+	n := 0
+	for name := range after {
+		if !before[name] {
+			n++
+		}
+	}
+	return n
 }
 
 // stamps reads the template stamp of every workload in objs, with one LIST
@@ -174,7 +208,7 @@ func (r *run) do(t *testing.T) row {
 	res := row{fault: r.fault.name, workloads: len(r.objs), converge: converged, failOpen: opened}
 	for _, o := range r.objs {
 		k := key(o)
-		seen, want := after[k]-before[k], r.required[k]
+		seen, want := newNames(before[k], after[k]), r.required[k]
 		res.required += want
 		res.seen += seen
 		switch {
