@@ -1,13 +1,17 @@
 # configstamp: webhook and reconciler in one static binary.
 #
-#   docker build -t configstamp:latest .
+#   make docker-build IMG=registry.example/configstamp:v0.1.0
 #
-# config/manager/kustomization.yaml deploys the image configstamp:latest; point
-# it at your registry there.
+# config/manager/kustomization.yaml deploys the image configstamp:latest;
+# `make build-installer IMG=...` and `make deploy IMG=...` set another.
 
 FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
+# Set by `make docker-build` (git describe, git rev-parse HEAD): the build
+# context has no .git, so Go cannot embed the VCS revision itself.
+ARG VERSION=""
+ARG REVISION=""
 WORKDIR /workspace
 
 # Modules first, in their own layer: it is rebuilt only when go.mod or go.sum
@@ -25,7 +29,9 @@ COPY webhook/ webhook/
 # Static binary for distroless/static (no libc). TARGETOS/TARGETARCH come from
 # `docker buildx build --platform`; without them Go builds for the builder.
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -o configstamp ./cmd
+    go build -trimpath \
+      -ldflags "-X main.version=${VERSION} -X main.revision=${REVISION}" \
+      -o configstamp ./cmd
 
 # Distroless static, nonroot variant: no shell, no package manager, uid 65532.
 FROM gcr.io/distroless/static:nonroot

@@ -56,7 +56,7 @@ test-unit: ## Unit tests only (no control plane).
 build: $(LOCALBIN)/configstamp ## Build bin/configstamp.
 
 $(LOCALBIN)/configstamp: $(shell git ls-files '*.go' 2>/dev/null) go.mod go.sum
-	$(GO) build -trimpath -o $@ ./cmd
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $@ ./cmd
 
 .PHONY: run
 run: build ## Run configstamp against $$KUBECONFIG (self-managed certificate, webhook on 127.0.0.1:9443).
@@ -87,3 +87,53 @@ plugin: $(LOCALBIN)/kubectl-configstamp ## Build bin/kubectl-configstamp (put it
 
 $(LOCALBIN)/kubectl-configstamp: $(shell git ls-files 'cmd/kubectl-configstamp/*.go' 'controllers/*.go' 2>/dev/null) go.mod go.sum
 	$(GO) build -trimpath -o $@ ./cmd/kubectl-configstamp
+
+##@ Release
+
+# The image every target below builds, pushes, renders and deploys: set it once,
+# e.g. `make docker-buildx build-installer IMG=registry.example/configstamp:v0.1.0`.
+# The default is the image config/manager/kustomization.yaml names.
+IMG ?= configstamp:latest
+# The version --version prints and configstamp_build_info carries (also set in
+# bin/configstamp by `make build`): the nearest tag, commits since, -dirty.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS ?= -X main.version=$(VERSION) -X main.revision=$(REVISION)
+CONTAINER_TOOL ?= docker
+# docker-buildx: the Go compiler cross-compiles in a builder of the build
+# machine's platform; only the distroless stage is per platform.
+PLATFORMS ?= linux/arm64,linux/amd64,linux/s390x,linux/ppc64le
+# The overlay build-installer and deploy render: config/default (cert-manager),
+# config/selfsigned or config/namespaced.
+INSTALL_OVERLAY ?= config/default
+KUBECTL ?= kubectl
+export KUBECTL
+
+.PHONY: docker-build docker-push docker-buildx build-installer deploy undeploy
+docker-build: ## Build the image $(IMG) with the version stamped in.
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t $(IMG) .
+
+docker-push: ## Push the image $(IMG).
+	$(CONTAINER_TOOL) push $(IMG)
+
+docker-buildx: ## Build and push $(IMG) for every platform in PLATFORMS (docker buildx).
+	@tmp=$$(mktemp) && trap 'rm -f "$$tmp"' EXIT && \
+	awk '!done && /^FROM /{sub(/^FROM /, "FROM --platform=$$BUILDPLATFORM "); done=1} {print}' Dockerfile >"$$tmp" && \
+	set -x && \
+	{ $(CONTAINER_TOOL) buildx inspect configstamp-builder >/dev/null 2>&1 || \
+	  $(CONTAINER_TOOL) buildx create --name configstamp-builder >/dev/null; } && \
+	$(CONTAINER_TOOL) buildx build --builder configstamp-builder --push --platform=$(PLATFORMS) \
+	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --tag $(IMG) -f "$$tmp" .
+
+build-installer: ## Write dist/install.yaml: $(INSTALL_OVERLAY) with the image $(IMG), one file for kubectl apply.
+	hack/build-installer.sh "$(IMG)" "$(INSTALL_OVERLAY)" dist/install.yaml
+	@echo "dist/install.yaml: $(INSTALL_OVERLAY) with image $(IMG)"
+
+# ignore-not-found=true lets undeploy run twice.
+ignore-not-found ?= false
+
+deploy: ## Install $(INSTALL_OVERLAY) with the image $(IMG) into the cluster of the current kubeconfig.
+	hack/build-installer.sh "$(IMG)" "$(INSTALL_OVERLAY)" | $(KUBECTL) apply -f -
+
+undeploy: ## Delete what deploy installed (ignore-not-found=true to ignore missing objects).
+	hack/build-installer.sh "$(IMG)" "$(INSTALL_OVERLAY)" | $(KUBECTL) delete --ignore-not-found=$(ignore-not-found) -f -

@@ -180,6 +180,9 @@ func restConfig(o *options) (*rest.Config, error) {
 
 func run() error {
 	o := parseFlags()
+	if *showVersion {
+		return printVersion(os.Stdout)
+	}
 	logger, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
 		return err

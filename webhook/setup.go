@@ -138,7 +138,17 @@ func Register(ctx context.Context, c client.Client, want *admissionregistrationv
 		return fmt.Errorf("while reading MutatingWebhookConfiguration %s: %w", want.Name, err)
 	}
 	have.Webhooks = want.Webhooks
-	have.Labels = want.Labels
+	// Add the labels it lacks, change none: an installed configuration carries
+	// the overlay's labels (app.kubernetes.io/managed-by: kustomize among
+	// them), and overwriting them would undo every `kubectl apply`.
+	for k, v := range want.Labels {
+		if _, ok := have.Labels[k]; !ok {
+			if have.Labels == nil {
+				have.Labels = map[string]string{}
+			}
+			have.Labels[k] = v
+		}
+	}
 	if err := c.Update(ctx, have); err != nil {
 		return fmt.Errorf("while updating MutatingWebhookConfiguration %s: %w", want.Name, err)
 	}

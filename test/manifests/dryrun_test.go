@@ -20,7 +20,8 @@ import (
 // real kube-apiserver that has cert-manager's CRDs: every object must pass the
 // API server's validation (schemas, CRD schemas, RBAC escalation checks). The
 // opt-in NetworkPolicies of config/network-policy too (config/prometheus needs
-// the Prometheus Operator's CRDs and is checked by TestPrometheus only).
+// the Prometheus Operator's CRDs and is checked by TestPrometheus only). And
+// dist/install.yaml as `make build-installer` renders it.
 func TestServerSideDryRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver")
@@ -142,4 +143,29 @@ func TestServerSideDryRun(t *testing.T) {
 			}
 		})
 	}
+
+	// dist/install.yaml as `make build-installer IMG=...` writes it (the same
+	// script), applied as a user would: kubectl apply -f dist/install.yaml.
+	t.Run("dist/install.yaml", func(t *testing.T) {
+		r := renderInstaller(t, releaseImage, "config/default")
+		install := filepath.Join(t.TempDir(), "install.yaml")
+		if err := os.WriteFile(install, r.raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The namespace exists for real first (a dry run creates nothing, and
+		// the namespaced objects' dry runs need it).
+		ns, err := r.get(t, "Namespace", ownNamespace).MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nsFile := filepath.Join(t.TempDir(), "namespace.json")
+		if err := os.WriteFile(nsFile, ns, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		kubectl(t, "apply", "--server-side", "--field-manager=configstamp-test", "-f", nsFile)
+		out := kubectl(t, "apply", "--server-side", "--dry-run=server", "--warnings-as-errors", "--field-manager=configstamp-test", "-f", install)
+		if n := strings.Count(out, "(server dry run)"); n != len(r.objs) || n == 0 {
+			t.Errorf("%d of %d objects of dist/install.yaml applied (server dry run):\n%s", n, len(r.objs), out)
+		}
+	})
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Renders one config/ overlay into a single manifest with the manager image set
+# to IMG: what `make build-installer` writes to dist/install.yaml and what
+# `make deploy` / `make undeploy` apply and delete. test/manifests runs this
+# script too, so the tested render is the shipped one.
+#
+#   hack/build-installer.sh IMG [OVERLAY [OUTPUT]]
+#
+# IMG: registry/name[:tag] or registry/name@sha256:...; OVERLAY: a directory
+# under config/ (default config/default); OUTPUT: a file, or - for stdout.
+#
+# kubectl has kustomize built in but not `kustomize edit set image`, so the
+# image is set by an `images:` entry in a generated overlay that references
+# a copy of config/ (nothing in the repository is modified).
+set -euo pipefail
+
+img=${1:?usage: $0 IMG [OVERLAY [OUTPUT]]}
+overlay=${2:-config/default}
+out=${3:--}
+kubectl=${KUBECTL:-kubectl}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+overlay=${overlay%/}
+case $overlay in
+  config/*) ;;
+  *) echo "$0: OVERLAY must be a directory under config/, got $overlay" >&2; exit 2 ;;
+esac
+if [[ ! -f $root/$overlay/kustomization.yaml ]]; then
+  echo "$0: $overlay/kustomization.yaml not found" >&2
+  exit 2
+fi
+
+# registry/name[:tag][@digest]; a colon before the last slash is a port.
+name=$img tag="" digest=""
+if [[ $name == *@* ]]; then
+  digest=${name#*@}
+  name=${name%%@*}
+fi
+last=${name##*/}
+if [[ $last == *:* ]]; then
+  tag=${last##*:}
+  name=${name%:*}
+fi
+if [[ -z $tag && -z $digest ]]; then
+  # docker's default tag, said explicitly (else the base's tag would stay).
+  tag=latest
+  img=$name:latest
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp -R "$root/config" "$tmp/config"
+mkdir "$tmp/release"
+{
+  echo "resources:"
+  echo "  - ../$overlay"
+  echo "images:"
+  # The image name config/manager/kustomization.yaml gives the manager.
+  echo "  - name: configstamp"
+  echo "    newName: \"$name\""
+  if [[ -n $tag ]]; then echo "    newTag: \"$tag\""; fi
+  if [[ -n $digest ]]; then echo "    digest: \"$digest\""; fi
+} >"$tmp/release/kustomization.yaml"
+
+"$kubectl" kustomize "$tmp/release" >"$tmp/install.yaml"
+
+# The images entry matches by name: if config/manager ever names the image
+# differently, fail here rather than ship the default image.
+if ! grep -qE "^ +image: \"?${img//./\\.}\"?$" "$tmp/install.yaml"; then
+  echo "$0: the rendered manager image is not $img:" >&2
+  grep -E '^ +image:' "$tmp/install.yaml" >&2 || true
+  exit 1
+fi
+
+if [[ $out == - ]]; then
+  cat "$tmp/install.yaml"
+else
+  mkdir -p "$(dirname "$out")"
+  mv "$tmp/install.yaml" "$out"
+fi

@@ -1,0 +1,74 @@
+package webhook
+
+import (
+	"maps"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+// TestRegisterKeepsLabels: Register replaces the webhooks but only adds the
+// labels an existing configuration lacks, so the labels `kubectl apply` wrote
+// (app.kubernetes.io/managed-by: kustomize, part-of, ...) survive every start.
+func TestRegisterKeepsLabels(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	want := Configuration("configstamp-mutating-webhook-configuration", "configstamp-system",
+		admissionregistrationv1.WebhookClientConfig{URL: new("https://127.0.0.1:9443" + Path)})
+	for name, tc := range map[string]struct {
+		existing   map[string]string // nil: no object yet
+		wantLabels map[string]string
+	}{
+		"created with configstamp's labels": {
+			wantLabels: want.Labels,
+		},
+		"installed by kustomize": {
+			existing: map[string]string{
+				"app.kubernetes.io/name": "configstamp", "app.kubernetes.io/part-of": "configstamp",
+				"app.kubernetes.io/managed-by": "kustomize", "app.kubernetes.io/component": "webhook",
+			},
+			wantLabels: map[string]string{
+				"app.kubernetes.io/name": "configstamp", "app.kubernetes.io/part-of": "configstamp",
+				"app.kubernetes.io/managed-by": "kustomize", "app.kubernetes.io/component": "webhook",
+			},
+		},
+		"missing label added": {
+			existing:   map[string]string{"team": "platform"},
+			wantLabels: map[string]string{"team": "platform", "app.kubernetes.io/managed-by": "configstamp"},
+		},
+		"no labels": {
+			existing:   map[string]string{},
+			wantLabels: want.Labels,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := fake.NewClientBuilder().WithScheme(scheme)
+			if tc.existing != nil {
+				b = b.WithObjects(&admissionregistrationv1.MutatingWebhookConfiguration{
+					ObjectMeta: metav1.ObjectMeta{Name: want.Name, Labels: tc.existing},
+				})
+			}
+			c := b.Build()
+			if err := Register(t.Context(), c, want.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+			got := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(want), got); err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(got.Labels, tc.wantLabels) {
+				t.Errorf("labels = %v, want %v", got.Labels, tc.wantLabels)
+			}
+			if len(got.Webhooks) != len(want.Webhooks) {
+				t.Errorf("%d webhooks, want %d", len(got.Webhooks), len(want.Webhooks))
+			}
+		})
+	}
+}
