@@ -248,6 +248,25 @@ func (o *options) getWorkload(ctx context.Context, k workloadKind, ns, name stri
 	return w, nil
 }
 
+// oneWorkload reads the one workload a command names with arg (KIND/NAME) in
+// its namespace (-n or the kubeconfig's), and returns it with that namespace.
+// doing says what the command does with it, for refusing -A ("why reads").
+func (o *options) oneWorkload(ctx context.Context, arg, doing string) (workload, string, error) {
+	k, name, err := parseWorkloadArg(arg)
+	if err != nil {
+		return workload{}, "", err
+	}
+	if o.allNamespaces {
+		return workload{}, "", usagef("%s one workload: -A does not apply", doing)
+	}
+	if err := o.connect(); err != nil {
+		return workload{}, "", err
+	}
+	ns := o.ns()
+	w, err := o.getWorkload(ctx, k, ns, name)
+	return w, ns, err
+}
+
 // namespaceLabels reads the labels of the namespaces, once each. A namespace
 // the user may not read counts as unlabelled.
 type namespaceLabels struct {

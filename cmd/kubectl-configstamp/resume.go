@@ -19,22 +19,12 @@ type resumeResult struct {
 }
 
 func runResume(ctx context.Context, o *options, args []string) error {
-	k, name, err := parseWorkloadArg(args[0])
+	w, ns, err := o.oneWorkload(ctx, args[0], "resume acts on")
 	if err != nil {
 		return err
 	}
-	if o.allNamespaces {
-		return usagef("resume acts on one workload: -A does not apply")
-	}
-	if err := o.connect(); err != nil {
-		return err
-	}
-	ns := o.ns()
-	w, err := o.getWorkload(ctx, k, ns, name)
-	if err != nil {
-		return err
-	}
-	res := resumeResult{Namespace: ns, Kind: w.kind, Name: w.meta.Name, Lifted: changes(w.meta.Annotations[rollout.AnnotationHalted])}
+	name := w.meta.Name
+	res := resumeResult{Namespace: ns, Kind: w.kind, Name: name, Lifted: changes(w.meta.Annotations[rollout.AnnotationHalted])}
 	if _, halted := w.meta.Annotations[rollout.AnnotationHalted]; halted {
 		// A JSON merge patch of the one annotation, as `kubectl annotate NAME configstamp.io/halted-`.
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{

@@ -123,18 +123,7 @@ func view(e *corev1.Event) eventView {
 }
 
 func runWhy(ctx context.Context, o *options, args []string) error {
-	k, name, err := parseWorkloadArg(args[0])
-	if err != nil {
-		return err
-	}
-	if o.allNamespaces {
-		return usagef("why reads one workload: -A does not apply")
-	}
-	if err := o.connect(); err != nil {
-		return err
-	}
-	ns := o.ns()
-	w, err := o.getWorkload(ctx, k, ns, name)
+	w, ns, err := o.oneWorkload(ctx, args[0], "why reads")
 	if err != nil {
 		return err
 	}

@@ -98,6 +98,14 @@ type Config struct {
 	// the kubeconfig file configstamp runs with (default: the admin one). It
 	// may first create what that identity needs, through e.Client.
 	Kubeconfig func(ctx context.Context, e *Env) (string, error)
+	// AuditLog makes kube-apiserver write its audit log (localcp.Options.AuditLog),
+	// read with Env.AuditEvents: what configstamp asked the API server, not
+	// what a test assumes it asked.
+	AuditLog bool
+	// NoConfigstamp: Main starts no configstamp (Env.Configstamp stays nil);
+	// each test starts the processes it needs with StartConfigstamp, logs in
+	// Env.Dir().
+	NoConfigstamp bool
 }
 
 // Main starts the control plane and configstamp, runs the tests, and stops
@@ -145,7 +153,7 @@ func start(cfg Config) (*Env, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	e.CP, err = localcp.Start(ctx, localcp.Options{Dir: filepath.Join(dir, "cluster"), Full: cfg.Full, KwokStages: cfg.KwokStages,
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+		AuditLog: cfg.AuditLog, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 	if err != nil {
 		return e, fmt.Errorf("starting the local control plane: %w", err)
 	}
@@ -174,7 +182,7 @@ func start(cfg Config) (*Env, error) {
 			return e, fmt.Errorf("preparing configstamp's kubeconfig: %w", err)
 		}
 	}
-	if cfg.CertManagerDir != "" {
+	if cfg.CertManagerDir != "" || cfg.NoConfigstamp {
 		return e, nil
 	}
 	if cfg.Replicas <= 1 {
@@ -205,6 +213,10 @@ func start(cfg Config) (*Env, error) {
 	}
 	return e, nil
 }
+
+// Dir is the suite's directory: the binary, the control plane and the logs,
+// kept when a test fails.
+func (e *Env) Dir() string { return e.dir }
 
 func (e *Env) stop() {
 	for _, p := range e.Replicas {

@@ -13,15 +13,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,13 +28,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 
 	"github.com/configstamp/configstamp/certs"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -86,57 +77,11 @@ var installKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "Clust
 // MutatingWebhookConfiguration, requests a token for the ServiceAccount and
 // returns a kubeconfig with only that token.
 func installRBAC(ctx context.Context, e *framework.Env) (string, error) {
-	render := exec.CommandContext(ctx, "kubectl", "kustomize", filepath.Join(e.Root, "config", "selfsigned"))
-	var stderr bytes.Buffer
-	render.Stderr = &stderr
-	out, err := render.Output()
-	if err != nil {
-		return "", fmt.Errorf("kubectl kustomize config/selfsigned: %w\n%s", err, stderr.String())
-	}
-	var items []map[string]any
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return "", err
-		}
-		if slices.Contains(installKinds, u.GetKind()) {
-			items = append(items, u.Object)
-		}
-	}
-	list, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
-	if err != nil {
+	if err := e.ApplyKustomize(ctx, "config/selfsigned", installKinds...); err != nil {
 		return "", err
 	}
-	if _, stderr, err := e.KubectlErr(string(list), "apply", "-f", "-"); err != nil {
-		return "", fmt.Errorf("applying config/selfsigned's RBAC: %w\n%s", err, stderr)
-	}
-
-	cs, err := kubernetes.NewForConfig(e.Config)
+	path, err := e.ServiceAccountKubeconfig(ctx, ownNamespace, serviceAccount)
 	if err != nil {
-		return "", err
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(ownNamespace).CreateToken(ctx, serviceAccount, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("requesting a token for %s: %w", serviceAccount, err)
-	}
-	caData := e.Config.CAData
-	if len(caData) == 0 && e.Config.CAFile != "" {
-		if caData, err = os.ReadFile(e.Config.CAFile); err != nil {
-			return "", err
-		}
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: caData}
-	kc.AuthInfos[serviceAccount] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["configstamp"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: serviceAccount}
-	kc.CurrentContext = "configstamp"
-	path := filepath.Join(e.CP.Dir, "configstamp-sa.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		return "", err
 	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", path)

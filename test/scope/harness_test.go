@@ -1,9 +1,10 @@
+// Package scope runs configstamp installations scoped to namespaces against a
+// real local control plane (kube-controller-manager, scheduler and kwok too,
+// so Deployments really roll) whose kube-apiserver writes an audit log: what
+// configstamp lists and watches is read from it, not assumed.
 package scope
 
 import (
-	"bufio"
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,23 +17,13 @@ import (
 	"github.com/configstamp/configstamp/test/framework"
 )
 
+var env *framework.Env
+
+// TestMain starts a control plane whose kube-apiserver writes an audit log,
+// and no configstamp: every test starts the installations it needs
+// (startConfigstamp).
 func TestMain(m *testing.M) {
-	stop, err := start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "scope:", err)
-		if stop != nil {
-			stop()
-		}
-		os.Exit(1)
-	}
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "scope: logs kept in %s\n", dir)
-		_ = env.CP.Stop()
-		os.Exit(code)
-	}
-	stop()
-	os.Exit(code)
+	os.Exit(framework.Main(m, &env, framework.Config{Full: true, AuditLog: true, NoConfigstamp: true}))
 }
 
 // startConfigstamp runs one installation with args (plus the suite's: no
@@ -41,7 +32,7 @@ func TestMain(m *testing.M) {
 func startConfigstamp(t *testing.T, name string, args ...string) *framework.Process {
 	t.Helper()
 	args = append([]string{"--debounce=0", "--max-concurrent-rollouts=0", "--halt-on-failure=false"}, args...)
-	p, err := env.StartConfigstamp(t.Context(), filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log"), args...)
+	p, err := env.StartConfigstamp(t.Context(), filepath.Join(env.Dir(), strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".log"), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,34 +49,14 @@ func namespace(t *testing.T, name string, labels map[string]string) string {
 	return name
 }
 
-// auditEvent is what the tests read of an audit log line.
-type auditEvent struct {
-	AuditID    string `json:"auditID"`
-	Verb       string `json:"verb"`
-	RequestURI string `json:"requestURI"`
-	UserAgent  string `json:"userAgent"`
-	ObjectRef  *struct {
-		Resource, Namespace, Name string
-	} `json:"objectRef"`
-	RequestReceived time.Time `json:"requestReceivedTimestamp"`
-}
-
 // configstampReads returns configstamp's list and watch requests of resources
 // received at or after since, one per request (audit stages deduplicated).
-func configstampReads(t *testing.T, since time.Time, resources ...string) []auditEvent {
+func configstampReads(t *testing.T, since time.Time, resources ...string) []framework.AuditEvent {
 	t.Helper()
-	f, err := os.Open(env.CP.AuditLogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
 	seen := map[string]bool{}
-	var out []auditEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev auditEvent
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.ObjectRef == nil || seen[ev.AuditID] {
+	var out []framework.AuditEvent
+	for _, ev := range env.AuditEvents(t) {
+		if seen[ev.AuditID] {
 			continue
 		}
 		if (ev.Verb != "list" && ev.Verb != "watch") || !strings.HasPrefix(ev.UserAgent, "configstamp") || ev.RequestReceived.Before(since) {
@@ -98,14 +69,11 @@ func configstampReads(t *testing.T, since time.Time, resources ...string) []audi
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
 	return out
 }
 
 // byNamespace counts requests per "verb resource namespace" ("*" for cluster-wide).
-func byNamespace(evs []auditEvent) map[string]int {
+func byNamespace(evs []framework.AuditEvent) map[string]int {
 	out := map[string]int{}
 	for _, ev := range evs {
 		ns := ev.ObjectRef.Namespace

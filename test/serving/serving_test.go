@@ -12,35 +12,23 @@
 package serving
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 
 	"github.com/configstamp/configstamp/test/framework"
 )
@@ -75,67 +63,14 @@ var installKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "Clust
 // installRBAC applies config/selfsigned's identity and RBAC and returns a
 // kubeconfig holding only a token of its ServiceAccount.
 func installRBAC(ctx context.Context, e *framework.Env) (string, error) {
-	render := exec.CommandContext(ctx, "kubectl", "kustomize", filepath.Join(e.Root, "config", "selfsigned"))
-	var stderr bytes.Buffer
-	render.Stderr = &stderr
-	out, err := render.Output()
-	if err != nil {
-		return "", fmt.Errorf("kubectl kustomize config/selfsigned: %w\n%s", err, stderr.String())
-	}
-	var items []map[string]any
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return "", fmt.Errorf("decoding config/selfsigned: %w", err)
-		}
-		if slices.Contains(installKinds, u.GetKind()) {
-			items = append(items, u.Object)
-		}
-	}
-	list, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
-	if err != nil {
+	if err := e.ApplyKustomize(ctx, "config/selfsigned", installKinds...); err != nil {
 		return "", err
 	}
-	if _, stderr, err := e.KubectlErr(string(list), "apply", "-f", "-"); err != nil {
-		return "", fmt.Errorf("applying config/selfsigned's RBAC: %w\n%s", err, stderr)
-	}
+	var err error
 	if admin, err = kubernetes.NewForConfig(e.Config); err != nil {
 		return "", err
 	}
-	token, err := tokenFor(ctx, ownNamespace, serviceAccount)
-	if err != nil {
-		return "", err
-	}
-	caData := e.Config.CAData
-	if len(caData) == 0 && e.Config.CAFile != "" {
-		if caData, err = os.ReadFile(e.Config.CAFile); err != nil {
-			return "", err
-		}
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: caData}
-	kc.AuthInfos[serviceAccount] = &clientcmdapi.AuthInfo{Token: token}
-	kc.Contexts["configstamp"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: serviceAccount}
-	kc.CurrentContext = "configstamp"
-	path := filepath.Join(e.CP.Dir, "configstamp-sa.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return "", fmt.Errorf("writing configstamp's kubeconfig: %w", err)
-	}
-	return path, nil
-}
-
-// tokenFor returns a token of the ServiceAccount from the TokenRequest API.
-func tokenFor(ctx context.Context, namespace, name string) (string, error) {
-	tr, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("requesting a token for %s/%s: %w", namespace, name, err)
-	}
-	return tr.Status.Token, nil
+	return e.ServiceAccountKubeconfig(ctx, ownNamespace, serviceAccount)
 }
 
 // newServiceAccount creates a ServiceAccount in a new namespace and returns
@@ -147,7 +82,7 @@ func newServiceAccount(t *testing.T, name string) (string, string) {
 	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(t.Context(), sa, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating ServiceAccount %s/%s: %v", ns, name, err)
 	}
-	token, err := tokenFor(t.Context(), ns, name)
+	token, err := env.ServiceAccountToken(t.Context(), ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
