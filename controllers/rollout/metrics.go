@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 var (
@@ -67,4 +69,13 @@ var current atomic.Pointer[Scheduler]
 func init() {
 	metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, Resumed, rolloutsHalted, haltedWorkloads,
 		waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
+	// Every kind's series from the start, at 0: increase() and rate() see the
+	// first failure as an increase (a series that first appears at 1 shows
+	// none, and the alert on failed rollouts would miss it), and a dashboard
+	// shows 0 rather than no data. Three kinds: three series per counter.
+	for _, k := range workload.Kinds {
+		for _, c := range []*prometheus.CounterVec{StartedTotal, CompletedTotal, FailedTotal} {
+			c.WithLabelValues(k.Name)
+		}
+	}
 }
