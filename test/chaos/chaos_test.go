@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,7 @@ import (
 var (
 	reps = flag.Int("chaos.reps", 1, "repetitions of each fault")
 	seed = flag.Uint64("chaos.seed", 0, "seed of the random fault order (0: from the clock)")
+	only = flag.String("chaos.faults", "", "run only the faults whose names contain one of these comma-separated words (default: all)")
 )
 
 var env *framework.Env
@@ -85,9 +87,15 @@ func TestFaults(t *testing.T) {
 		s = uint64(time.Now().UnixNano())
 	}
 	rng := rand.New(rand.NewPCG(s, s))
+	var chosen []fault
+	for _, f := range faults() {
+		if *only == "" || slices.ContainsFunc(strings.Split(*only, ","), func(w string) bool { return strings.Contains(f.name, w) }) {
+			chosen = append(chosen, f)
+		}
+	}
 	var order []fault
 	for range *reps {
-		order = append(order, faults()...)
+		order = append(order, chosen...)
 	}
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	t.Logf("%d runs, seed %d", len(order), s)
