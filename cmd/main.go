@@ -71,6 +71,7 @@ type options struct {
 	excludeNamespaces   stringList
 	namespaceSelector   string
 	scope               *workload.Scope
+	applyWarnings       bool
 }
 
 func main() {
@@ -125,6 +126,7 @@ func parseFlags() *options {
 	fs.Var(&o.watchNamespaces, "watch-namespaces", "Comma-separated namespaces this installation acts in (webhook and reconciler); the cache holds only these, and a Role in each suffices (config/namespaced). Empty: every namespace but the excluded ones.")
 	fs.Var(&o.excludeNamespaces, "exclude-namespaces", "Comma-separated namespaces this installation never acts in, webhook and reconciler alike; their objects are not cached. --namespace and kube-system are always excluded.")
 	fs.StringVar(&o.namespaceSelector, "namespace-selector", "", `Label selector (kubectl syntax, e.g. "team=payments,env in (prod)") a namespace's labels must match to be in scope. Filters what is acted on, not what is cached.`)
+	fs.BoolVar(&o.applyWarnings, "apply-warnings", false, "Serve the apply-time warning webhook (ConfigMap/Secret UPDATE: an admission warning naming the workloads the change rolls; never denies). Self mode registers its ValidatingWebhookConfiguration (named --webhook-config-name) and deletes it without the flag; in cert-manager mode apply one as the README shows.")
 	flag.Parse()
 	return o
 }
@@ -278,6 +280,9 @@ func run() error {
 	}
 	if err := webhook.Setup(mgr, live, self, o.scope); err != nil {
 		return fmt.Errorf("while setting up the webhook: %w", err)
+	}
+	if o.applyWarnings {
+		webhook.SetupWarnings(mgr, o.scope)
 	}
 
 	// Self mode registers the webhook configuration and renews the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -88,7 +89,20 @@ func certProvider(o *options, c client.Client, log logr.Logger) (certs.Provider,
 				p := webhook.Path
 				cc.Service = &admissionregistrationv1.ServiceReference{Namespace: o.namespace, Name: o.webhookService, Path: &p}
 			}
-			return webhook.Register(ctx, c, webhook.ScopedConfiguration(o.webhookConfigName, o.scope, cc))
+			if err := webhook.Register(ctx, c, webhook.ScopedConfiguration(o.webhookConfigName, o.scope, cc)); err != nil {
+				return err
+			}
+			if !o.applyWarnings {
+				return webhook.UnregisterWarnings(ctx, c, o.webhookConfigName)
+			}
+			// The same CA bundle and base, the warning webhook's path.
+			wc := cc
+			if o.webhookURL != "" {
+				wc.URL = ptr.To(o.webhookURL + webhook.WarningsPath)
+			} else {
+				wc.Service = &admissionregistrationv1.ServiceReference{Namespace: o.namespace, Name: o.webhookService, Path: ptr.To(webhook.WarningsPath)}
+			}
+			return webhook.RegisterWarnings(ctx, c, webhook.WarningsConfiguration(o.webhookConfigName, o.scope, wc))
 		}
 		return &certs.SelfManaged{
 			PKI: &certs.PublicKeyInfrastructure{

@@ -19,9 +19,8 @@ import (
 )
 
 // IndexSources indexes workloads by every ConfigMap and Secret they reference
-// (template and extra-* annotations), as stamp.ObjectRef.String() values. A
-// changed ConfigMap finds its workloads through this index, never a LIST.
-const IndexSources = "configstamp.io/sources"
+// (workload.IndexSources, which the apply-time warning webhook reads too).
+const IndexSources = workload.IndexSources
 
 // IndexHalted indexes workloads by every change whose rollout failed on them
 // (rollout.AnnotationHalted), as rollout.Change.String() values.

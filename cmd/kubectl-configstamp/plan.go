@@ -17,6 +17,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	sharedworkload "github.com/configstamp/configstamp/controllers/workload"
 )
 
 // lastApplied is where `kubectl apply` keeps what it applied last.
@@ -208,10 +209,6 @@ type planResult struct {
 	Workloads       []planEntry `json:"workloads"`
 }
 
-// planKey only compares contributions within this process; it is no
-// installation key and nothing computed with it is printed.
-var planKey = []byte("kubectl-configstamp plan: comparison only")
-
 // planFor decides, for every workload of the namespace, whether applying next
 // over live (nil: absent) rolls it. others are the namespace's other objects
 // with a rollout selector.
@@ -226,26 +223,13 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels fu
 	}
 	res.ChangedKeys = changedKeys(live, next)
 	res.MetadataChanged = live != nil && !maps.Equal(withoutLastApplied(liveAnn), withoutLastApplied(next.annotations))
-	h := stamp.NewHasher(planKey)
 	for _, w := range ws {
 		if w.meta.Namespace != next.namespace {
 			continue
 		}
-		refsLive, refsNext := stamp.NewRefs(), stamp.NewRefs()
-		for _, r := range w.references() {
-			if r.Ref == next.ref {
-				r.Add(refsLive)
-				r.Add(refsNext)
-			}
-		}
-		_, selLive := w.selectedBy(liveAnn)
-		_, selNext := w.selectedBy(next.annotations)
-		if selLive {
-			refsLive.AddAll(next.ref)
-		}
-		if selNext {
-			refsNext.AddAll(next.ref)
-		}
+		// The same rule the apply-time warning webhook applies (sharedworkload.ChangeRolls).
+		refsLive, selLive := sharedworkload.ReferencesTo(w.meta.Annotations, w.template, next.ref, liveAnn)
+		refsNext, selNext := sharedworkload.ReferencesTo(w.meta.Annotations, w.template, next.ref, next.annotations)
 		if refsLive.Len() == 0 && refsNext.Len() == 0 {
 			continue
 		}
@@ -260,8 +244,6 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels fu
 		optedIn := w.optedIn(nsLabels(w.meta.Namespace))
 		managedLive, managedNext := optedIn || byOthers || selLive, optedIn || byOthers || selNext
 		e := planEntry{Kind: w.kind, Name: w.meta.Name}
-		before := h.Compute(next.namespace, refsLive, map[stamp.ObjectRef]stamp.Source{next.ref: liveSrc}).Hash
-		after := h.Compute(next.namespace, refsNext, map[stamp.ObjectRef]stamp.Source{next.ref: nextSrc}).Hash
 		referenced := referencedKeys(refsNext.Keys(next.ref), refsLive.Keys(next.ref), res.ChangedKeys)
 		switch {
 		case !managedNext && !managedLive:
@@ -270,7 +252,7 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels fu
 			e.Reason = "no longer matched by the rollout selector: configstamp stops handling it"
 		case !managedLive:
 			e.Reason = "newly matched by the rollout selector: configstamp records a baseline, nothing rolls"
-		case before != after:
+		case sharedworkload.ChangeRolls(next.namespace, next.ref, refsLive, refsNext, liveSrc, nextSrc):
 			e.Rolls = true
 			e.Reason, e.Keys = rollReason(live, next, liveSrc, nextSrc, refsLive, refsNext, referenced)
 		case nextSrc.Ignored && liveSrc.Ignored:

@@ -67,9 +67,11 @@ const (
 	scStartup = "startup"
 	scSweep   = "sweep"
 	scHostile = "hostile"
+	// scApplyWarnings: what --apply-warnings adds to a ConfigMap UPDATE (applywarnings.go).
+	scApplyWarnings = "applywarnings"
 )
 
-var allScenarios = []string{scMemory, scLatency, scFanout, scWebhook, scStartup, scSweep, scHostile}
+var allScenarios = []string{scMemory, scLatency, scFanout, scWebhook, scStartup, scSweep, scHostile, scApplyWarnings}
 
 // rolloutFlags switch off configstamp's deliberate delays (see the notes printed with the results).
 var rolloutFlags = []string{"--max-concurrent-rollouts=0", "--debounce=0"}
@@ -262,6 +264,12 @@ func run(ctx context.Context, cfg *config) error {
 		logf("== scenario %s", scHostile)
 		if err := runHostile(ctx, cfg, res); err != nil {
 			return fmt.Errorf("scenario %s: %w", scHostile, err)
+		}
+	}
+	if cfg.scenarios[scApplyWarnings] {
+		logf("== scenario %s", scApplyWarnings)
+		if err := runApplyWarnings(ctx, cfg, res); err != nil {
+			return fmt.Errorf("scenario %s: %w", scApplyWarnings, err)
 		}
 	}
 	res.notes = append(res.notes, fmt.Sprintf("Whole run: %s.", time.Since(began).Round(time.Second)))

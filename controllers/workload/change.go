@@ -1,0 +1,58 @@
+package workload
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// IndexSources indexes workloads by every ConfigMap and Secret they reference
+// (template and extra-* annotations), as stamp.ObjectRef.String() values. A
+// changed ConfigMap finds its workloads through this index, never a LIST. It
+// lives here, not with the reconciler that registers it, because the
+// apply-time warning webhook reads it too.
+const IndexSources = "configstamp.io/sources"
+
+// SelectedBy reports whether the rollout selector in a ConfigMap's or Secret's
+// annotations matches a workload's pod-template labels.
+func SelectedBy(templateLabels, sourceAnnotations map[string]string) bool {
+	sel, ok, _ := stamp.RolloutSelector(sourceAnnotations)
+	return ok && !sel.Empty() && sel.Matches(labels.Set(templateLabels))
+}
+
+// ReferencesTo returns the references a workload (its metadata annotations
+// and pod template) makes to ref, when ref carries sourceAnnotations: its
+// template and extra-* references, key-precise, and every key when ref's
+// rollout selector matches the template (selected).
+func ReferencesTo(annotations map[string]string, tmpl *corev1.PodTemplateSpec, ref stamp.ObjectRef, sourceAnnotations map[string]string) (refs *stamp.Refs, selected bool) {
+	refs = stamp.NewRefs()
+	all, _ := stamp.WorkloadReferences(annotations, &tmpl.Spec)
+	for _, r := range all {
+		if r.Ref == ref {
+			r.Add(refs)
+		}
+	}
+	if SelectedBy(tmpl.Labels, sourceAnnotations) {
+		refs.AddAll(ref)
+		selected = true
+	}
+	return refs, selected
+}
+
+// comparisonKey only compares two contributions within one process; it is no
+// installation key, and nothing computed with it leaves the process.
+var comparisonKey = []byte("configstamp: change comparison only")
+
+// ChangeRolls reports whether a workload's stamp changes when ref, in
+// namespace, changes from before to after, given what the workload referenced
+// of it before and after (ReferencesTo with each version's annotations). A
+// change to keys neither references rolls nothing. No installation key is
+// needed: both sides are hashed with the same key and only compared.
+func ChangeRolls(namespace string, ref stamp.ObjectRef, refsBefore, refsAfter *stamp.Refs, before, after stamp.Source) bool {
+	h := stamp.NewHasher(comparisonKey)
+	before.Ref, after.Ref = ref, ref
+	b := h.Compute(namespace, refsBefore, map[stamp.ObjectRef]stamp.Source{ref: before}).Hash
+	a := h.Compute(namespace, refsAfter, map[stamp.ObjectRef]stamp.Source{ref: after}).Hash
+	return a != b
+}
