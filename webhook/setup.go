@@ -127,30 +127,38 @@ func ScopedConfiguration(name string, scope *workload.Scope, cc admissionregistr
 // Register creates or updates the MutatingWebhookConfiguration.
 func Register(ctx context.Context, c client.Client, want *admissionregistrationv1.MutatingWebhookConfiguration) error {
 	have := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	return upsert(ctx, c, want, have, "MutatingWebhookConfiguration", func() { have.Webhooks = want.Webhooks })
+}
+
+// upsert creates want or, when it exists (read into have), updates it with
+// want's webhooks (copyWebhooks) and the labels it lacks. It changes no label:
+// an installed configuration carries the overlay's labels
+// (app.kubernetes.io/managed-by: kustomize among them), and overwriting them
+// would undo every `kubectl apply`.
+func upsert[T client.Object](ctx context.Context, c client.Client, want, have T, kind string, copyWebhooks func()) error {
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := c.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("while creating MutatingWebhookConfiguration %s: %w", want.Name, err)
+			return fmt.Errorf("while creating %s %s: %w", kind, want.GetName(), err)
 		}
 		return nil
 	case err != nil:
-		return fmt.Errorf("while reading MutatingWebhookConfiguration %s: %w", want.Name, err)
+		return fmt.Errorf("while reading %s %s: %w", kind, want.GetName(), err)
 	}
-	have.Webhooks = want.Webhooks
-	// Add the labels it lacks, change none: an installed configuration carries
-	// the overlay's labels (app.kubernetes.io/managed-by: kustomize among
-	// them), and overwriting them would undo every `kubectl apply`.
-	for k, v := range want.Labels {
-		if _, ok := have.Labels[k]; !ok {
-			if have.Labels == nil {
-				have.Labels = map[string]string{}
+	copyWebhooks()
+	labels := have.GetLabels()
+	for k, v := range want.GetLabels() {
+		if _, ok := labels[k]; !ok {
+			if labels == nil {
+				labels = map[string]string{}
 			}
-			have.Labels[k] = v
+			labels[k] = v
 		}
 	}
+	have.SetLabels(labels)
 	if err := c.Update(ctx, have); err != nil {
-		return fmt.Errorf("while updating MutatingWebhookConfiguration %s: %w", want.Name, err)
+		return fmt.Errorf("while updating %s %s: %w", kind, want.GetName(), err)
 	}
 	return nil
 }

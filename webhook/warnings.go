@@ -227,29 +227,7 @@ func WarningsConfiguration(name string, scope *workload.Scope, cc admissionregis
 // RegisterWarnings creates or updates the ValidatingWebhookConfiguration.
 func RegisterWarnings(ctx context.Context, c client.Client, want *admissionregistrationv1.ValidatingWebhookConfiguration) error {
 	have := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := c.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("while creating ValidatingWebhookConfiguration %s: %w", want.Name, err)
-		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("while reading ValidatingWebhookConfiguration %s: %w", want.Name, err)
-	}
-	have.Webhooks = want.Webhooks
-	for k, v := range want.Labels { // add the missing ones, change none (as Register)
-		if _, ok := have.Labels[k]; !ok {
-			if have.Labels == nil {
-				have.Labels = map[string]string{}
-			}
-			have.Labels[k] = v
-		}
-	}
-	if err := c.Update(ctx, have); err != nil {
-		return fmt.Errorf("while updating ValidatingWebhookConfiguration %s: %w", want.Name, err)
-	}
-	return nil
+	return upsert(ctx, c, want, have, "ValidatingWebhookConfiguration", func() { have.Webhooks = want.Webhooks })
 }
 
 var _ admission.Handler = &ChangeWarner{}
