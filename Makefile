@@ -40,7 +40,7 @@ $(GOLANGCI_LINT):
 .PHONY: lint
 lint: vet golangci-lint ## gofmt check, go vet and golangci-lint (.golangci.yml).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: test
 test: build controlplane controller-gen lint ## Unit, integration and end-to-end tests (starts local control planes).
