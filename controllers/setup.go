@@ -32,6 +32,9 @@ type Options struct {
 // Setup adds the reconciler of every workload kind, sharing one Scheduler and
 // one Nudger, and the KeyWatcher, to mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
+	if err := o.Policy.Validate(); err != nil {
+		return err
+	}
 	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache())
 	nudger := NewNudger()
 	for _, kind := range workload.Kinds {

@@ -33,6 +33,10 @@ const (
 	ReasonRolloutRecovered = "RolloutRecovered"
 )
 
+// haltedRecheck is how often a workload waiting on a halted change looks
+// again, in case the wake-up of the lift was missed.
+const haltedRecheck = 30 * time.Second
+
 // FieldManager is the field manager of every write configstamp makes.
 const FieldManager = "configstamp"
 
@@ -359,7 +363,10 @@ func (r *WorkloadReconciler) gate(ctx context.Context, key rollout.Key, obj clie
 				"not rolling out: the change %s failed on another workload; the halt lifts when the source changes again, "+
 					"or when that workload recovers, is deleted, or loses its %s annotation", halted, rollout.AnnotationHalted)
 		}
-		return reconcile.Result{}, false, nil
+		// Lifting a halt wakes its waiters at once (haltLifted); a lift that
+		// lands between the index read above and NoteHalted would be missed,
+		// so a halted workload also asks again now and then.
+		return reconcile.Result{RequeueAfter: haltedRecheck}, false, nil
 	}
 	r.Scheduler.ClearHalted(key)
 	if wait := r.Scheduler.Debounce(key, p.comp.Hash, p.window, p.priority); wait > 0 {

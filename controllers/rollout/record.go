@@ -75,6 +75,11 @@ func Read(annotations map[string]string) Record {
 	if t, err := time.Parse(time.RFC3339, annotations[AnnotationStarted]); err == nil {
 		r.Started = t
 	}
+	if r.State == None && r.Halted != "" {
+		// Written before rollout-state existed: a halt was only ever recorded
+		// on a failed rollout, so its recovery must lift it too.
+		r.State = Failed
+	}
 	return r
 }
 

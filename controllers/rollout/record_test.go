@@ -113,3 +113,12 @@ func TestEndedRecordsHoldNoSlot(t *testing.T) {
 		}
 	}
 }
+
+// A halt written before rollout-state existed (the previous release recorded
+// a failure as `halted` alone) reads as a failed rollout, so that its
+// recovery lifts it like any other.
+func TestReadOlderHalt(t *testing.T) {
+	if r := Read(map[string]string{AnnotationHalted: "ConfigMap/shared@00aa"}); r.State != Failed || r.Open() {
+		t.Fatalf("an older halt reads as %+v; want a closed, failed record", r)
+	}
+}

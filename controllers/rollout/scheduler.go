@@ -46,6 +46,20 @@ type Policy struct {
 	HaltOnFailure bool
 }
 
+// Validate rejects settings that would make every rollout fail at once or
+// that mean nothing.
+func (p Policy) Validate() error {
+	switch {
+	case p.ProgressDeadline <= 0:
+		return fmt.Errorf("--progress-deadline must be positive, not %v: a rollout configstamp follows fails when it is not complete by then", p.ProgressDeadline)
+	case p.Debounce < 0 || p.MaxWait < 0:
+		return fmt.Errorf("--debounce (%v) and --debounce-max-wait (%v) must not be negative", p.Debounce, p.MaxWait)
+	case p.MaxConcurrent < 0 || p.PerSecond < 0:
+		return fmt.Errorf("--max-concurrent-rollouts (%d) and --max-rollouts-per-second (%v) must not be negative", p.MaxConcurrent, p.PerSecond)
+	}
+	return nil
+}
+
 // Tracks reports whether rollouts are followed to completion (needed by the
 // budget and by halting). Untracked, a stamp is all configstamp does.
 func (p Policy) Tracks() bool { return p.MaxConcurrent > 0 || p.HaltOnFailure }
@@ -226,6 +240,7 @@ func (s *Scheduler) Next(ctx context.Context, n int) []Key {
 		return nil
 	}
 	order := s.order(held, now)
+	s.report() // order pruned stale entries
 	var out []Key
 	for _, k := range order {
 		if p := s.pending[k]; p != nil && !p.announced && !p.readyAt.After(now) && len(out) < n {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -189,5 +190,37 @@ func TestHaltedWaitersAreToldOnceAndWoken(t *testing.T) {
 	s.ClearHalted(dep("a"))
 	if got := s.HaltedOn([]string{"ConfigMap/shared@x"}); len(got) != 0 {
 		t.Fatalf("cleared waiter still listed: %v", got)
+	}
+}
+
+func TestPolicyValidate(t *testing.T) {
+	for name, tc := range map[string]struct {
+		p  Policy
+		ok bool
+	}{
+		"defaults":               {Policy{Debounce: 2 * time.Second, MaxWait: 30 * time.Second, MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute}, true},
+		"zero progress deadline": {Policy{ProgressDeadline: 0}, false},
+		"negative deadline":      {Policy{ProgressDeadline: -time.Second}, false},
+		"negative debounce":      {Policy{ProgressDeadline: time.Minute, Debounce: -1}, false},
+		"negative budget":        {Policy{ProgressDeadline: time.Minute, MaxConcurrent: -1}, false},
+	} {
+		if err := tc.p.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: Validate() = %v, want ok=%v", name, err, tc.ok)
+		}
+	}
+}
+
+// The pending gauge (what test/framework's WaitIdle waits for) drops when a
+// stale entry is pruned, not only on the next Debounce or Acquire.
+func TestPendingGaugeFollowsPruning(t *testing.T) {
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute})
+	s.Announce(dep("gone"), 0) // deleted before its reconcile ran
+	if v := testutil.ToFloat64(pendingWorkloads); v != 1 {
+		t.Fatalf("pending gauge %v after an announcement, want 1", v)
+	}
+	c.advance(forgetAfter + time.Second)
+	s.Next(t.Context(), 1)
+	if v := testutil.ToFloat64(pendingWorkloads); v != 0 {
+		t.Fatalf("pending gauge %v after the stale entry was pruned, want 0", v)
 	}
 }
