@@ -156,14 +156,14 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj cl
 	case rollout.Pending:
 		return reconcile.Result{RequeueAfter: j.Recheck}, true, nil
 	case rollout.Done:
-		if err := r.patch(ctx, obj, rollout.CompleteRecord(), ""); err != nil {
-			return reconcile.Result{}, false, err
+		if stale, err := r.closeRecord(ctx, obj, rollout.CompleteRecord()); stale || err != nil {
+			return reconcile.Result{RequeueAfter: staleRecheck}, true, err
 		}
 		rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
 		log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(rec.Started).Round(time.Second).String())
 	case rollout.Failure:
-		if err := r.patch(ctx, obj, rollout.FailRecord(rec, r.Scheduler.Policy.HaltOnFailure), ""); err != nil {
-			return reconcile.Result{}, false, err
+		if stale, err := r.closeRecord(ctx, obj, rollout.FailRecord(rec, r.Scheduler.Policy.HaltOnFailure)); stale || err != nil {
+			return reconcile.Result{RequeueAfter: staleRecheck}, true, err
 		}
 		rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
 		r.reportFailure(ctx, obj, rec, j.Reason)
@@ -417,6 +417,30 @@ func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj clie
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
 		"%s changed: pod template stamped with %s=%s", what, stamp.AnnotationHash, p.comp.Hash)
 	return nil
+}
+
+// staleRecheck is how soon a reconcile that read an outdated workload from
+// the cache asks again.
+const staleRecheck = 200 * time.Millisecond
+
+// closeRecord closes the rollout record with meta, but only on the version of
+// the workload that was judged (a resourceVersion precondition): a cache that
+// has not yet seen an earlier close, or a newer rollout started since, must
+// not be closed again. stale: the workload had changed; nothing was written.
+func (r *WorkloadReconciler) closeRecord(ctx context.Context, obj client.Object, meta map[string]any) (bool, error) {
+	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": obj.GetResourceVersion(), "annotations": meta}})
+	if err != nil {
+		return false, err
+	}
+	err = r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager))
+	switch {
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("while closing the rollout record of %s %s/%s: %w", r.Kind.Name, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return false, nil
 }
 
 // patch merge-patches the workload's metadata annotations (nil deletes one)
