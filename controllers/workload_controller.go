@@ -290,14 +290,14 @@ func (r *WorkloadReconciler) cacheBehind(ctx context.Context, namespace string, 
 		return true, nil
 	}
 	for ref, rv := range recorded {
-		if stale, _ := stamp.CompareVersions(map[stamp.ObjectRef]string{ref: rv}, map[stamp.ObjectRef]string{ref: cached[ref]}); !stale {
+		if older, _ := stamp.Older(cached[ref], rv); !older {
 			continue
 		}
 		live, err := liveVersion(ctx, r.APIReader, namespace, ref)
 		if err != nil {
 			return false, err
 		}
-		if stale, _ := stamp.CompareVersions(map[stamp.ObjectRef]string{ref: rv}, map[stamp.ObjectRef]string{ref: live}); !stale {
+		if older, _ := stamp.Older(live, rv); !older {
 			return true, nil // the API server has it: the cache will too
 		}
 	}

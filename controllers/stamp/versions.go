@@ -60,18 +60,25 @@ func CompareVersions(recorded, proposed map[ObjectRef]string) (stale, uncertain 
 		if !ok {
 			continue
 		}
-		switch {
-		case rec == VersionAbsent && prop == VersionAbsent:
-		case rec == VersionAbsent || prop == VersionAbsent:
-			uncertain = true
-		default:
-			c, err := resourceversion.CompareResourceVersion(prop, rec)
-			if err != nil {
-				uncertain = true
-			} else if c < 0 {
-				stale = true
-			}
-		}
+		older, unsure := Older(prop, rec)
+		stale, uncertain = stale || older, uncertain || unsure
 	}
 	return stale, uncertain
+}
+
+// Older compares one source's version seen now with the one recorded: older
+// when seen precedes recorded, uncertain when the two cannot be ordered (one
+// side absent, or a version that does not parse).
+func Older(seen, recorded string) (older, uncertain bool) {
+	switch {
+	case recorded == VersionAbsent && seen == VersionAbsent:
+		return false, false
+	case recorded == VersionAbsent || seen == VersionAbsent:
+		return false, true
+	}
+	c, err := resourceversion.CompareResourceVersion(seen, recorded)
+	if err != nil {
+		return false, true
+	}
+	return c < 0, false
 }
