@@ -72,6 +72,8 @@ type options struct {
 	namespaceSelector   string
 	scope               *workload.Scope
 	applyWarnings       bool
+	kindsConfig         string
+	printRBAC           bool
 }
 
 func main() {
@@ -127,6 +129,8 @@ func parseFlags() *options {
 	fs.Var(&o.excludeNamespaces, "exclude-namespaces", "Comma-separated namespaces this installation never acts in, webhook and reconciler alike; their objects are not cached. --namespace and kube-system are always excluded.")
 	fs.StringVar(&o.namespaceSelector, "namespace-selector", "", `Label selector (kubectl syntax, e.g. "team=payments,env in (prod)") a namespace's labels must match to be in scope. Filters what is acted on, not what is cached.`)
 	fs.BoolVar(&o.applyWarnings, "apply-warnings", false, "Serve the apply-time warning webhook (ConfigMap/Secret UPDATE: an admission warning naming the workloads the change rolls; never denies). Self mode registers its ValidatingWebhookConfiguration (named --webhook-config-name) and deletes it without the flag; in cert-manager mode apply one as the README shows.")
+	fs.StringVar(&o.kindsConfig, "kinds-config", "", "YAML file naming extra workload kinds with a pod template (Argo Rollouts, other CRDs): group, version, kind, resource, templatePath and where their status tells progress (config/kinds). A kind whose CRD is not installed at start is skipped.")
+	fs.BoolVar(&o.printRBAC, "print-rbac", false, "Print the ClusterRole and ClusterRoleBinding the kinds of --kinds-config need (get, list, watch, patch of exactly those) and exit.")
 	flag.Parse()
 	return o
 }
@@ -185,6 +189,13 @@ func run() error {
 	if *showVersion {
 		return printVersion(os.Stdout)
 	}
+	kinds, err := workload.LoadKindsConfig(o.kindsConfig)
+	if err != nil {
+		return err
+	}
+	if o.printRBAC {
+		return printKindsRBAC(os.Stdout, kinds)
+	}
 	logger, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
 		return err
@@ -213,6 +224,14 @@ func run() error {
 		return fmt.Errorf("while creating a client: %w", err)
 	}
 
+	// The extra kinds are decided once, before the caches, reconcilers and
+	// webhook rules that iterate workload.Kinds are made.
+	extra, err := installedKinds(direct.RESTMapper(), kinds, setupLog)
+	if err != nil {
+		return err
+	}
+	workload.Register(extra...)
+
 	hashKey, err := controllers.EnsureHashKey(ctx, direct, o.namespace, o.hashKeySecret)
 	if err != nil {
 		return err
@@ -237,6 +256,8 @@ func run() error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(o.scope),
+		// The extra kinds are read as unstructured objects: from the cache too.
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, setupLog),
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,

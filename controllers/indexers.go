@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -77,27 +78,27 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // cached whole: their labels say which workloads opted in and which
 // namespaces --namespace-selector selects.
 func CacheOptions(scope *workload.Scope) ctrlcache.Options {
-	workload := ctrlcache.ByObject{Transform: stripWorkload}
+	byObject := map[client.Object]ctrlcache.ByObject{
+		&corev1.ConfigMap{}: {Transform: func(in any) (any, error) {
+			if cm, ok := in.(*corev1.ConfigMap); ok {
+				stamp.DigestConfigMap(cm)
+			}
+			return in, nil
+		}},
+		&corev1.Secret{}: {Transform: func(in any) (any, error) {
+			if s, ok := in.(*corev1.Secret); ok {
+				stamp.DigestSecret(s)
+			}
+			return in, nil
+		}},
+	}
+	for _, kind := range workload.Kinds { // the extra kinds of --kinds-config too
+		byObject[kind.New()] = ctrlcache.ByObject{Transform: stripWorkload}
+	}
 	return ctrlcache.Options{
 		DefaultNamespaces: ScopeNamespaces(scope),
 		DefaultTransform:  stripMetadata,
-		ByObject: map[client.Object]ctrlcache.ByObject{
-			&appsv1.Deployment{}:  workload,
-			&appsv1.StatefulSet{}: workload,
-			&appsv1.DaemonSet{}:   workload,
-			&corev1.ConfigMap{}: {Transform: func(in any) (any, error) {
-				if cm, ok := in.(*corev1.ConfigMap); ok {
-					stamp.DigestConfigMap(cm)
-				}
-				return in, nil
-			}},
-			&corev1.Secret{}: {Transform: func(in any) (any, error) {
-				if s, ok := in.(*corev1.Secret); ok {
-					stamp.DigestSecret(s)
-				}
-				return in, nil
-			}},
-		},
+		ByObject:          byObject,
 	}
 }
 
@@ -165,11 +166,14 @@ func stripWorkload(in any) (any, error) {
 	obj.SetAnnotations(own)
 	obj.SetOwnerReferences(nil)
 	obj.SetFinalizers(nil)
-	if tmpl := workload.PodTemplate(obj); tmpl != nil {
+	tmpl := workload.PodTemplate(obj)
+	if tmpl != nil {
 		tmpl.Annotations = ownKeys(tmpl.Annotations)
 		tmpl.Spec = referencesOnly(&tmpl.Spec)
 	}
 	switch w := obj.(type) {
+	case *unstructured.Unstructured: // an extra kind: tmpl is a copy
+		workload.SlimCustom(w, tmpl)
 	case *appsv1.Deployment:
 		w.Spec.Selector, w.Spec.Strategy = nil, appsv1.DeploymentStrategy{}
 		var conditions []appsv1.DeploymentCondition

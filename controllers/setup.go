@@ -38,6 +38,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache())
 	nudger := NewNudger()
 	for _, kind := range workload.Kinds {
+		rollout.InitSeries(kind.Name)
 		r := &WorkloadReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kind: kind,
 			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},

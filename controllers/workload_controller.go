@@ -449,8 +449,12 @@ func (r *WorkloadReconciler) closeRecord(ctx context.Context, obj client.Object,
 func (r *WorkloadReconciler) patch(ctx context.Context, obj client.Object, meta map[string]any, templateHash string) error {
 	patch := map[string]any{"metadata": map[string]any{"annotations": meta}}
 	if templateHash != "" {
-		patch["spec"] = map[string]any{"template": map[string]any{"metadata": map[string]any{
-			"annotations": map[string]any{stamp.AnnotationHash: templateHash}}}}
+		var at any = map[string]any{"metadata": map[string]any{"annotations": map[string]any{stamp.AnnotationHash: templateHash}}}
+		path := r.Kind.TemplateFields()
+		for i := len(path) - 1; i > 0; i-- {
+			at = map[string]any{path[i]: at}
+		}
+		patch[path[0]] = at
 	}
 	raw, err := json.Marshal(patch)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,26 +32,31 @@ const Path = "/mutate-workloads"
 func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	recorder := mgr.GetEventRecorder("configstamp-webhook")
-	handlers := map[string]admission.Handler{
-		"Deployment": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{
+	apps := func(kind string) schema.GroupKind { return schema.GroupKind{Group: appsv1.GroupName, Kind: kind} }
+	handlers := byKind{
+		apps("Deployment"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{
 			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler,
-		"StatefulSet": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.StatefulSet]{
+		apps("StatefulSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.StatefulSet]{
 			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler,
-		"DaemonSet": admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.DaemonSet]{
+		apps("DaemonSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.DaemonSet]{
 			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler,
 	}
-	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: withWarnings{byKind(handlers)}})
+	custom := admission.WithDefaulter(mgr.GetScheme(), &Stamper[*unstructured.Unstructured]{
+		Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler
+	for _, k := range workload.Kinds {
+		if k.Unstructured() {
+			handlers[k.GVK.GroupKind()] = custom
+		}
+	}
+	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: withWarnings{handlers}})
 	return nil
 }
 
 // byKind dispatches a request to the handler of its kind.
-type byKind map[string]admission.Handler
+type byKind map[schema.GroupKind]admission.Handler
 
 func (b byKind) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Kind.Group != appsv1.GroupName {
-		return admission.Allowed("not a workload")
-	}
-	h, ok := b[req.Kind.Kind]
+	h, ok := b[schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}]
 	if !ok {
 		return admission.Allowed("not a workload")
 	}
@@ -86,11 +93,7 @@ func Configuration(name, ownNamespace string, cc admissionregistrationv1.Webhook
 // selector), so the API server never sends configstamp a workload out of its
 // scope, and a second installation on other namespaces never sees this one's.
 func ScopedConfiguration(name string, scope *workload.Scope, cc admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
-	rules := []admissionregistrationv1.RuleWithOperations{{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"},
-			Resources: []string{"deployments", "statefulsets", "daemonsets"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-	}}
+	rules := Rules()
 	entry := func(id string, objSel, nsSel []metav1.LabelSelectorRequirement) admissionregistrationv1.MutatingWebhook {
 		return admissionregistrationv1.MutatingWebhook{
 			Name:                    id + ".configstamp.io",
@@ -122,6 +125,26 @@ func ScopedConfiguration(name string, scope *workload.Scope, cc admissionregistr
 				[]metav1.LabelSelectorRequirement{{Key: label, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"}}}),
 		},
 	}
+}
+
+// Rules are the webhook's rules: CREATE and UPDATE of the built-in workload
+// kinds, then of each extra kind of --kinds-config (registered only when its
+// CRD exists).
+func Rules() []admissionregistrationv1.RuleWithOperations {
+	rule := func(group, version string, resources ...string) admissionregistrationv1.RuleWithOperations {
+		return admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{version},
+				Resources: resources, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+		}
+	}
+	rules := []admissionregistrationv1.RuleWithOperations{rule("apps", "v1", "deployments", "statefulsets", "daemonsets")}
+	for _, k := range workload.Kinds {
+		if k.Unstructured() {
+			rules = append(rules, rule(k.GVK.Group, k.GVK.Version, k.Resource))
+		}
+	}
+	return rules
 }
 
 // Register creates or updates the MutatingWebhookConfiguration.

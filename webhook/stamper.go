@@ -1,5 +1,6 @@
 // Package webhook is configstamp's mutating admission webhook: it stamps opted-in
-// Deployments, StatefulSets and DaemonSets at CREATE and UPDATE, so a new
+// Deployments, StatefulSets and DaemonSets (and the extra kinds of
+// --kinds-config) at CREATE and UPDATE, so a new
 // workload starts with the right hash and a re-applied manifest that lacks the
 // stamp gets it back instead of rolling.
 package webhook
@@ -12,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -108,7 +108,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 			s.report(ctx, obj, namespace, p.Problem, dryRun)
 		}
 	}
-	setAnnotation(&tmpl.ObjectMeta, stamp.AnnotationHash, comp.Hash)
+	workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, comp.Hash)
 	meta := obj.GetAnnotations()
 	if meta == nil {
 		meta = map[string]string{}
@@ -142,7 +142,7 @@ func keepStamp(old, obj client.Object) bool {
 		return false
 	}
 	if newStamp == "" && oldStamp != "" {
-		setAnnotation(&newT.ObjectMeta, stamp.AnnotationHash, oldStamp)
+		workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, oldStamp)
 	}
 	meta := obj.GetAnnotations()
 	for _, k := range ourAnnotations {
@@ -188,13 +188,6 @@ func sameExceptStamp(a, b *corev1.PodTemplateSpec) bool {
 		b.Annotations = nil
 	}
 	return equality.Semantic.DeepEqual(a, b)
-}
-
-func setAnnotation(m *metav1.ObjectMeta, key, value string) {
-	if m.Annotations == nil {
-		m.Annotations = map[string]string{}
-	}
-	m.Annotations[key] = value
 }
 
 func (s *Stamper[T]) newObject() T {

@@ -37,7 +37,7 @@ func newHandler(t *testing.T, objs ...client.Object) (admission.Handler, *stamp.
 	hasher := keys.Current()
 	resolver := &workload.Resolver{Sources: c, Index: c, Keys: keys, Parallel: true}
 	d := &Stamper[*appsv1.Deployment]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)}
-	return withWarnings{byKind{"Deployment": admission.WithDefaulter(scheme, d).Handler}}, hasher
+	return withWarnings{byKind{{Group: "apps", Kind: "Deployment"}: admission.WithDefaulter(scheme, d).Handler}}, hasher
 }
 
 func deployment(labels, annotations map[string]string, templateAnnotations map[string]string) *appsv1.Deployment {

@@ -74,8 +74,14 @@ func init() {
 	// none, and the alert on failed rollouts would miss it), and a dashboard
 	// shows 0 rather than no data. Three kinds: three series per counter.
 	for _, k := range workload.Kinds {
-		for _, c := range []*prometheus.CounterVec{StartedTotal, CompletedTotal, FailedTotal} {
-			c.WithLabelValues(k.Name)
-		}
+		InitSeries(k.Name)
+	}
+}
+
+// InitSeries makes kind's rollout counters' series, at 0 (the extra kinds of
+// --kinds-config are registered after init).
+func InitSeries(kind string) {
+	for _, c := range []*prometheus.CounterVec{StartedTotal, CompletedTotal, FailedTotal} {
+		c.WithLabelValues(kind)
 	}
 }

@@ -2,11 +2,17 @@ package rollout
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Verdict is the judgement of an open rollout.
@@ -42,7 +48,7 @@ func Judge(obj client.Object, started time.Time, deadline time.Duration, now tim
 	case complete:
 		return Judgement{Verdict: Done}
 	case exceeded:
-		return Judgement{Verdict: Failure, Reason: "its progress deadline was exceeded (ProgressDeadlineExceeded)"}
+		return Judgement{Verdict: Failure, Reason: failedReason(obj)}
 	}
 	left := started.Add(deadline).Sub(now)
 	if left < 0 {
@@ -63,6 +69,8 @@ func Judge(obj client.Object, started time.Time, deadline time.Duration, now tim
 //     one the update revision current.
 //   - DaemonSet: OnDelete as above; else the latest generation observed and
 //     every scheduled node updated and available.
+//   - an extra kind (--kinds-config): as its workload.Progress says; without
+//     one, complete at once.
 //
 // Other objects are complete.
 func Complete(obj client.Object) (complete, exceeded bool) {
@@ -73,6 +81,10 @@ func Complete(obj client.Object) (complete, exceeded bool) {
 		return statefulSetComplete(w), false
 	case *appsv1.DaemonSet:
 		return daemonSetComplete(w), false
+	case *unstructured.Unstructured:
+		if k, ok := workload.CustomKind(w); ok && k.Progress != nil {
+			return customComplete(w, k.Progress)
+		}
 	}
 	return true, false
 }
@@ -85,8 +97,78 @@ func NothingToWaitFor(obj client.Object) bool {
 		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType
 	case *appsv1.DaemonSet:
 		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+	case *unstructured.Unstructured:
+		k, ok := workload.CustomKind(w)
+		return !ok || k.Progress == nil
 	}
 	return false
+}
+
+// failedReason says why Complete found obj's rollout failed.
+func failedReason(obj client.Object) string {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if k, ok := workload.CustomKind(u); ok && k.Progress != nil {
+			phase, _, _ := unstructured.NestedString(u.Object, strings.Split(k.Progress.Phase, ".")...)
+			return fmt.Sprintf("its %s reports the failed phase %q", k.Progress.Phase, phase)
+		}
+	}
+	return "its progress deadline was exceeded (ProgressDeadlineExceeded)"
+}
+
+// customComplete judges an extra kind's rollout from the fields its Progress
+// names (see workload.Progress); a field that is missing or of another type
+// reads as "not there yet".
+func customComplete(u *unstructured.Unstructured, p *workload.Progress) (complete, exceeded bool) {
+	if p.ObservedGeneration != "" {
+		observed, ok := intField(u, p.ObservedGeneration)
+		if !ok || observed < u.GetGeneration() {
+			return false, false
+		}
+	}
+	if p.Phase != "" {
+		phase, _, _ := unstructured.NestedString(u.Object, strings.Split(p.Phase, ".")...)
+		if slices.Contains(p.FailedPhases, phase) {
+			return false, true
+		}
+		if !slices.Contains(p.CompletePhases, phase) {
+			return false, false
+		}
+	}
+	if p.UpdatedReplicas != "" {
+		want := int64(1)
+		if p.Replicas != "" {
+			if n, ok := intField(u, p.Replicas); ok {
+				want = n
+			}
+		}
+		updated, _ := intField(u, p.UpdatedReplicas)
+		available := updated
+		if p.AvailableReplicas != "" {
+			available, _ = intField(u, p.AvailableReplicas)
+		}
+		if updated < want || available < updated {
+			return false, false
+		}
+	}
+	return true, false
+}
+
+// intField reads an integer, or an integer written as a string, at path.
+func intField(u *unstructured.Unstructured, path string) (int64, bool) {
+	v, found, err := unstructured.NestedFieldNoCopy(u.Object, strings.Split(path, ".")...)
+	if err != nil || !found {
+		return 0, false
+	}
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case float64:
+		return int64(n), true
+	case string:
+		i, err := strconv.ParseInt(n, 10, 64)
+		return i, err == nil
+	}
+	return 0, false
 }
 
 func deploymentComplete(d *appsv1.Deployment) (complete, exceeded bool) {

@@ -8,6 +8,8 @@ package workload
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -23,10 +25,34 @@ type Kind struct {
 	NewList  func() client.ObjectList
 	// Items returns the objects of a list made by NewList.
 	Items func(client.ObjectList) []client.Object
+	// GVK is set for the extra kinds of --kinds-config (read as
+	// unstructured); the built-in kinds are typed.
+	GVK schema.GroupVersionKind
+	// TemplatePath is where the pod template sits (spec.template when empty).
+	TemplatePath []string
+	// Progress tells an extra kind's rollout progress (see Progress); nil for
+	// the built-in kinds, whose progress is typed, and for extra kinds whose
+	// rollouts configstamp does not follow.
+	Progress *Progress
 }
 
-// Kinds are the kinds configstamp handles, in a stable order.
-var Kinds = []Kind{
+// Unstructured reports whether k is an extra kind (--kinds-config).
+func (k Kind) Unstructured() bool { return !k.GVK.Empty() }
+
+// TemplateFields returns the path of k's pod template.
+func (k Kind) TemplateFields() []string {
+	if len(k.TemplatePath) == 0 {
+		return []string{"spec", "template"}
+	}
+	return k.TemplatePath
+}
+
+// Kinds are the kinds configstamp handles, in a stable order: the built-in
+// ones, then those of --kinds-config (Register).
+var Kinds = builtins
+
+// builtins are the typed kinds configstamp always handles.
+var builtins = []Kind{
 	{
 		Name: "Deployment", Resource: "deployments",
 		New:     func() client.Object { return &appsv1.Deployment{} },
@@ -65,7 +91,9 @@ func itemPointers[T any, PT interface {
 	return out
 }
 
-// PodTemplate returns the pod template of a workload, or nil for other objects.
+// PodTemplate returns the pod template of a workload, or nil for other
+// objects. For a typed kind it is the object's own; for an extra kind a copy,
+// changed only through SetTemplateAnnotation.
 func PodTemplate(obj client.Object) *corev1.PodTemplateSpec {
 	switch w := obj.(type) {
 	case *appsv1.Deployment:
@@ -74,6 +102,8 @@ func PodTemplate(obj client.Object) *corev1.PodTemplateSpec {
 		return &w.Spec.Template
 	case *appsv1.DaemonSet:
 		return &w.Spec.Template
+	case *unstructured.Unstructured:
+		return customTemplate(w)
 	}
 	return nil
 }

@@ -1,0 +1,259 @@
+package workload
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// KindsConfig is the file --kinds-config names: the kinds, beyond
+// Deployments, StatefulSets and DaemonSets, whose pod template configstamp
+// stamps (Argo Rollouts, other CRDs).
+type KindsConfig struct {
+	Kinds []KindConfig `json:"kinds"`
+}
+
+// KindConfig is one extra kind: which objects, where their pod template
+// sits, and where their status tells a rollout's progress.
+type KindConfig struct {
+	Group    string `json:"group"`
+	Version  string `json:"version"`
+	Kind     string `json:"kind"`
+	Resource string `json:"resource"`
+	// TemplatePath is the dotted path of the pod template, e.g. spec.template.
+	TemplatePath string `json:"templatePath"`
+	// Progress: nil when the kind has no status configstamp can follow; a
+	// rollout of it then holds no slot and is recorded complete at once.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress names, as dotted paths, the fields that tell whether an object's
+// rollout is complete. Every field given must agree:
+//   - ObservedGeneration: the generation the object's controller has seen (an
+//     integer, or an integer in a string as Argo Rollouts writes it); the
+//     rollout is pending until it reaches metadata.generation;
+//   - Phase: complete when its value is one of CompletePhases, failed when
+//     one of FailedPhases, else pending;
+//   - UpdatedReplicas (with Replicas, the desired count, 1 when absent, and
+//     AvailableReplicas): complete once every desired replica is updated and
+//     every updated one available.
+type Progress struct {
+	ObservedGeneration string   `json:"observedGeneration,omitempty"`
+	Phase              string   `json:"phase,omitempty"`
+	CompletePhases     []string `json:"completePhases,omitempty"`
+	FailedPhases       []string `json:"failedPhases,omitempty"`
+	Replicas           string   `json:"replicas,omitempty"`
+	UpdatedReplicas    string   `json:"updatedReplicas,omitempty"`
+	AvailableReplicas  string   `json:"availableReplicas,omitempty"`
+}
+
+// Paths returns every field path p reads.
+func (p *Progress) Paths() [][]string {
+	var out [][]string
+	for _, s := range []string{p.ObservedGeneration, p.Phase, p.Replicas, p.UpdatedReplicas, p.AvailableReplicas} {
+		if s != "" {
+			out = append(out, strings.Split(s, "."))
+		}
+	}
+	return out
+}
+
+// GVK is the kind's group, version and kind.
+func (c KindConfig) GVK() schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: c.Group, Version: c.Version, Kind: c.Kind}
+}
+
+// LoadKindsConfig reads and checks a --kinds-config file. An empty path: no
+// extra kinds.
+func LoadKindsConfig(path string) ([]KindConfig, error) {
+	if path == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("while reading --kinds-config: %w", err)
+	}
+	return ParseKindsConfig(raw)
+}
+
+// ParseKindsConfig parses and checks the contents of a --kinds-config file:
+// unknown fields, missing names, a kind configstamp already knows or listed
+// twice, a path that is not a dotted field path, phases without a phase
+// field are all refused, so a typo fails at start rather than never rolling.
+func ParseKindsConfig(raw []byte) ([]KindConfig, error) {
+	var cfg KindsConfig
+	if err := yaml.UnmarshalStrict(bytes.TrimSpace(raw), &cfg); err != nil {
+		return nil, fmt.Errorf("while parsing --kinds-config: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, k := range builtins {
+		seen[k.Name] = true
+	}
+	for i, c := range cfg.Kinds {
+		where := fmt.Sprintf("--kinds-config kinds[%d] (%s)", i, c.Kind)
+		for field, v := range map[string]string{"version": c.Version, "kind": c.Kind, "resource": c.Resource, "templatePath": c.TemplatePath} {
+			if v == "" {
+				return nil, fmt.Errorf("%s: %s is required", where, field)
+			}
+		}
+		if c.Group == "" {
+			return nil, fmt.Errorf("%s: group is required (the core group has no pod-template kinds configstamp lacks)", where)
+		}
+		if errs := validation.IsDNS1123Subdomain(c.Group); len(errs) > 0 {
+			return nil, fmt.Errorf("%s: group %q: %s", where, c.Group, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsDNS1035Label(c.Resource); len(errs) > 0 {
+			return nil, fmt.Errorf("%s: resource %q: %s", where, c.Resource, strings.Join(errs, "; "))
+		}
+		if seen[c.Kind] {
+			return nil, fmt.Errorf("%s: kind %s is already handled (kind names must be unique, built-in ones included)", where, c.Kind)
+		}
+		seen[c.Kind] = true
+		paths := []string{c.TemplatePath}
+		if p := c.Progress; p != nil {
+			paths = append(paths, p.ObservedGeneration, p.Phase, p.Replicas, p.UpdatedReplicas, p.AvailableReplicas)
+			if p.Phase == "" && len(p.CompletePhases)+len(p.FailedPhases) > 0 {
+				return nil, fmt.Errorf("%s: completePhases and failedPhases need progress.phase", where)
+			}
+			if p.Phase != "" && len(p.CompletePhases) == 0 {
+				return nil, fmt.Errorf("%s: progress.phase needs completePhases", where)
+			}
+			if (p.Replicas != "" || p.AvailableReplicas != "") && p.UpdatedReplicas == "" {
+				return nil, fmt.Errorf("%s: progress.replicas and availableReplicas need updatedReplicas", where)
+			}
+		}
+		for _, path := range paths {
+			if path != "" && !validPath(path) {
+				return nil, fmt.Errorf("%s: %q is not a dotted field path such as spec.template", where, path)
+			}
+		}
+	}
+	return cfg.Kinds, nil
+}
+
+func validPath(path string) bool {
+	for _, seg := range strings.Split(path, ".") {
+		if seg == "" || strings.ContainsAny(seg, "[]*/ ") {
+			return false
+		}
+	}
+	return true
+}
+
+// Custom returns the Kind of c: objects read as unstructured, their pod
+// template at c.TemplatePath.
+func Custom(c KindConfig) Kind {
+	gvk := c.GVK()
+	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
+	return Kind{
+		Name: c.Kind, Resource: c.Resource, GVK: gvk,
+		TemplatePath: strings.Split(c.TemplatePath, "."),
+		Progress:     c.Progress,
+		New: func() client.Object {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(gvk)
+			return u
+		},
+		NewList: func() client.ObjectList {
+			l := &unstructured.UnstructuredList{}
+			l.SetGroupVersionKind(listGVK)
+			return l
+		},
+		Items: func(l client.ObjectList) []client.Object {
+			items := l.(*unstructured.UnstructuredList).Items
+			out := make([]client.Object, len(items))
+			for i := range items {
+				out[i] = &items[i]
+			}
+			return out
+		},
+	}
+}
+
+// Register adds extra kinds to Kinds. It is called once at start, before
+// anything reads Kinds (the caches, the reconcilers, the webhook).
+func Register(kinds ...Kind) {
+	Kinds = append(slices.Clip(Kinds), kinds...)
+}
+
+// CustomKind returns the registered extra kind of u.
+func CustomKind(u *unstructured.Unstructured) (Kind, bool) {
+	gvk := u.GroupVersionKind()
+	for _, k := range Kinds {
+		if k.Unstructured() && k.GVK.GroupKind() == gvk.GroupKind() {
+			return k, true
+		}
+	}
+	return Kind{}, false
+}
+
+// customTemplate converts the pod template of u to a PodTemplateSpec: a
+// copy, which SetTemplateAnnotation writes to. nil when u is of no
+// registered kind or its template is missing or malformed.
+func customTemplate(u *unstructured.Unstructured) *corev1.PodTemplateSpec {
+	k, ok := CustomKind(u)
+	if !ok {
+		return nil
+	}
+	m, found, err := unstructured.NestedFieldNoCopy(u.Object, k.TemplatePath...)
+	tm, isMap := m.(map[string]any)
+	if err != nil || !found || !isMap {
+		return nil
+	}
+	tmpl := &corev1.PodTemplateSpec{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tm, tmpl); err != nil {
+		return nil
+	}
+	return tmpl
+}
+
+// SetTemplateAnnotation sets an annotation of obj's pod template, in place.
+func SetTemplateAnnotation(obj client.Object, key, value string) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if k, ok := CustomKind(u); ok {
+			path := append(slices.Clone(k.TemplatePath), "metadata", "annotations", key)
+			_ = unstructured.SetNestedField(u.Object, value, path...) // fails only on a non-map on the way, which customTemplate refuses first
+		}
+		return
+	}
+	if tmpl := PodTemplate(obj); tmpl != nil {
+		if tmpl.Annotations == nil {
+			tmpl.Annotations = map[string]string{}
+		}
+		tmpl.Annotations[key] = value
+	}
+}
+
+// SlimCustom keeps of u what configstamp reads (its metadata as it is, the
+// pod template tmpl, the fields its Progress names) and drops the rest, for
+// the cache.
+func SlimCustom(u *unstructured.Unstructured, tmpl *corev1.PodTemplateSpec) {
+	k, ok := CustomKind(u)
+	if !ok {
+		return
+	}
+	out := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": u.Object["metadata"]}
+	if tmpl != nil {
+		if m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tmpl); err == nil {
+			_ = unstructured.SetNestedField(out, m, k.TemplatePath...)
+		}
+	}
+	if k.Progress != nil {
+		for _, path := range k.Progress.Paths() {
+			if v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...); err == nil && found {
+				_ = unstructured.SetNestedField(out, runtime.DeepCopyJSONValue(v), path...)
+			}
+		}
+	}
+	u.Object = out
+}
