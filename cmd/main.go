@@ -254,10 +254,10 @@ func run() error {
 	tlsOpts := tlsOptions(o.enableHTTP2)
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Cache:                   controllers.CacheOptions(o.scope),
+		Scheme: scheme,
+		Cache:  controllers.CacheOptions(o.scope),
 		// The extra kinds are read as unstructured objects: from the cache too.
-		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Client:                  client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, setupLog),
 		HealthProbeBindAddress:  o.probeAddr,
 		PprofBindAddress:        o.pprofAddr,

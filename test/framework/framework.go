@@ -56,6 +56,9 @@ type Env struct {
 	certDir  string
 	// secureMetrics: configstamp serves /metrics as in a cluster (Config.SecureMetrics).
 	secureMetrics bool
+	// controllers are the workload controllers WaitIdle and ReconcileCounts
+	// read: the built-in kinds' and Config.ExtraControllers.
+	controllers []string
 
 	// MetricsToken is the bearer token Process.Metrics sends when /metrics is
 	// served over HTTPS (Config.SecureMetrics): one allowed get on /metrics.
@@ -106,6 +109,15 @@ type Config struct {
 	// each test starts the processes it needs with StartConfigstamp, logs in
 	// Env.Dir().
 	NoConfigstamp bool
+	// BeforeStart, when set, is called once the control plane is up, after
+	// Kubeconfig, before configstamp starts: to create what configstamp must
+	// find at its start (a CRD it reads only when it starts, for instance).
+	BeforeStart func(ctx context.Context, e *Env) error
+	// ExtraControllers names the controllers of the extra kinds configstamp
+	// runs with (--kinds-config; a controller is named after its kind in lower
+	// case, e.g. "rollout"): WaitIdle and ReconcileCounts watch them next to
+	// the built-in kinds' controllers.
+	ExtraControllers []string
 }
 
 // Main starts the control plane and configstamp, runs the tests, and stops
@@ -138,7 +150,8 @@ func start(cfg Config) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Root: root, certDir: cfg.CertManagerDir, secureMetrics: cfg.SecureMetrics}
+	e := &Env{Root: root, certDir: cfg.CertManagerDir, secureMetrics: cfg.SecureMetrics,
+		controllers: append(append([]string{}, controllerNames...), cfg.ExtraControllers...)}
 	dir, err := os.MkdirTemp("", "configstamp-test-")
 	if err != nil {
 		return nil, err
@@ -180,6 +193,11 @@ func start(cfg Config) (*Env, error) {
 	if cfg.Kubeconfig != nil {
 		if e.ConfigstampKubeconfig, err = cfg.Kubeconfig(ctx, e); err != nil {
 			return e, fmt.Errorf("preparing configstamp's kubeconfig: %w", err)
+		}
+	}
+	if cfg.BeforeStart != nil {
+		if err := cfg.BeforeStart(ctx, e); err != nil {
+			return e, fmt.Errorf("before starting configstamp: %w", err)
 		}
 	}
 	if cfg.CertManagerDir != "" || cfg.NoConfigstamp {
@@ -573,7 +591,7 @@ func (p *Process) WaitIdle(t testing.TB, since map[string]float64) {
 		if pending, err := p.Metrics("configstamp_rollouts_pending"); err != nil || pending != 0 {
 			return false, fmt.Sprintf("%v workloads pending in the scheduler (%v)", pending, err)
 		}
-		for _, name := range controllerNames {
+		for _, name := range p.env.controllers {
 			depth, err := p.Metrics("workqueue_depth", `name="`+name+`"`)
 			if err != nil || depth != 0 {
 				return false, fmt.Sprintf("queue %s depth %v (%v)", name, depth, err)
@@ -593,7 +611,7 @@ var controllerNames = []string{"deployment", "statefulset", "daemonset"}
 func (p *Process) ReconcileCounts(t testing.TB) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	for _, name := range controllerNames {
+	for _, name := range p.env.controllers {
 		v, err := p.Metrics("controller_runtime_reconcile_total", `controller="`+name+`"`)
 		if err != nil {
 			t.Fatalf("scraping configstamp metrics: %v", err)

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -144,6 +145,10 @@ func TemplateHash(obj client.Object) string {
 		return w.Spec.Template.Annotations[stamp.AnnotationHash]
 	case *appsv1.DaemonSet:
 		return w.Spec.Template.Annotations[stamp.AnnotationHash]
+	case *unstructured.Unstructured:
+		// A custom kind (--kinds-config) whose pod template is spec.template.
+		h, _, _ := unstructured.NestedString(w.Object, "spec", "template", "metadata", "annotations", stamp.AnnotationHash)
+		return h
 	}
 	return ""
 }
