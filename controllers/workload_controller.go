@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -449,12 +450,7 @@ func (r *WorkloadReconciler) closeRecord(ctx context.Context, obj client.Object,
 func (r *WorkloadReconciler) patch(ctx context.Context, obj client.Object, meta map[string]any, templateHash string) error {
 	patch := map[string]any{"metadata": map[string]any{"annotations": meta}}
 	if templateHash != "" {
-		var at any = map[string]any{"metadata": map[string]any{"annotations": map[string]any{stamp.AnnotationHash: templateHash}}}
-		path := r.Kind.TemplateFields()
-		for i := len(path) - 1; i > 0; i-- {
-			at = map[string]any{path[i]: at}
-		}
-		patch[path[0]] = at
+		maps.Copy(patch, stampPatch(r.Kind.TemplateFields(), templateHash))
 	}
 	raw, err := json.Marshal(patch)
 	if err != nil {
@@ -467,6 +463,15 @@ func (r *WorkloadReconciler) patch(ctx context.Context, obj client.Object, meta 
 		return fmt.Errorf("while patching %s %s/%s: %w", r.Kind.Name, obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil
+}
+
+// stampPatch is the merge patch that sets the stamp on the pod template at path.
+func stampPatch(path []string, hash string) map[string]any {
+	var at any = map[string]any{"metadata": map[string]any{"annotations": map[string]any{stamp.AnnotationHash: hash}}}
+	for i := len(path) - 1; i > 0; i-- {
+		at = map[string]any{path[i]: at}
+	}
+	return map[string]any{path[0]: at}
 }
 
 // haltedBy returns the first of causes that failed on some workload of the

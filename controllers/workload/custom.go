@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -141,9 +142,12 @@ func ParseKindsConfig(raw []byte) ([]KindConfig, error) {
 	return cfg.Kinds, nil
 }
 
+// fieldName is one segment of a dotted field path.
+var fieldName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+
 func validPath(path string) bool {
 	for _, seg := range strings.Split(path, ".") {
-		if seg == "" || strings.ContainsAny(seg, "[]*/ ") {
+		if !fieldName.MatchString(seg) {
 			return false
 		}
 	}
