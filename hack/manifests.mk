@@ -18,7 +18,7 @@ MANIFESTS_ROOT := $(abspath $(dir $(MANIFESTS_MK))..)
 
 ##@ Manifests
 
-.PHONY: controller-gen manifests render
+.PHONY: controller-gen manifests render kinds-rbac
 controller-gen: $(CONTROLLER_GEN) ## Install controller-gen into $(LOCALBIN).
 
 # `go install` leaves an up-to-date binary untouched, so touch it: otherwise a
@@ -31,6 +31,10 @@ $(CONTROLLER_GEN): $(MANIFESTS_MK)
 
 manifests: $(CONTROLLER_GEN) ## Regenerate config/rbac/role.yaml from the +kubebuilder:rbac markers.
 	cd $(MANIFESTS_ROOT) && $(CONTROLLER_GEN) rbac:roleName=manager-role paths=./... output:rbac:artifacts:config=config/rbac
+
+KINDS_DIR ?= config/kinds/argo-rollouts
+kinds-rbac: ## Regenerate $(KINDS_DIR)/rbac.yaml, the least RBAC of the kinds in $(KINDS_DIR)/kinds.yaml.
+	cd $(MANIFESTS_ROOT) && go run ./cmd --kinds-config=$(KINDS_DIR)/kinds.yaml --print-rbac > $(KINDS_DIR)/rbac.yaml
 
 render: manifests ## Print the rendered config/default and config/selfsigned overlays (kubectl kustomize).
 	@cd $(MANIFESTS_ROOT) && kubectl kustomize config/default && echo --- && kubectl kustomize config/selfsigned

@@ -1,0 +1,100 @@
+package manifests
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/configstamp/configstamp/controllers/workload"
+	"github.com/configstamp/configstamp/webhook"
+)
+
+const argoDir = "config/kinds/argo-rollouts"
+
+// TestKindsRBACUpToDate: the Argo Rollouts component's rbac.yaml is what
+// `configstamp --print-rbac` generates from its kinds.yaml (make kinds-rbac).
+func TestKindsRBACUpToDate(t *testing.T) {
+	root := repoRoot(t)
+	want, err := os.ReadFile(filepath.Join(root, argoDir, "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := run(t, root, 5*time.Minute, "go", "run", "./cmd", "--kinds-config="+argoDir+"/kinds.yaml", "--print-rbac")
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s/rbac.yaml is not what --print-rbac generates: run `make kinds-rbac`\n--- generated\n%s", argoDir, got)
+	}
+}
+
+// TestKindsComponent renders config/default with the Argo Rollouts component
+// added the way its kustomization says, and checks what it adds: the least
+// RBAC (get, list, watch, patch of rollouts, nothing else), bound to
+// configstamp's ServiceAccount; --kinds-config naming the mounted kinds.yaml;
+// and webhook rules equal to those self mode registers for the kind.
+func TestKindsComponent(t *testing.T) {
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Fatal("kubectl is needed to render the overlays")
+	}
+	dir := t.TempDir()
+	run(t, repoRoot(t), time.Minute, "cp", "-r", "config", dir)
+	kust := filepath.Join(dir, "config", "default", "kustomization.yaml")
+	data, err := os.ReadFile(kust)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kust, append(data, "\ncomponents:\n  - ../kinds/argo-rollouts\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := kustomize(t, filepath.Join(dir, "config", "default"))
+
+	role := getAs[rbacv1.ClusterRole](t, r, "ClusterRole", "configstamp-kinds-role")
+	if got, want := grants(role.Rules), []string{"argoproj.io/rollouts get ", "argoproj.io/rollouts list ", "argoproj.io/rollouts patch ", "argoproj.io/rollouts watch "}; !slices.Equal(got, want) {
+		t.Errorf("the kinds ClusterRole grants %v, want %v", got, want)
+	}
+	crb := getAs[rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", "configstamp-kinds-rolebinding")
+	if crb.RoleRef.Name != role.Name || len(crb.Subjects) != 1 || crb.Subjects[0].Name != serviceAccount || crb.Subjects[0].Namespace != ownNamespace {
+		t.Errorf("the kinds ClusterRoleBinding binds %s to %+v, want %s to %s/%s", crb.RoleRef.Name, crb.Subjects, role.Name, ownNamespace, serviceAccount)
+	}
+
+	dep := getAs[appsv1.Deployment](t, r, "Deployment", deployment)
+	spec := dep.Spec.Template.Spec
+	path, ok := argValue(spec.Containers[0].Args, "kinds-config")
+	if !ok {
+		t.Fatal("no --kinds-config in the manager's args")
+	}
+	var mount *corev1.VolumeMount
+	for i, m := range spec.Containers[0].VolumeMounts {
+		if filepath.Join(m.MountPath, "kinds.yaml") == path {
+			mount = &spec.Containers[0].VolumeMounts[i]
+		}
+	}
+	if mount == nil {
+		t.Fatalf("--kinds-config=%s is not in a mounted volume", path)
+	}
+	var cmName string
+	for _, v := range spec.Volumes {
+		if v.Name == mount.Name && v.ConfigMap != nil {
+			cmName = v.ConfigMap.Name
+		}
+	}
+	cm := getAs[corev1.ConfigMap](t, r, "ConfigMap", cmName)
+	kinds, err := workload.ParseKindsConfig([]byte(cm.Data["kinds.yaml"]))
+	if err != nil || len(kinds) != 1 || kinds[0].Kind != "Rollout" {
+		t.Fatalf("the mounted kinds.yaml: %v, %v", kinds, err)
+	}
+
+	// cert-manager mode ships the configuration: it must say what self mode registers.
+	saved := workload.Kinds
+	t.Cleanup(func() { workload.Kinds = saved })
+	workload.Register(workload.Custom(kinds[0]))
+	got := getAs[admissionregistrationv1.MutatingWebhookConfiguration](t, r, "MutatingWebhookConfiguration", mwcName)
+	compareWebhooks(t, got, webhook.Configuration(mwcName, ownNamespace, serviceConfig(ownNamespace, webhookService)))
+}
