@@ -94,10 +94,10 @@ kinds:
 			at := "/" + strings.Join(tc.path, "/") + "/metadata/annotations"
 			var stamped string
 			for _, p := range resp.Patches {
-				switch {
-				case p.Path == at:
+				switch p.Path {
+				case at:
 					stamped, _ = p.Value.(map[string]any)[stamp.AnnotationHash].(string)
-				case p.Path == "/metadata/annotations":
+				case "/metadata/annotations":
 				default:
 					t.Errorf("patch touches %s (%v): only annotations may change", p.Path, p.Value)
 				}

@@ -22,7 +22,7 @@ func TestParseKindsConfig(t *testing.T) {
 		t.Fatalf("valid config: %v, %v", got, err)
 	}
 	for name, tc := range map[string]struct{ yaml, want string }{
-		"unknown field":    {`kinds: [{group: a.io, version: v1, kind: K, resource: ks, templatePath: spec.template, tempalte: x}]`, "unknown field"},
+		"unknown field":    {`kinds: [{group: a.io, version: v1, kind: K, resource: ks, templatePath: spec.template, podTemplate: x}]`, "unknown field"},
 		"no resource":      {`kinds: [{group: a.io, version: v1, kind: K, templatePath: spec.template}]`, "resource is required"},
 		"no group":         {`kinds: [{version: v1, kind: K, resource: ks, templatePath: spec.template}]`, "group is required"},
 		"built-in kind":    {`kinds: [{group: a.io, version: v1, kind: Deployment, resource: deployments, templatePath: spec.template}]`, "already handled"},
