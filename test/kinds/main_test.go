@@ -1,0 +1,269 @@
+// Package kinds tests configstamp's extra pod-template kinds (--kinds-config)
+// against a real local control plane with the kinds file a user of Argo
+// Rollouts applies, config/kinds/argo-rollouts/kinds.yaml, and Argo's own
+// Rollout CRD from the argo-rollouts Go module. No Argo controller runs: the
+// test writes the status a Rollout controller would write, so it decides when
+// a Rollout's rollout completes or fails. Deployments run next to the Rollouts
+// (kube-controller-manager and kwok roll them for real), sharing one budget.
+package kinds
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+var env *framework.Env
+
+// hashKey is the suite's HMAC key, so the test can compute the stamps a
+// Deployment with the same references would get.
+var hashKey = []byte("configstamp-kinds-suite-hmac-key!!")
+
+const (
+	// argoModule is the argo-rollouts release whose CRD the suite installs.
+	argoModule = "github.com/argoproj/argo-rollouts@v1.8.3"
+	// rolloutController is the name of the Rollouts' controller in
+	// configstamp's metrics (its kind in lower case).
+	rolloutController = "rollout"
+)
+
+// The suite's flags: one rollout slot and no debounce, so a wave is strictly
+// sequential and in the order of its priorities, and nothing waits on a timer.
+var suiteArgs = []string{"--max-concurrent-rollouts=1", "--debounce=0"}
+
+func TestMain(m *testing.M) {
+	kinds, err := filepath.Abs(filepath.Join("..", "..", "config", "kinds", "argo-rollouts", "kinds.yaml"))
+	if err == nil {
+		_, err = os.Stat(kinds)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kinds:", err)
+		os.Exit(1)
+	}
+	os.Exit(framework.Main(m, &env, framework.Config{
+		Full: true, HashKey: hashKey,
+		Args: append([]string{"--kinds-config=" + kinds}, suiteArgs...),
+		// configstamp reads the kinds whose CRD is installed when it starts.
+		BeforeStart:      installRolloutCRD,
+		ExtraControllers: []string{rolloutController},
+	}))
+}
+
+// installRolloutCRD applies the Rollout CRD of argoModule as a user would:
+// from the module (downloaded through the Go module proxy into the module
+// cache, not a dependency of configstamp), with a server-side apply (the file
+// is too large for kubectl's last-applied annotation), and waits until it is
+// Established.
+func installRolloutCRD(ctx context.Context, e *framework.Env) error {
+	began := time.Now()
+	// Outside configstamp's module, so that its go.mod and go.sum stay as they are.
+	dir, err := os.MkdirTemp("", "configstamp-kinds-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", argoModule)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var mod struct{ Dir, Error string }
+	if jsonErr := json.Unmarshal(out, &mod); jsonErr != nil && err == nil {
+		err = jsonErr
+	}
+	if err != nil || mod.Error != "" || mod.Dir == "" {
+		return fmt.Errorf("go mod download %s: %w %s\n%s%s", argoModule, err, mod.Error, out, stderr.String())
+	}
+	crd := filepath.Join(mod.Dir, "manifests", "crds", "rollout-crd.yaml")
+	if _, stderr, err := e.KubectlErr("", "apply", "--server-side", "-f", crd); err != nil {
+		return fmt.Errorf("applying %s: %w\n%s", crd, err, stderr)
+	}
+	// `kubectl wait --for=condition=Established` fails while the CRD has no
+	// conditions at all yet: poll its status instead.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		out, _, err := e.KubectlErr("", "get", "crd", "rollouts.argoproj.io", "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+		return err == nil && out == "True", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the Rollout CRD to be Established: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "kinds: Rollout CRD of %s established in %v\n", argoModule, time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// rolloutManifest is a Rollout as a user writes it: one replica, a canary
+// strategy, a pod template that mounts the ConfigMap cm, a rollout priority,
+// and the opt-in label unless its namespace opts in (optIn false).
+func rolloutManifest(ns, name, cm string, priority int, optIn bool) string {
+	labels := "{}"
+	if optIn {
+		labels = `{"configstamp.io/enabled": "true"}`
+	}
+	return fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata:
+  name: %[2]s
+  namespace: %[1]s
+  labels: %[5]s
+  annotations:
+    configstamp.io/rollout-priority: "%[4]d"
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: %[2]s
+  strategy:
+    canary: {}
+  template:
+    metadata:
+      labels:
+        app: %[2]s
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: app
+        image: registry.example/app:1
+        volumeMounts:
+        - name: %[3]s
+          mountPath: /config/%[3]s
+      volumes:
+      - name: %[3]s
+        configMap:
+          name: %[3]s
+`, ns, name, cm, priority, labels)
+}
+
+// applyRollout creates (or updates) an opted-in Rollout with kubectl apply.
+func applyRollout(t *testing.T, ns, name, cm string, priority int) {
+	t.Helper()
+	env.Kubectl(t, rolloutManifest(ns, name, cm, priority, true), "apply", "-f", "-")
+}
+
+// deployment is an opted-in Deployment whose pod spec is the Rollouts' (it
+// mounts the ConfigMap cm) with a rollout priority.
+func deployment(ns, name, cm string, priority int) *appsv1.Deployment {
+	d := framework.Deployment(ns, name, framework.OptIn, podSpec(cm))
+	d.Annotations = map[string]string{rollout.AnnotationPriority: strconv.Itoa(priority)}
+	return d
+}
+
+// podSpec is the pod spec of rolloutManifest.
+func podSpec(cm string) corev1.PodSpec {
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, cm)
+	return spec
+}
+
+// expectedHash is the stamp of a workload in ns mounting the ConfigMap cm
+// that holds data: what the webhook gives a Deployment with that template.
+func expectedHash(ns, cm string, data map[string]string) string {
+	spec := podSpec(cm)
+	refs, _ := stamp.WorkloadRefs(nil, &spec)
+	src := stamp.SourceFromConfigMap(framework.ConfigMap(ns, cm, data, nil))
+	return stamp.NewHasher(hashKey).Compute(ns, refs, map[stamp.ObjectRef]stamp.Source{src.Ref: src}).Hash
+}
+
+// rolloutObj is a Rollout to read by namespace and name.
+func rolloutObj(ns, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("argoproj.io/v1alpha1")
+	u.SetKind("Rollout")
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+// get reads obj live and returns it.
+func get[T client.Object](t *testing.T, obj T) T {
+	t.Helper()
+	env.Get(t, obj)
+	return obj
+}
+
+// record is obj's rollout record as configstamp keeps it, read live.
+func record(t *testing.T, obj client.Object) rollout.Record {
+	t.Helper()
+	return rollout.Read(get(t, obj).GetAnnotations())
+}
+
+// waitState polls until obj's rollout record is in state want.
+func waitState(t *testing.T, obj client.Object, want rollout.State) {
+	t.Helper()
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		r := record(t, obj)
+		return r.State == want, fmt.Sprintf("%s: rollout-state %q, want %q", obj.GetName(), r.State, want)
+	})
+}
+
+// setRolloutStatus writes what Argo's controller writes once it has seen the
+// Rollout's current template: status.observedGeneration (metadata.generation,
+// as a string) and status.phase. It returns that generation.
+func setRolloutStatus(t *testing.T, ns, name, phase string) int64 {
+	t.Helper()
+	gen := get(t, rolloutObj(ns, name)).GetGeneration()
+	patch := fmt.Sprintf(`{"status":{"observedGeneration":%q,"phase":%q}}`, strconv.FormatInt(gen, 10), phase)
+	env.Kubectl(t, "", "-n", ns, "patch", "rollout", name, "--subresource=status", "--type=merge", "-p", patch)
+	return gen
+}
+
+// metric reads one of configstamp's metrics.
+func metric(t *testing.T, family string, labels ...string) float64 {
+	t.Helper()
+	v, err := env.Configstamp.Metrics(family, labels...)
+	if err != nil {
+		t.Fatalf("scraping %s: %v", family, err)
+	}
+	return v
+}
+
+// warnings counts the Warning events with reason about obj (by name and UID)
+// and fails the test if an event of that reason has another type.
+func warnings(t *testing.T, obj client.Object, reason string) int {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := env.Client.List(t.Context(), list, client.InNamespace(obj.GetNamespace())); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range list.Items {
+		if ev.Regarding.Name != obj.GetName() || ev.Reason != reason || (obj.GetUID() != "" && ev.Regarding.UID != obj.GetUID()) {
+			continue
+		}
+		if ev.Type != corev1.EventTypeWarning {
+			t.Errorf("%s event on %s is of type %s, want Warning: %s", reason, obj.GetName(), ev.Type, ev.Note)
+			continue
+		}
+		n++
+	}
+	if n != env.CountEvents(t, obj, reason) {
+		t.Errorf("%s events on %s: %d Warnings of %d", reason, obj.GetName(), n, env.CountEvents(t, obj, reason))
+	}
+	return n
+}
+
+// reconciles are the reconcile counts of the Deployments' and the Rollouts'
+// controllers, for Process.WaitIdle.
+func reconciles(t *testing.T) map[string]float64 {
+	t.Helper()
+	all := env.Configstamp.ReconcileCounts(t)
+	return map[string]float64{"deployment": all["deployment"], rolloutController: all[rolloutController]}
+}
