@@ -1,14 +1,18 @@
 package controllers
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -72,5 +76,56 @@ func TestStaleReadClosesNothing(t *testing.T) {
 	}
 	if got := stored.Annotations[rollout.AnnotationState]; got != string(rollout.Rolling) {
 		t.Fatalf("the newer rollout's record was closed from a stale read: rollout-state %q", got)
+	}
+}
+
+// When the webhook's consistent read corrects the reconciler's stamp to a
+// third value (the cache one version behind: v1 → v2 proposed, v3 kept), the
+// template did change: that is a rollout, reported like any other. Only a
+// correction back to the stamp already there means nothing rolled.
+func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
+	for name, tc := range map[string]struct {
+		kept   string
+		rolled bool
+	}{
+		"corrected to a newer hash": {kept: "v1-third", rolled: true},
+		"kept the current stamp":    {kept: "v1-first", rolled: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app"},
+				Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{
+					Annotations: map[string]string{stamp.AnnotationHash: "v1-first"}}}}}
+			webhook := interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if err := c.Patch(ctx, obj, patch, opts...); err != nil {
+					return err
+				}
+				w := obj.(*appsv1.Deployment)
+				w.Spec.Template.Annotations[stamp.AnnotationHash] = tc.kept
+				return c.Update(ctx, w)
+			}}
+			c := fake.NewClientBuilder().WithObjects(d).WithInterceptorFuncs(webhook).Build()
+			rec := events.NewFakeRecorder(10)
+			r := &WorkloadReconciler{Client: c, Kind: workload.Kinds[0], Recorder: rec,
+				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c), Nudger: NewNudger()}
+			obj := d.DeepCopy()
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), obj); err != nil {
+				t.Fatal(err)
+			}
+			p := &plan{comp: &workload.Computation{Result: stamp.Result{Hash: "v1-second"}},
+				causes: []rollout.Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "cfg"}, Content: "00aa"}}}
+			if err := r.roll(t.Context(), rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, obj, p); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for len(rec.Events) > 0 {
+				got = append(got, <-rec.Events)
+			}
+			if tc.rolled && (len(got) != 1 || !strings.Contains(got[0], ReasonConfigChanged) || !strings.Contains(got[0], tc.kept)) {
+				t.Fatalf("events %q: want one %s naming the stamp %s", got, ReasonConfigChanged, tc.kept)
+			}
+			if !tc.rolled && len(got) != 0 {
+				t.Fatalf("events %q: nothing rolled, want none", got)
+			}
+		})
 	}
 }

@@ -398,12 +398,16 @@ func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj clie
 	if instant || !r.Scheduler.Policy.Tracks() {
 		r.Scheduler.Release(key) // nothing to follow: no slot held
 	}
+	stamped := p.comp.Hash
 	if kept := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]; kept != p.comp.Hash {
-		// The webhook's consistent read disagreed with this cache (it lags behind a
-		// write the webhook already saw) and kept the right stamp: nothing rolled.
-		r.Scheduler.Release(key)
+		// The webhook's consistent read disagreed with this cache (it lags
+		// behind a write the webhook already saw) and stamped what it read.
 		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", p.comp.Hash, "kept", kept)
-		return nil
+		if kept == previous { // the stamp stands: nothing rolled
+			r.Scheduler.Release(key)
+			return nil
+		}
+		stamped = kept // a newer hash than this cache knows: it rolled, with the open record written above
 	}
 	rollout.StartedTotal.WithLabelValues(r.Kind.Name).Inc()
 	names := make([]string, len(p.causes))
@@ -414,9 +418,9 @@ func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj clie
 	if what == "" {
 		what = "referenced data"
 	}
-	log.FromContext(ctx).Info("rolling out for changed configuration", "changed", names, "hash", p.comp.Hash, "previous", previous)
+	log.FromContext(ctx).Info("rolling out for changed configuration", "changed", names, "hash", stamped, "previous", previous)
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
-		"%s changed: pod template stamped with %s=%s", what, stamp.AnnotationHash, p.comp.Hash)
+		"%s changed: pod template stamped with %s=%s", what, stamp.AnnotationHash, stamped)
 	return nil
 }
 
