@@ -61,17 +61,39 @@ func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
 	}
 }
 
+// enqueue queues the workloads of m's kind that objs concern. It announces
+// those of every kind to the scheduler: each kind's controller handles a
+// source event on its own, and the first to ask for a slot must already see
+// the others' priorities, whatever their kind.
 func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...client.Object) {
+	for _, k := range workload.Kinds {
+		own := k.Name == m.kind.Name
+		if !own && m.scheduler == nil {
+			continue
+		}
+		for _, w := range m.concerned(ctx, k, kind, objs) {
+			if m.scheduler != nil {
+				priority, _ := rollout.Priority(w.GetAnnotations())
+				m.scheduler.Announce(rollout.Key{Kind: k.Name, Namespace: w.GetNamespace(), Name: w.GetName()}, priority)
+			}
+			if own {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.GetNamespace(), Name: w.GetName()}})
+			}
+		}
+	}
+}
+
+// concerned returns the workloads of kind k that reference a source of
+// kind in objs (field index), or whose template labels match its rollout
+// selector, each once.
+func (m *mapper) concerned(ctx context.Context, k workload.Kind, kind stamp.Kind, objs []client.Object) []client.Object {
 	seen := map[types.NamespacedName]bool{}
+	var out []client.Object
 	add := func(o client.Object) {
 		key := types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}
 		if !seen[key] {
 			seen[key] = true
-			if m.scheduler != nil {
-				priority, _ := rollout.Priority(o.GetAnnotations())
-				m.scheduler.Announce(rollout.Key{Kind: m.kind.Name, Namespace: key.Namespace, Name: key.Name}, priority)
-			}
-			q.Add(reconcile.Request{NamespacedName: key})
+			out = append(out, o)
 		}
 	}
 	logger := log.FromContext(ctx)
@@ -79,11 +101,11 @@ func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...
 		ns := obj.GetNamespace()
 		ref := stamp.ObjectRef{Kind: kind, Name: obj.GetName()}
 		if i == 0 { // the index answer is the same for old and new
-			list := m.kind.NewList()
+			list := k.NewList()
 			if err := m.client.List(ctx, list, client.InNamespace(ns), client.MatchingFields{IndexSources: ref.String()}, client.UnsafeDisableDeepCopy); err != nil {
-				logger.Error(err, "while listing workloads by index", "source", ref, "namespace", ns)
+				logger.Error(err, "while listing workloads by index", "source", ref, "namespace", ns, "kind", k.Name)
 			}
-			for _, w := range m.kind.Items(list) {
+			for _, w := range k.Items(list) {
 				add(w)
 			}
 		}
@@ -91,17 +113,18 @@ func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...
 		if !ok || sel.Empty() {
 			continue
 		}
-		list := m.kind.NewList()
+		list := k.NewList()
 		if err := m.client.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-			logger.Error(err, "while listing workloads for a selector", "source", ref, "namespace", ns)
+			logger.Error(err, "while listing workloads for a selector", "source", ref, "namespace", ns, "kind", k.Name)
 			continue
 		}
-		for _, w := range m.kind.Items(list) {
+		for _, w := range k.Items(list) {
 			if tmpl := workload.PodTemplate(w); tmpl != nil && sel.Matches(labels.Set(tmpl.Labels)) {
 				add(w)
 			}
 		}
 	}
+	return out
 }
 
 func selectorValue(obj client.Object) string {
@@ -174,7 +197,7 @@ func haltLifted(s *rollout.Scheduler, n *Nudger) handler.EventHandler {
 			return
 		}
 		rollout.Resumed.Inc()
-		waiters := s.HaltedOn(gone)
+		waiters := s.Lifted(gone)
 		log.FromContext(ctx).Info("halt lifted; waking the workloads that waited", "workload", before.GetNamespace()+"/"+before.GetName(),
 			"changes", gone, "waiting", len(waiters))
 		n.Wake(waiters...)

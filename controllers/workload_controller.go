@@ -359,7 +359,7 @@ func (r *WorkloadReconciler) gate(ctx context.Context, key rollout.Key, obj clie
 		return reconcile.Result{}, false, err
 	}
 	if halted != "" {
-		if r.Scheduler.NoteHalted(key, halted) {
+		if r.Scheduler.NoteHalted(key, halted, p.priority) {
 			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutHalted, "Wait",
 				"not rolling out: the change %s failed on another workload; the halt lifts when the source changes again, "+
 					"or when that workload recovers, is deleted, or loses its %s annotation", halted, rollout.AnnotationHalted)

@@ -111,8 +111,9 @@ type Scheduler struct {
 	pending map[Key]*pending
 	// inflight: stamped by this process, maybe not yet visible in the cache.
 	inflight map[Key]time.Time
-	// halted: workloads told that they wait on a halted change, and which.
-	halted  map[Key]string
+	// halted: workloads told that they wait on a halted change, which, and
+	// their priorities (announced again when the halt lifts).
+	halted  map[Key]haltedOn
 	limiter *rate.Limiter
 	now     func() time.Time
 }
@@ -127,7 +128,7 @@ func NewScheduler(policy Policy, cache client.Reader) *Scheduler {
 		Policy: policy, Cache: cache,
 		pending:  map[Key]*pending{},
 		inflight: map[Key]time.Time{},
-		halted:   map[Key]string{},
+		halted:   map[Key]haltedOn{},
 		limiter:  rate.NewLimiter(limit, 1),
 		now:      time.Now,
 	}
@@ -332,16 +333,22 @@ func (s *Scheduler) order(held map[Key]bool, now time.Time) []Key {
 	return out
 }
 
-// NoteHalted records that k waits on the halted change and reports whether
-// it is news (to be told once, with an event).
-func (s *Scheduler) NoteHalted(k Key, change string) bool {
+// haltedOn is the halted change a workload waits on, and its priority.
+type haltedOn struct {
+	change   string
+	priority int
+}
+
+// NoteHalted records that k, of priority, waits on the halted change and
+// reports whether it is news (to be told once, with an event).
+func (s *Scheduler) NoteHalted(k Key, change string, priority int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pending, k)
-	if s.halted[k] == change {
+	if s.halted[k].change == change {
 		return false
 	}
-	s.halted[k] = change
+	s.halted[k] = haltedOn{change: change, priority: priority}
 	s.report()
 	rolloutsHalted.Inc()
 	return true
@@ -355,17 +362,23 @@ func (s *Scheduler) ClearHalted(k Key) {
 	s.report()
 }
 
-// HaltedOn returns the workloads waiting on any of changes: the ones to wake
-// when their halt is lifted.
-func (s *Scheduler) HaltedOn(changes []string) []Key {
+// Lifted returns the workloads waiting on any of changes, whose halt was
+// lifted: the ones to wake. It announces them with their priorities first, so
+// the wave resumes in its order rather than in the order they ask.
+func (s *Scheduler) Lifted(changes []string) []Key {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []Key
-	for k, c := range s.halted {
-		if slices.Contains(changes, c) {
+	now := s.now()
+	for k, h := range s.halted {
+		if slices.Contains(changes, h.change) {
 			out = append(out, k)
+			if _, ok := s.pending[k]; !ok {
+				s.pending[k] = &pending{priority: h.priority, announced: true, readyAt: now, seen: now}
+			}
 		}
 	}
+	s.report()
 	return out
 }
 

@@ -180,16 +180,35 @@ func TestAcquireRate(t *testing.T) {
 
 func TestHaltedWaitersAreToldOnceAndWoken(t *testing.T) {
 	s, _ := newTestScheduler(t, Policy{})
-	if !s.NoteHalted(dep("a"), "ConfigMap/shared@x") || s.NoteHalted(dep("a"), "ConfigMap/shared@x") {
+	if !s.NoteHalted(dep("a"), "ConfigMap/shared@x", 0) || s.NoteHalted(dep("a"), "ConfigMap/shared@x", 0) {
 		t.Fatal("a waiter must be told once per halted change")
 	}
-	s.NoteHalted(dep("b"), "ConfigMap/other@y")
-	if got := s.HaltedOn([]string{"ConfigMap/shared@x"}); len(got) != 1 || got[0] != dep("a") {
+	s.NoteHalted(dep("b"), "ConfigMap/other@y", 0)
+	if got := s.Lifted([]string{"ConfigMap/shared@x"}); len(got) != 1 || got[0] != dep("a") {
 		t.Fatalf("waiters of the lifted change: %v, want [a]", got)
 	}
 	s.ClearHalted(dep("a"))
-	if got := s.HaltedOn([]string{"ConfigMap/shared@x"}); len(got) != 0 {
+	if got := s.Lifted([]string{"ConfigMap/shared@x"}); len(got) != 0 {
 		t.Fatalf("cleared waiter still listed: %v", got)
+	}
+}
+
+// When a halt lifts, its waiters resume in wave order: the one with the
+// higher priority first, whichever asks first.
+func TestLiftedHaltResumesInPriorityOrder(t *testing.T) {
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 1})
+	ctx := t.Context()
+	const change = "ConfigMap/shared@x"
+	s.NoteHalted(dep("low"), change, 0)
+	s.NoteHalted(dep("high"), change, 5)
+	if got := s.Lifted([]string{change}); len(got) != 2 {
+		t.Fatalf("waiters: %v", got)
+	}
+	if w, _ := s.Acquire(ctx, dep("low"), 0, true); w == 0 {
+		t.Fatal("the low-priority waiter asked first and took the only slot before the high-priority one")
+	}
+	if w, _ := s.Acquire(ctx, dep("high"), 5, true); w != 0 {
+		t.Fatalf("high: wait %v", w)
 	}
 }
 
