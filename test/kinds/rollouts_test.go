@@ -435,27 +435,20 @@ func TestFailedRolloutHaltsTheChange(t *testing.T) {
 	}
 
 	// The documented way to resume by hand: remove the annotation. The two
-	// roll one at a time, in either order (a lifted halt wakes its waiters
-	// without ranking them).
+	// roll one at a time, in wave order: a lifted halt announces its waiters
+	// with their priorities before it wakes them.
 	resumed := time.Now()
 	env.Kubectl(t, "", "-n", w.ns, "annotate", "rollout", firstName, rollout.AnnotationHalted+"-")
-	var next, after client.Object
 	framework.Eventually(t, 30*time.Second, func() (bool, string) {
-		switch {
-		case w.stamp(t, w.mid) != w.initial[midName]:
-			next, after = w.mid, w.last
-		case w.stamp(t, w.last) != w.initial[lastName]:
-			next, after = w.last, w.mid
-		}
-		return next != nil, "neither waiting workload is stamped"
+		return w.stamp(t, w.mid) != w.initial[midName] || w.stamp(t, w.last) != w.initial[lastName], "neither waiting workload is stamped"
 	})
-	t.Logf("%s was stamped %v after the halted annotation was removed", next.GetName(), time.Since(resumed).Round(time.Millisecond))
-	w.finish(t, next)
-	w.finish(t, after)
+	t.Logf("the wave resumed %v after the halted annotation was removed", time.Since(resumed).Round(time.Millisecond))
+	w.finish(t, w.mid)
+	w.finish(t, w.last)
 
 	env.Configstamp.WaitIdle(t, nil)
-	if order := w.checkWave(t, tl); len(order) < 2 || !slices.Equal(order[:2], []string{blockerName, firstName}) {
-		t.Errorf("the wave rolled in the order %v, want the blocker then %s first", order, firstName)
+	if order, want := w.checkWave(t, tl), []string{blockerName, firstName, midName, lastName}; !slices.Equal(order, want) {
+		t.Errorf("the wave rolled in the order %v, want %v (the resumed waiters by priority: 5, then 0)", order, want)
 	}
 	if h := w.stamp(t, w.first); h != bad {
 		t.Errorf("the failed Rollout is stamped %q, want still %q (configstamp rolls nothing back)", h, bad)
