@@ -23,11 +23,14 @@ import (
 )
 
 // ApplyKustomize renders dir (a kustomize directory relative to the
-// repository root, e.g. config/selfsigned) with `kubectl kustomize` and
+// repository root, e.g. config/selfsigned, or an absolute path) with `kubectl kustomize` and
 // applies its objects of the given kinds, the others left out: a suite
 // installs an overlay's identity and RBAC without its Deployment.
 func (e *Env) ApplyKustomize(ctx context.Context, dir string, kinds ...string) error {
-	render := exec.CommandContext(ctx, "kubectl", "kustomize", filepath.Join(e.Root, dir))
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(e.Root, dir)
+	}
+	render := exec.CommandContext(ctx, "kubectl", "kustomize", dir)
 	var stderr bytes.Buffer
 	render.Stderr = &stderr
 	out, err := render.Output()

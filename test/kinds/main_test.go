@@ -47,7 +47,13 @@ const (
 
 // The suite's flags: one rollout slot and no debounce, so a wave is strictly
 // sequential and in the order of its priorities, and nothing waits on a timer.
-var suiteArgs = []string{"--max-concurrent-rollouts=1", "--debounce=0"}
+// The webhook configuration and TLS Secret are the installation's names:
+// configstamp runs under its ServiceAccount, which may update only those.
+var suiteArgs = []string{"--max-concurrent-rollouts=1", "--debounce=0",
+	"--webhook-config-name=configstamp-mutating-webhook-configuration", "--tls-secret=configstamp-webhook-tls"}
+
+// serviceAccount is configstamp's identity in config/selfsigned.
+const serviceAccount = "configstamp-controller-manager"
 
 func TestMain(m *testing.M) {
 	kinds, err := filepath.Abs(filepath.Join("..", "..", "config", "kinds", "argo-rollouts", "kinds.yaml"))
@@ -61,10 +67,41 @@ func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, &env, framework.Config{
 		Full: true, HashKey: hashKey,
 		Args: append([]string{"--kinds-config=" + kinds}, suiteArgs...),
+		// configstamp runs with the RBAC a user installs: config/selfsigned
+		// with the Argo Rollouts component, whose rules are generated.
+		Kubeconfig: installRBAC,
 		// configstamp reads the kinds whose CRD is installed when it starts.
 		BeforeStart:      installRolloutCRD,
 		ExtraControllers: []string{rolloutController},
 	}))
+}
+
+// installRBAC installs the identity and RBAC of config/selfsigned with the
+// Argo Rollouts component added as its kustomization says (in a copy of
+// config/), and the webhook configuration it may update, and returns a
+// kubeconfig with only that ServiceAccount's token.
+func installRBAC(ctx context.Context, e *framework.Env) (string, error) {
+	dir, err := os.MkdirTemp("", "configstamp-kinds-config-")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if out, err := exec.CommandContext(ctx, "cp", "-r", filepath.Join(e.Root, "config"), dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("copying config/: %w\n%s", err, out)
+	}
+	kust := filepath.Join(dir, "config", "selfsigned", "kustomization.yaml")
+	data, err := os.ReadFile(kust)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(kust, append(data, "\ncomponents:\n  - ../kinds/argo-rollouts\n"...), 0o644); err != nil {
+		return "", err
+	}
+	if err := e.ApplyKustomize(ctx, filepath.Join(dir, "config", "selfsigned"), "Namespace", "ServiceAccount",
+		"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "MutatingWebhookConfiguration"); err != nil {
+		return "", err
+	}
+	return e.ServiceAccountKubeconfig(ctx, framework.OwnNamespace, serviceAccount)
 }
 
 // installRolloutCRD applies the Rollout CRD of argoModule as a user would:

@@ -2,6 +2,7 @@ package kinds
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -475,5 +476,38 @@ func TestFailedRolloutHaltsTheChange(t *testing.T) {
 	}
 	if n := metric(t, "configstamp_rollout_slots_in_use"); n != 0 {
 		t.Errorf("%v rollout slots in use after the wave, want 0", n)
+	}
+}
+
+// TestRunsUnderTheGeneratedRole: everything above ran as configstamp's
+// ServiceAccount with config/selfsigned's RBAC and the Argo component's
+// generated rules (get, list, watch, patch of rollouts only), and configstamp
+// was refused nothing. The log is read after the other tests' work.
+func TestRunsUnderTheGeneratedRole(t *testing.T) {
+	out, _ := env.Kubectl(t, "", "auth", "can-i", "--list", "--as=system:serviceaccount:"+framework.OwnNamespace+":"+serviceAccount)
+	var rollouts []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "rollouts.argoproj.io") || strings.HasPrefix(line, "*.argoproj.io") {
+			rollouts = append(rollouts, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	if want := []string{"rollouts.argoproj.io [] [] [get list watch patch]"}; !slices.Equal(rollouts, want) {
+		t.Errorf("configstamp may do %q with Rollouts, want %q", rollouts, want)
+	}
+	data, err := os.ReadFile(env.Configstamp.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var forbidden []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(strings.ToLower(line), "forbidden") {
+			forbidden = append(forbidden, line)
+		}
+	}
+	if len(forbidden) > 0 {
+		t.Fatalf("configstamp was refused requests under its role:\n%s", strings.Join(forbidden[:min(10, len(forbidden))], "\n"))
+	}
+	if env.ConfigstampKubeconfig == env.Kubeconfig {
+		t.Fatal("configstamp runs with the admin kubeconfig")
 	}
 }
