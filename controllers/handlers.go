@@ -61,10 +61,10 @@ func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
 	}
 }
 
-// enqueue queues the workloads of m's kind that objs concern. It announces
-// those of every kind to the scheduler: each kind's controller handles a
-// source event on its own, and the first to ask for a slot must already see
-// the others' priorities, whatever their kind.
+// enqueue queues the workloads of m's kind that objs concern and announces
+// them to the scheduler; it foresees those of the other kinds (Foresee): each
+// kind's controller handles a source event on its own, and the first to ask
+// for a slot must already see the others' priorities, whatever their kind.
 func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...client.Object) {
 	for _, k := range workload.Kinds {
 		own := k.Name == m.kind.Name
@@ -72,9 +72,13 @@ func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...
 			continue
 		}
 		for _, w := range m.concerned(ctx, k, kind, objs) {
-			if m.scheduler != nil {
-				priority, _ := rollout.Priority(w.GetAnnotations())
-				m.scheduler.Announce(rollout.Key{Kind: k.Name, Namespace: w.GetNamespace(), Name: w.GetName()}, priority)
+			key := rollout.Key{Kind: k.Name, Namespace: w.GetNamespace(), Name: w.GetName()}
+			priority, _ := rollout.Priority(w.GetAnnotations())
+			switch {
+			case !own:
+				m.scheduler.Foresee(key, priority)
+			case m.scheduler != nil:
+				m.scheduler.Announce(key, priority)
 			}
 			if own {
 				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.GetNamespace(), Name: w.GetName()}})

@@ -34,15 +34,12 @@ var (
 	haltedWorkloads = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "configstamp_halted_workloads", Help: "Workloads currently waiting on a halted change.",
 	})
-	waitingWorkloads = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "configstamp_rollouts_waiting", Help: "Workloads waiting for a rollout slot or their turn in the wave.",
-	})
-	debouncingWorkloads = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "configstamp_rollouts_debouncing", Help: "Workloads in their debounce window.",
-	})
-	pendingWorkloads = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "configstamp_rollouts_pending", Help: "Workloads configstamp may still roll: announced, debouncing or waiting (0: nothing left to do).",
-	})
+	waitingWorkloads = schedulerGauge("configstamp_rollouts_waiting", "Workloads waiting for a rollout slot or their turn in the wave.",
+		func(waiting, _, _ int) int { return waiting })
+	debouncingWorkloads = schedulerGauge("configstamp_rollouts_debouncing", "Workloads in their debounce window.",
+		func(_, debouncing, _ int) int { return debouncing })
+	pendingWorkloads = schedulerGauge("configstamp_rollouts_pending", "Workloads configstamp may still roll: announced, debouncing or waiting (0: nothing left to do).",
+		func(_, _, pending int) int { return pending })
 	debouncedChanges = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "configstamp_debounced_changes_total", Help: "Changes folded into a pending rollout by the debounce window.",
 	})
@@ -63,7 +60,20 @@ var (
 	})
 )
 
-// current is the Scheduler the slots gauge reads (the process has one).
+// schedulerGauge reads one of the Scheduler's tallies at each scrape.
+func schedulerGauge(name, help string, pick func(waiting, debouncing, pending int) int) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+		s := current.Load()
+		if s == nil {
+			return 0
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return float64(pick(s.tally()))
+	})
+}
+
+// current is the Scheduler the slots and pending gauges read (the process has one).
 var current atomic.Pointer[Scheduler]
 
 func init() {

@@ -75,6 +75,10 @@ type pending struct {
 	// announced only: a source it references changed and its reconcile is
 	// queued; it has not said yet whether it needs a rollout.
 	announced bool
+	// foreseen only: announced by another kind's controller, which saw the
+	// change first; its own controller confirms it with Announce (see
+	// foreseenFor).
+	foreseen bool
 	// the debounce window: the hash wanted, the first and the latest change.
 	hash        string
 	first, last time.Time
@@ -90,6 +94,11 @@ const upcoming = 500 * time.Millisecond
 // forgetAfter drops pending entries whose reconcile stopped asking (deleted,
 // or no longer in need and never told).
 const forgetAfter = 10 * time.Second
+
+// foreseenFor drops a foreseen entry its own controller did not confirm: it
+// handled the change, and settled, before another kind's controller foresaw
+// it. Normally the confirmation follows within milliseconds.
+const foreseenFor = time.Second
 
 // Scheduler decides when a workload that needs a rollout may have it: after
 // its debounce window, within the budget of concurrent rollouts and the global
@@ -141,11 +150,29 @@ func NewScheduler(policy Policy, cache client.Reader) *Scheduler {
 func (s *Scheduler) Announce(k Key, priority int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	if p, ok := s.pending[k]; ok {
+		if p.foreseen {
+			p.foreseen, p.priority, p.seen = false, priority, now
+		}
+		return
+	}
+	s.pending[k] = &pending{priority: priority, announced: true, readyAt: now, seen: now}
+	s.report()
+}
+
+// Foresee is Announce by the controller of another kind than k's: each kind's
+// controller handles a source change on its own, and the first to ask for a
+// slot must already know the others' priorities. Unconfirmed by k's own
+// Announce within foreseenFor, it is dropped.
+func (s *Scheduler) Foresee(k Key, priority int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if _, ok := s.pending[k]; ok {
 		return
 	}
 	now := s.now()
-	s.pending[k] = &pending{priority: priority, announced: true, readyAt: now, seen: now}
+	s.pending[k] = &pending{priority: priority, announced: true, foreseen: true, readyAt: now, seen: now}
 	s.report()
 }
 
@@ -189,7 +216,7 @@ func (s *Scheduler) Acquire(ctx context.Context, k Key, priority int, needsSlot 
 		p = &pending{first: now, last: now}
 		s.pending[k] = p
 	}
-	p.priority, p.announced, p.readyAt, p.seen = priority, false, now, now
+	p.priority, p.announced, p.foreseen, p.readyAt, p.seen = priority, false, false, now, now
 
 	if needsSlot && s.Policy.MaxConcurrent > 0 {
 		held, err := s.holders(ctx, now)
@@ -386,29 +413,37 @@ func (s *Scheduler) Lifted(changes []string) []Key {
 // needs a rollout and was busy when it was announced). A workload in its
 // debounce window asks again at the window's end.
 func (p *pending) stale(now time.Time) bool {
+	if p.foreseen {
+		return now.Sub(p.seen) > foreseenFor
+	}
 	return now.Sub(maxTime(p.seen, p.readyAt)) > forgetAfter
 }
 
-// report drops stale entries and updates the gauges; s.mu held.
+// report drops stale entries and updates the halted gauge; s.mu held. The
+// pending gauges are read at each scrape (tally): an entry that goes stale
+// with nothing else happening must not stay counted.
 func (s *Scheduler) report() {
-	waiting, debouncing := 0, 0
+	s.tally()
+	haltedWorkloads.Set(float64(len(s.halted)))
+}
+
+// tally drops stale entries and counts the others; s.mu held.
+func (s *Scheduler) tally() (waiting, debouncing, pending int) {
+	now := s.now()
 	for k, p := range s.pending {
-		if p.stale(s.now()) {
+		if p.stale(now) {
 			delete(s.pending, k)
 			continue
 		}
 		switch {
 		case p.announced:
-		case p.readyAt.After(s.now()):
+		case p.readyAt.After(now):
 			debouncing++
 		default:
 			waiting++
 		}
 	}
-	waitingWorkloads.Set(float64(waiting))
-	debouncingWorkloads.Set(float64(debouncing))
-	pendingWorkloads.Set(float64(len(s.pending)))
-	haltedWorkloads.Set(float64(len(s.halted)))
+	return waiting, debouncing, len(s.pending)
 }
 
 func minTime(a, b time.Time) time.Time {

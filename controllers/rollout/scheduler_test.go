@@ -243,3 +243,34 @@ func TestPendingGaugeFollowsPruning(t *testing.T) {
 		t.Fatalf("pending gauge %v after the stale entry was pruned, want 0", v)
 	}
 }
+
+// A workload foreseen by another kind's controller counts for the wave order
+// only until its own controller confirms it; unconfirmed (its controller had
+// already handled the change and settled), it is dropped within foreseenFor,
+// and the pending gauge says so at the next scrape with nothing else
+// happening (WaitIdle waits for it).
+func TestForeseenWorkloadUnconfirmedIsDropped(t *testing.T) {
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute})
+	sts := Key{"StatefulSet", "ns", "settled"}
+	s.Foresee(sts, 10)
+	if w, _ := s.Acquire(t.Context(), dep("low"), 0, true); w == 0 {
+		t.Fatal("a foreseen higher priority did not count for the order")
+	}
+	s.Forget(dep("low"))
+	c.advance(foreseenFor + time.Millisecond)
+	if v := testutil.ToFloat64(pendingWorkloads); v != 0 {
+		t.Fatalf("pending gauge %v once the unconfirmed foreseen entry expired, want 0", v)
+	}
+	if w, _ := s.Acquire(t.Context(), dep("low"), 0, true); w != 0 {
+		t.Fatalf("an expired foreseen entry still holds the wave back: wait %v", w)
+	}
+
+	s.Release(dep("low"))
+	confirmed := Key{"StatefulSet", "ns", "confirmed"}
+	s.Foresee(confirmed, 10)
+	s.Announce(confirmed, 10)
+	c.advance(5 * foreseenFor)
+	if w, _ := s.Acquire(t.Context(), dep("other"), 0, true); w == 0 {
+		t.Fatal("a confirmed announcement was dropped like an unconfirmed foreseen one")
+	}
+}
