@@ -18,27 +18,14 @@ import (
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
+	"github.com/configstamp/configstamp/controllers/workload/kindstest"
 )
-
-// withKinds registers extra kinds for one test.
-func withKinds(t *testing.T, yaml string) {
-	t.Helper()
-	cfg, err := workload.ParseKindsConfig([]byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := workload.Kinds
-	t.Cleanup(func() { workload.Kinds = saved })
-	for _, c := range cfg {
-		workload.Register(workload.Custom(c))
-	}
-}
 
 // An extra kind is stamped at its template path, and the patch touches only
 // configstamp's annotations: the template is never rewritten through a typed
 // round trip (which would add fields the CRD's schema does not know).
 func TestCustomKindStampedAtItsPath(t *testing.T) {
-	withKinds(t, `
+	kindstest.Register(t, `
 kinds:
   - {group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}
   - {group: example.com, version: v1, kind: Job2, resource: job2s, templatePath: spec.run.podTemplate}

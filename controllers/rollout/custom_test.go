@@ -7,21 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/configstamp/configstamp/controllers/workload"
+	"github.com/configstamp/configstamp/controllers/workload/kindstest"
 )
-
-func registerKinds(t *testing.T, yaml string) {
-	t.Helper()
-	cfg, err := workload.ParseKindsConfig([]byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := workload.Kinds
-	t.Cleanup(func() { workload.Kinds = saved })
-	for _, c := range cfg {
-		workload.Register(workload.Custom(c))
-	}
-}
 
 func custom(kind string, gen int64, spec, status map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": kind,
@@ -32,7 +19,7 @@ func custom(kind string, gen int64, spec, status map[string]any) *unstructured.U
 // The progress of an extra kind, as its configuration names it: Argo
 // Rollouts' phase and string observedGeneration, and a replica-count kind.
 func TestCustomComplete(t *testing.T) {
-	registerKinds(t, `
+	kindstest.Register(t, `
 kinds:
   - {group: example.com, version: v1, kind: Rollout, resource: rollouts, templatePath: spec.template,
      progress: {observedGeneration: status.observedGeneration, phase: status.phase, completePhases: [Healthy, Paused], failedPhases: [Degraded]}}

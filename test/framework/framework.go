@@ -507,6 +507,31 @@ func metricsSecure(args []string) bool {
 	return secure
 }
 
+// AssertNoneRefused fails the test when p's log mentions a refused
+// (Forbidden) request: configstamp ran under an identity that lacked a
+// right it used. what names that identity's RBAC in the message.
+func (p *Process) AssertNoneRefused(t testing.TB, what string) {
+	t.Helper()
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused []string
+	errorLines := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(strings.ToLower(line), "forbidden") {
+			refused = append(refused, line)
+		}
+		if strings.Contains(line, `"level":"error"`) {
+			errorLines++
+		}
+	}
+	t.Logf("configstamp's log: %d lines at level error, %d mentioning forbidden", errorLines, len(refused))
+	if len(refused) > 0 {
+		t.Fatalf("configstamp was refused requests under %s:\n%s", what, strings.Join(refused[:min(10, len(refused))], "\n"))
+	}
+}
+
 // MetricsURL is where the running process serves /metrics.
 func (p *Process) MetricsURL() string {
 	if p.secureMetrics {

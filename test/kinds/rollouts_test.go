@@ -2,7 +2,6 @@ package kinds
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -494,19 +493,7 @@ func TestRunsUnderTheGeneratedRole(t *testing.T) {
 	if want := []string{"rollouts.argoproj.io [] [] [get list watch patch]"}; !slices.Equal(rollouts, want) {
 		t.Errorf("configstamp may do %q with Rollouts, want %q", rollouts, want)
 	}
-	data, err := os.ReadFile(env.Configstamp.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var forbidden []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(strings.ToLower(line), "forbidden") {
-			forbidden = append(forbidden, line)
-		}
-	}
-	if len(forbidden) > 0 {
-		t.Fatalf("configstamp was refused requests under its role:\n%s", strings.Join(forbidden[:min(10, len(forbidden))], "\n"))
-	}
+	env.Configstamp.AssertNoneRefused(t, "its role and the generated rules")
 	if env.ConfigstampKubeconfig == env.Kubeconfig {
 		t.Fatal("configstamp runs with the admin kubeconfig")
 	}

@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/configstamp/configstamp/controllers/workload"
+	"github.com/configstamp/configstamp/controllers/workload/kindstest"
 	"github.com/configstamp/configstamp/webhook"
 )
 
@@ -92,9 +93,7 @@ func TestKindsComponent(t *testing.T) {
 	}
 
 	// cert-manager mode ships the configuration: it must say what self mode registers.
-	saved := workload.Kinds
-	t.Cleanup(func() { workload.Kinds = saved })
-	workload.Register(workload.Custom(kinds[0]))
+	kindstest.Register(t, cm.Data["kinds.yaml"])
 	got := getAs[admissionregistrationv1.MutatingWebhookConfiguration](t, r, "MutatingWebhookConfiguration", mwcName)
 	compareWebhooks(t, got, webhook.Configuration(mwcName, ownNamespace, serviceConfig(ownNamespace, webhookService)))
 }
