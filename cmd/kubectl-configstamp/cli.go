@@ -1,21 +1,28 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
+
+	cswl "github.com/configstamp/configstamp/controllers/workload"
 )
 
 // options are the flags every command shares, and where it writes.
@@ -27,11 +34,15 @@ type options struct {
 	kubeconfig    string
 	context       string
 	noColor       bool
+	kindsConfig   string
+	// extra are the kinds of --kinds-config, read with the dynamic client.
+	extra []workloadKind
 
 	out, errOut io.Writer
 	// client and defaultNamespace are set by connect.
 	client           kubernetes.Interface
 	meta             metadata.Interface
+	dynamic          dynamic.Interface
 	defaultNamespace string
 }
 
@@ -56,6 +67,9 @@ func (o *options) connect() error {
 	}
 	if o.meta, err = metadata.NewForConfig(rest); err != nil {
 		return fmt.Errorf("while making a metadata client: %w", err)
+	}
+	if o.dynamic, err = dynamic.NewForConfig(rest); err != nil {
+		return fmt.Errorf("while making a dynamic client: %w", err)
 	}
 	if o.defaultNamespace, _, err = cfg.Namespace(); err != nil {
 		return fmt.Errorf("while reading the namespace from the kubeconfig: %w", err)
@@ -167,30 +181,57 @@ type workloadKind struct {
 	kind     string // "Deployment"
 	resource string // "deployments"
 	aliases  []string
+	// gvr is set for the extra kinds of --kinds-config.
+	gvr schema.GroupVersionResource
 }
 
+// loadKinds reads --kinds-config (or $CONFIGSTAMP_KINDS_CONFIG), the file
+// configstamp runs with, and registers its kinds: the plugin then reads
+// them as configstamp does.
+func (o *options) loadKinds() error {
+	cfg, err := cswl.LoadKindsConfig(cmp.Or(o.kindsConfig, os.Getenv("CONFIGSTAMP_KINDS_CONFIG")))
+	if err != nil {
+		return usagef("%v", err)
+	}
+	for _, c := range cfg {
+		k := cswl.Custom(c)
+		u := k.New().(*unstructured.Unstructured)
+		if _, known := cswl.CustomKind(u); !known {
+			cswl.Register(k)
+		}
+		lower := strings.ToLower(c.Kind)
+		o.extra = append(o.extra, workloadKind{kind: c.Kind, resource: c.Resource,
+			aliases: []string{lower, c.Resource, lower + "." + c.Group, c.Resource + "." + c.Group},
+			gvr:     schema.GroupVersionResource{Group: c.Group, Version: c.Version, Resource: c.Resource}})
+	}
+	return nil
+}
+
+// kinds are the built-in kinds and the extra ones.
+func (o *options) kinds() []workloadKind { return append(slices.Clip(workloadKinds), o.extra...) }
+
 var workloadKinds = []workloadKind{
-	{"Deployment", "deployments", []string{"deployment", "deployments", "deploy", "deployment.apps", "deployments.apps"}},
-	{"StatefulSet", "statefulsets", []string{"statefulset", "statefulsets", "sts", "statefulset.apps", "statefulsets.apps"}},
-	{"DaemonSet", "daemonsets", []string{"daemonset", "daemonsets", "ds", "daemonset.apps", "daemonsets.apps"}},
+	{kind: "Deployment", resource: "deployments", aliases: []string{"deployment", "deployments", "deploy", "deployment.apps", "deployments.apps"}},
+	{kind: "StatefulSet", resource: "statefulsets", aliases: []string{"statefulset", "statefulsets", "sts", "statefulset.apps", "statefulsets.apps"}},
+	{kind: "DaemonSet", resource: "daemonsets", aliases: []string{"daemonset", "daemonsets", "ds", "daemonset.apps", "daemonsets.apps"}},
 }
 
 // parseWorkloadArg reads KIND/NAME (kubectl's spellings of the kind).
-func parseWorkloadArg(arg string) (workloadKind, string, error) {
+func (o *options) parseWorkloadArg(arg string) (workloadKind, string, error) {
 	kind, name, ok := strings.Cut(arg, "/")
-	if ok && name != "" {
-		for _, k := range workloadKinds {
-			for _, a := range k.aliases {
-				if strings.EqualFold(a, kind) {
-					return k, name, nil
-				}
-			}
+	names := []string{}
+	for _, k := range o.kinds() {
+		if ok && name != "" && slices.ContainsFunc(k.aliases, func(a string) bool { return strings.EqualFold(a, kind) }) {
+			return k, name, nil
 		}
+		names = append(names, strings.ToLower(k.kind))
 	}
-	return workloadKind{}, "", usagef("%q is not KIND/NAME with KIND deployment, statefulset or daemonset", arg)
+	return workloadKind{}, "", usagef("%q is not KIND/NAME with KIND %s or %s", arg,
+		strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
 
-// listWorkloads lists every Deployment, StatefulSet and DaemonSet of ns ("" all).
+// listWorkloads lists every Deployment, StatefulSet and DaemonSet of ns ("" all),
+// and the objects of the extra kinds whose CRD is installed.
 func (o *options) listWorkloads(ctx context.Context, ns string) ([]workload, error) {
 	var out []workload
 	deps, err := o.client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
@@ -213,6 +254,20 @@ func (o *options) listWorkloads(ctx context.Context, ns string) ([]workload, err
 	}
 	for i := range dss.Items {
 		out = append(out, fromDaemonSet(&dss.Items[i]))
+	}
+	for _, k := range o.extra {
+		list, err := o.dynamic.Resource(k.gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // the CRD is not installed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("while listing %s: %w", k.resource, err)
+		}
+		for i := range list.Items {
+			if w, ok := fromUnstructured(&list.Items[i]); ok {
+				out = append(out, w)
+			}
+		}
 	}
 	sortWorkloads(out)
 	return out, nil
@@ -238,6 +293,14 @@ func (o *options) getWorkload(ctx context.Context, k workloadKind, ns, name stri
 		if d, err = o.client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
 			w = fromDaemonSet(d)
 		}
+	default:
+		var u *unstructured.Unstructured
+		if u, err = o.dynamic.Resource(k.gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			var ok bool
+			if w, ok = fromUnstructured(u); !ok {
+				return w, fmt.Errorf("%s %s/%s has no pod template where --kinds-config says", k.kind, ns, name)
+			}
+		}
 	}
 	if apierrors.IsNotFound(err) {
 		return w, fmt.Errorf("%s %s/%s not found", k.kind, ns, name)
@@ -252,7 +315,7 @@ func (o *options) getWorkload(ctx context.Context, k workloadKind, ns, name stri
 // its namespace (-n or the kubeconfig's), and returns it with that namespace.
 // doing says what the command does with it, for refusing -A ("why reads").
 func (o *options) oneWorkload(ctx context.Context, arg, doing string) (workload, string, error) {
-	k, name, err := parseWorkloadArg(arg)
+	k, name, err := o.parseWorkloadArg(arg)
 	if err != nil {
 		return workload{}, "", err
 	}

@@ -72,6 +72,9 @@ Flags:
       --kubeconfig PATH    kubeconfig file (default: $KUBECONFIG, ~/.kube/config)
       --context NAME       kubeconfig context
       --no-color           never colour the output (NO_COLOR does the same)
+      --kinds-config FILE  the extra kinds configstamp runs with (its --kinds-config,
+                           e.g. config/kinds/argo-rollouts/kinds.yaml; default
+                           $CONFIGSTAMP_KINDS_CONFIG): read them as workloads too
 
 Exit codes: 0 done, 1 error, 2 usage error.
 `)
@@ -121,6 +124,7 @@ func parse(args []string, stdout io.Writer) (*options, *command, []string, error
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "")
 	fs.StringVar(&o.context, "context", "", "")
 	fs.BoolVar(&o.noColor, "no-color", false, "")
+	fs.StringVar(&o.kindsConfig, "kinds-config", "", "")
 	var help bool
 	fs.BoolVar(&help, "h", false, "")
 	fs.BoolVar(&help, "help", false, "")
@@ -159,6 +163,9 @@ func parse(args []string, stdout io.Writer) (*options, *command, []string, error
 	}
 	if o.allNamespaces && o.namespace != "" {
 		return nil, nil, nil, usagef("-n and -A exclude each other")
+	}
+	if err := o.loadKinds(); err != nil {
+		return nil, nil, nil, err
 	}
 	return o, cmd, rest, nil
 }

@@ -109,3 +109,32 @@ func TestPlanForEdgeCases(t *testing.T) {
 		})
 	}
 }
+
+// --kinds-config (or $CONFIGSTAMP_KINDS_CONFIG) makes the extra kinds
+// workloads the plugin names and reads; a bad file is a usage error.
+func TestKindsConfig(t *testing.T) {
+	kinds := "../../config/kinds/argo-rollouts/kinds.yaml"
+	o, _, _, err := parse([]string{"why", "rollout/web", "--kinds-config", kinds}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{"rollout/web", "rollouts/web", "rollout.argoproj.io/web", "Rollout/web"} {
+		k, name, err := o.parseWorkloadArg(arg)
+		if err != nil || k.kind != "Rollout" || k.gvr.Group != "argoproj.io" || k.gvr.Resource != "rollouts" || name != "web" {
+			t.Errorf("%s: %+v %q %v", arg, k, name, err)
+		}
+	}
+	t.Setenv("CONFIGSTAMP_KINDS_CONFIG", kinds)
+	if o, _, _, err = parse([]string{"why", "rollout/web"}, &bytes.Buffer{}); err != nil || len(o.extra) != 1 {
+		t.Fatalf("from the environment: %v, %v", o, err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"why", "rollout/web", "--kinds-config", "/nonexistent.yaml"}, &out, &errOut); code != exitUsage {
+		t.Fatalf("an unreadable --kinds-config: exit %d, want %d", code, exitUsage)
+	}
+	t.Setenv("CONFIGSTAMP_KINDS_CONFIG", "")
+	if code := run(t.Context(), []string{"why", "rollout/web"}, &out, &errOut); code != exitUsage ||
+		!strings.Contains(errOut.String(), "KIND deployment, statefulset or daemonset") {
+		t.Fatalf("rollout/web without --kinds-config: exit %d, %s", code, errOut.String())
+	}
+}

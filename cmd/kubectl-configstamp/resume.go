@@ -43,6 +43,9 @@ func runResume(ctx context.Context, o *options, args []string) error {
 			_, err = apps.StatefulSets(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
 		case "DaemonSet":
 			_, err = apps.DaemonSets(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
+		default:
+			k, _, _ := o.parseWorkloadArg(args[0])
+			_, err = o.dynamic.Resource(k.gvr).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
 		}
 		if err != nil {
 			return fmt.Errorf("while removing %s from %s %s/%s: %w", rollout.AnnotationHalted, w.kind, ns, name, err)

@@ -8,12 +8,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	cswl "github.com/configstamp/configstamp/controllers/workload"
 )
 
-// workload is what the plugin needs of a Deployment, StatefulSet or DaemonSet.
+// workload is what the plugin needs of a Deployment, StatefulSet, DaemonSet
+// or an object of an extra kind.
 type workload struct {
 	kind     string
 	meta     metav1.ObjectMeta
@@ -30,6 +34,19 @@ func fromStatefulSet(s *appsv1.StatefulSet) workload {
 
 func fromDaemonSet(d *appsv1.DaemonSet) workload {
 	return workload{kind: "DaemonSet", meta: d.ObjectMeta, template: &d.Spec.Template}
+}
+
+// fromUnstructured reads an object of an extra kind (registered from
+// --kinds-config); false when it has no pod template where the kind says
+// (an Argo Rollout with workloadRef).
+func fromUnstructured(u *unstructured.Unstructured) (workload, bool) {
+	tmpl := cswl.PodTemplate(u)
+	md, _ := u.Object["metadata"].(map[string]any)
+	var meta metav1.ObjectMeta
+	if tmpl == nil || runtime.DefaultUnstructuredConverter.FromUnstructured(md, &meta) != nil {
+		return workload{}, false
+	}
+	return workload{kind: u.GetKind(), meta: meta, template: tmpl}, true
 }
 
 // ref is "deployment/name", as kubectl names it.
