@@ -1,46 +1,104 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/go-logr/logr"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/yaml"
 
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // installedKinds returns the kinds of cfg whose CRD the API server serves,
-// as workload kinds. A kind whose CRD is missing is left out and logged: it
-// is taken up when configstamp next starts (caches, reconcilers and webhook
-// rules are decided at start). A resource name that does not match what the
+// as workload kinds, and those it does not serve. A kind whose CRD is missing
+// is left out and logged: caches, reconcilers and webhook rules are decided
+// at start, so servedLater restarts configstamp once it is served. A resource name that does not match what the
 // API server serves for the kind is an error: RBAC and webhook rules name it.
-func installedKinds(mapper meta.RESTMapper, cfg []workload.KindConfig, log logr.Logger) ([]workload.Kind, error) {
-	var out []workload.Kind
+func installedKinds(mapper meta.RESTMapper, cfg []workload.KindConfig, log logr.Logger) (installed []workload.Kind, missing []workload.KindConfig, err error) {
 	for _, c := range cfg {
 		m, err := mapper.RESTMapping(c.GVK().GroupKind(), c.Version)
 		switch {
 		case meta.IsNoMatchError(err):
-			log.Info("kind not served by the API server (CRD not installed?): not handled; restart configstamp once it is",
+			log.Info("kind not served by the API server (CRD not installed?): not handled until it is (configstamp then restarts)",
 				"group", c.Group, "version", c.Version, "kind", c.Kind)
+			missing = append(missing, c)
 			continue
 		case err != nil:
-			return nil, fmt.Errorf("while looking up %s: %w", c.GVK(), err)
+			return nil, nil, fmt.Errorf("while looking up %s: %w", c.GVK(), err)
 		case m.Resource.Resource != c.Resource:
-			return nil, fmt.Errorf("--kinds-config: %s is served as %q, not %q", c.GVK(), m.Resource.Resource, c.Resource)
+			return nil, nil, fmt.Errorf("--kinds-config: %s is served as %q, not %q", c.GVK(), m.Resource.Resource, c.Resource)
 		case m.Scope.Name() != meta.RESTScopeNameNamespace:
-			return nil, fmt.Errorf("--kinds-config: %s is cluster-scoped; configstamp handles namespaced kinds only", c.GVK())
+			return nil, nil, fmt.Errorf("--kinds-config: %s is cluster-scoped; configstamp handles namespaced kinds only", c.GVK())
 		}
 		log.Info("handling an extra workload kind", "group", c.Group, "version", c.Version, "kind", c.Kind, "templatePath", c.TemplatePath,
 			"followsProgress", c.Progress != nil)
-		out = append(out, workload.Custom(c))
+		installed = append(installed, workload.Custom(c))
 	}
-	return out, nil
+	return installed, missing, nil
 }
+
+// errKindsServed ends the process when a configured kind that was missing at
+// start is served: its caches, reconciler and webhook rules are made at
+// start, so configstamp restarts (the kubelet starts it again) to handle it.
+var errKindsServed = errors.New("a kind of --kinds-config not served at start is served now: restarting to handle it")
+
+// servedLater watches, every interval, for the kinds of missing to be served
+// (their CRD installed after configstamp started) and calls restart once one
+// is. Every replica runs it: each must serve the new kind's webhook rules.
+type servedLater struct {
+	discovery discovery.DiscoveryInterface
+	missing   []workload.KindConfig
+	interval  time.Duration
+	restart   func()
+	log       logr.Logger
+}
+
+// Start polls until a missing kind is served or ctx ends.
+func (s *servedLater) Start(ctx context.Context) error {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for _, c := range s.missing {
+			if s.served(c) {
+				s.log.Info("kind now served; restarting configstamp to handle it", "group", c.Group, "version", c.Version, "kind", c.Kind)
+				s.restart()
+				return nil
+			}
+		}
+	}
+}
+
+// served reports whether the API server serves c's resource in its group and
+// version (discovery, not a cached mapping).
+func (s *servedLater) served(c workload.KindConfig) bool {
+	list, err := s.discovery.ServerResourcesForGroupVersion(schema.GroupVersion{Group: c.Group, Version: c.Version}.String())
+	if err != nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == c.Resource && r.Kind == c.Kind {
+			return true
+		}
+	}
+	return false
+}
+
+// NeedLeaderElection: every replica serves the webhook, so every replica restarts.
+func (s *servedLater) NeedLeaderElection() bool { return false }
 
 // kindsRBAC is the least RBAC configstamp needs for the extra kinds of cfg:
 // get, list, watch and patch of exactly those resources (the built-in kinds'

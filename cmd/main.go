@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -18,6 +19,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -74,6 +76,7 @@ type options struct {
 	applyWarnings       bool
 	kindsConfig         string
 	printRBAC           bool
+	kindsRecheck        time.Duration
 }
 
 func main() {
@@ -130,6 +133,7 @@ func parseFlags() *options {
 	fs.StringVar(&o.namespaceSelector, "namespace-selector", "", `Label selector (kubectl syntax, e.g. "team=payments,env in (prod)") a namespace's labels must match to be in scope. Filters what is acted on, not what is cached.`)
 	fs.BoolVar(&o.applyWarnings, "apply-warnings", false, "Serve the apply-time warning webhook (ConfigMap/Secret UPDATE: an admission warning naming the workloads the change rolls; never denies). Self mode registers its ValidatingWebhookConfiguration (named --webhook-config-name) and deletes it without the flag; in cert-manager mode apply one as the README shows.")
 	fs.StringVar(&o.kindsConfig, "kinds-config", "", "YAML file naming extra workload kinds with a pod template (Argo Rollouts, other CRDs): group, version, kind, resource, templatePath and where their status tells progress (config/kinds). A kind whose CRD is not installed at start is skipped.")
+	fs.DurationVar(&o.kindsRecheck, "kinds-recheck-interval", 30*time.Second, "How often to check whether a kind of --kinds-config whose CRD was not installed at start is served now; configstamp then exits to be restarted and handle it. 0: never.")
 	fs.BoolVar(&o.printRBAC, "print-rbac", false, "Print the ClusterRole and ClusterRoleBinding the kinds of --kinds-config need (get, list, watch, patch of exactly those) and exit.")
 	flag.Parse()
 	return o
@@ -226,11 +230,14 @@ func run() error {
 
 	// The extra kinds are decided once, before the caches, reconcilers and
 	// webhook rules that iterate workload.Kinds are made.
-	extra, err := installedKinds(direct.RESTMapper(), kinds, setupLog)
+	extra, missing, err := installedKinds(direct.RESTMapper(), kinds, setupLog)
 	if err != nil {
 		return err
 	}
 	workload.Register(extra...)
+	ctx, restart := context.WithCancel(ctx)
+	defer restart()
+	var restarting atomic.Bool
 
 	hashKey, err := controllers.EnsureHashKey(ctx, direct, o.namespace, o.hashKeySecret)
 	if err != nil {
@@ -322,12 +329,26 @@ func run() error {
 		return fmt.Errorf("while adding the cache ready check: %w", err)
 	}
 
+	if len(missing) > 0 && o.kindsRecheck > 0 {
+		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("while creating a discovery client: %w", err)
+		}
+		if err := mgr.Add(&servedLater{discovery: dc, missing: missing, interval: o.kindsRecheck, log: setupLog,
+			restart: func() { restarting.Store(true); restart() }}); err != nil {
+			return fmt.Errorf("while adding the kinds watcher: %w", err)
+		}
+	}
+
 	setupLog.Info("starting", "user", self, "namespace", o.namespace, "certMode", o.certMode, "webhookURL", o.webhookURL,
 		"metricsSecure", o.metricsSecure, "http2", o.enableHTTP2,
 		"scope", o.scope.String(), "leaderElectionID", o.leaderElectionID, "webhookConfigName", o.webhookConfigName,
 		"hashKeySecret", o.hashKeySecret, "tlsSecret", o.tlsSecret)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("while running the manager: %w", err)
+	}
+	if restarting.Load() {
+		return errKindsServed
 	}
 	return nil
 }
