@@ -85,11 +85,15 @@ func TestStaleReadClosesNothing(t *testing.T) {
 // correction back to the stamp already there means nothing rolled.
 func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 	for name, tc := range map[string]struct {
-		kept   string
-		rolled bool
+		kept    string
+		rolled  bool
+		dropped bool
 	}{
 		"corrected to a newer hash": {kept: "v1-third", rolled: true},
 		"kept the current stamp":    {kept: "v1-first", rolled: false},
+		// A CRD whose schema prunes the template's metadata: the patch
+		// succeeds and the stamp is gone. Nothing can roll it; an event says so.
+		"stamp pruned by the API server": {kept: "", dropped: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app"},
@@ -101,6 +105,9 @@ func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 				}
 				w := obj.(*appsv1.Deployment)
 				w.Spec.Template.Annotations[stamp.AnnotationHash] = tc.kept
+				if tc.kept == "" {
+					delete(w.Spec.Template.Annotations, stamp.AnnotationHash)
+				}
 				return c.Update(ctx, w)
 			}}
 			c := fake.NewClientBuilder().WithObjects(d).WithInterceptorFuncs(webhook).Build()
@@ -123,7 +130,10 @@ func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 			if tc.rolled && (len(got) != 1 || !strings.Contains(got[0], ReasonConfigChanged) || !strings.Contains(got[0], tc.kept)) {
 				t.Fatalf("events %q: want one %s naming the stamp %s", got, ReasonConfigChanged, tc.kept)
 			}
-			if !tc.rolled && len(got) != 0 {
+			if tc.dropped && (len(got) != 1 || !strings.Contains(got[0], ReasonStampDropped)) {
+				t.Fatalf("events %q: want one %s", got, ReasonStampDropped)
+			}
+			if !tc.rolled && !tc.dropped && len(got) != 0 {
 				t.Fatalf("events %q: nothing rolled, want none", got)
 			}
 		})

@@ -32,6 +32,8 @@ const (
 	ReasonRolloutFailed    = "RolloutFailed"
 	ReasonRolloutHalted    = "RolloutHalted"
 	ReasonRolloutRecovered = "RolloutRecovered"
+	// ReasonStampDropped: the API server pruned the stamp (see roll).
+	ReasonStampDropped = "StampDropped"
 )
 
 // haltedRecheck is how often a workload waiting on a halted change looks
@@ -216,7 +218,15 @@ func (r *WorkloadReconciler) compute(ctx context.Context, obj client.Object) (*p
 		return nil, nil
 	}
 	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)
-	comp, err := r.Resolver.Compute(ctx, obj.GetNamespace(), obj.GetAnnotations(), workload.PodTemplate(obj))
+	tmpl := workload.PodTemplate(obj)
+	if tmpl == nil { // an extra kind's object with no template there (an Argo Rollout with workloadRef) or a malformed one
+		if enabled {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore",
+				"no pod template configstamp can read at %s: not stamped", strings.Join(r.Kind.TemplateFields(), "."))
+		}
+		return nil, nil
+	}
+	comp, err := r.Resolver.Compute(ctx, obj.GetNamespace(), obj.GetAnnotations(), tmpl)
 	if err != nil {
 		return nil, err
 	}
@@ -403,6 +413,17 @@ func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj clie
 		// The webhook's consistent read disagreed with this cache (it lags
 		// behind a write the webhook already saw) and stamped what it read.
 		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", p.comp.Hash, "kept", kept)
+		if kept == "" {
+			// The patch succeeded, yet the template carries no stamp: the API
+			// server pruned it (a CRD whose schema drops unknown fields of the
+			// template's metadata). Nothing can roll this workload; say so.
+			r.Scheduler.Release(key)
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonStampDropped, "Rollout",
+				"the API server dropped %s from %s.metadata.annotations: this kind's CRD prunes the pod template's metadata, so configstamp cannot roll it "+
+					"(keep the template's metadata in the CRD schema, e.g. controller-gen crd:generateEmbeddedObjectMeta=true)",
+				stamp.AnnotationHash, strings.Join(r.Kind.TemplateFields(), "."))
+			return nil
+		}
 		if kept == previous { // the stamp stands: nothing rolled
 			r.Scheduler.Release(key)
 			return nil

@@ -95,3 +95,67 @@ kinds:
 		})
 	}
 }
+
+// Extra-kind objects without a template, or with a null template metadata,
+// never make the webhook fail: an UPDATE from an Argo Rollout with
+// workloadRef to one with its own template is stamped, a null metadata gets
+// the stamp, and a template-less object is admitted untouched.
+func TestCustomKindOddTemplates(t *testing.T) {
+	kindstest.Register(t, `
+kinds:
+  - {group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}
+`)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}).
+		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
+		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).Build()
+	resolver := &workload.Resolver{Sources: c, Index: c, Keys: stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))}
+	custom := admission.WithDefaulter(scheme, &Stamper[*unstructured.Unstructured]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)})
+	h := withWarnings{byKind{{Group: "argoproj.io", Kind: "Rollout"}: custom.Handler}}
+	raw := func(spec map[string]any) []byte {
+		b, err := json.Marshal(map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+			"metadata": map[string]any{"namespace": ns, "name": "r", "labels": map[string]any{stamp.LabelEnabled: "true"}}, "spec": spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	podSpec := map[string]any{"containers": []any{map[string]any{"name": "c", "image": "c:1"}}}
+	withRef := raw(map[string]any{"workloadRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "x"}})
+	handle := func(op admissionv1.Operation, obj, old []byte) admission.Response {
+		req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: "1", Operation: op, Namespace: ns, Name: "r",
+			Kind:   metav1.GroupVersionKind{Group: "argoproj.io", Version: "v1alpha1", Kind: "Rollout"},
+			Object: runtime.RawExtension{Raw: obj}, OldObject: runtime.RawExtension{Raw: old}, DryRun: ptr.To(false)}}
+		resp := h.Handle(t.Context(), req)
+		if !resp.Allowed || (resp.Result != nil && resp.Result.Code >= 400) {
+			t.Fatalf("%s: not admitted cleanly: %+v", op, resp.Result)
+		}
+		return resp
+	}
+	stampAt := func(resp admission.Response) string {
+		for _, p := range resp.Patches {
+			if m, ok := p.Value.(map[string]any); ok && strings.HasPrefix(p.Path, "/spec/template/metadata") {
+				if s, ok := m[stamp.AnnotationHash].(string); ok {
+					return s
+				}
+				if a, ok := m["annotations"].(map[string]any); ok {
+					s, _ := a[stamp.AnnotationHash].(string)
+					return s
+				}
+			}
+		}
+		return ""
+	}
+	if resp := handle(admissionv1.Create, withRef, nil); len(resp.Patches) != 0 {
+		t.Errorf("a Rollout with workloadRef was patched: %v", resp.Patches)
+	}
+	if s := stampAt(handle(admissionv1.Update, raw(map[string]any{"template": map[string]any{"spec": podSpec}}), withRef)); !strings.HasPrefix(s, "v1-") {
+		t.Errorf("workloadRef → template UPDATE: stamp %q", s)
+	}
+	if s := stampAt(handle(admissionv1.Create, raw(map[string]any{"template": map[string]any{"metadata": nil, "spec": podSpec}}), nil)); !strings.HasPrefix(s, "v1-") {
+		t.Errorf("null template metadata: stamp %q", s)
+	}
+}

@@ -108,7 +108,9 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 			s.report(ctx, obj, namespace, p.Problem, dryRun)
 		}
 	}
-	workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, comp.Hash)
+	if !workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, comp.Hash) {
+		return nil // no template to stamp: no record either
+	}
 	meta := obj.GetAnnotations()
 	if meta == nil {
 		meta = map[string]string{}
@@ -134,7 +136,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 // consistent read so that a lagging cache never flips the hash back.
 func keepStamp(old, obj client.Object) bool {
 	oldT, newT := workload.PodTemplate(old), workload.PodTemplate(obj)
-	if !sameExceptStamp(oldT, newT) {
+	if oldT == nil || newT == nil || !sameExceptStamp(oldT, newT) {
 		return false
 	}
 	oldStamp, newStamp := oldT.Annotations[stamp.AnnotationHash], newT.Annotations[stamp.AnnotationHash]

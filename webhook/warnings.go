@@ -130,6 +130,9 @@ func (w *ChangeWarner) rolls(ctx context.Context, namespace string, ref stamp.Ob
 		}
 		for _, obj := range kind.Items(list) {
 			tmpl := workload.PodTemplate(obj)
+			if tmpl == nil { // an extra kind's object without a template (workloadRef)
+				continue
+			}
 			refsBefore, inBefore := workload.ReferencesTo(obj.GetAnnotations(), tmpl, ref, beforeAnn)
 			refsAfter, inAfter := workload.ReferencesTo(obj.GetAnnotations(), tmpl, ref, afterAnn)
 			if refsBefore.Len() == 0 && refsAfter.Len() == 0 {

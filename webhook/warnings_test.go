@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
+	"github.com/configstamp/configstamp/controllers/workload/kindstest"
 )
 
 func warnDeployment(name string, optIn bool, env ...corev1.EnvVar) *appsv1.Deployment {
@@ -45,7 +47,11 @@ func warner(t *testing.T, objs ...client.Object) *ChangeWarner {
 		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
 	for _, k := range workload.Kinds {
 		b = b.WithIndex(k.New(), workload.IndexSources, func(o client.Object) []string {
-			refs, _ := stamp.WorkloadRefs(o.GetAnnotations(), &workload.PodTemplate(o).Spec)
+			tmpl := workload.PodTemplate(o)
+			if tmpl == nil {
+				return nil
+			}
+			refs, _ := stamp.WorkloadRefs(o.GetAnnotations(), &tmpl.Spec)
 			return refs.IndexValues()
 		})
 	}
@@ -141,5 +147,24 @@ func TestChangeWarnerSecretRevealsNothing(t *testing.T) {
 		if strings.Contains(got, secret) {
 			t.Fatalf("the warning names %q: %s", secret, got)
 		}
+	}
+}
+
+// A ConfigMap with a rollout selector makes the warner look at every workload
+// of the namespace, those of the extra kinds too: one without a template (an
+// Argo Rollout with workloadRef) is skipped, not a failure of the webhook.
+func TestChangeWarnerSkipsTemplateLessObjects(t *testing.T) {
+	kindstest.Register(t, `kinds: [{group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}]`)
+	ref := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
+		"workloadRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "a"}}}}
+	ref.SetAPIVersion("argoproj.io/v1alpha1")
+	ref.SetKind("Rollout")
+	ref.SetNamespace("ns")
+	ref.SetName("r")
+	sel := map[string]string{stamp.AnnotationRolloutSelector: "app=a"}
+	resp := warner(t, warnDeployment("a", false), ref).Handle(t.Context(),
+		update(t, "ConfigMap", configMap(map[string]string{"a": "1"}, sel), configMap(map[string]string{"a": "2"}, sel)))
+	if got := strings.Join(resp.Warnings, "\n"); !resp.Allowed || got != "configstamp: this change rolls 1 workload: deployment/a" {
+		t.Fatalf("allowed %v (%v), warnings %q", resp.Allowed, resp.Result, got)
 	}
 }

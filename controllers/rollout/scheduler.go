@@ -120,6 +120,10 @@ type Scheduler struct {
 	pending map[Key]*pending
 	// inflight: stamped by this process, maybe not yet visible in the cache.
 	inflight map[Key]time.Time
+	// handled: when k's own controller last announced, forgot or granted
+	// it. A Foresee right after comes late (its controller already saw the
+	// change) and is ignored, so it leaves no phantom in the wave order.
+	handled map[Key]time.Time
 	// halted: workloads told that they wait on a halted change, which, and
 	// their priorities (announced again when the halt lifts).
 	halted  map[Key]haltedOn
@@ -137,6 +141,7 @@ func NewScheduler(policy Policy, cache client.Reader) *Scheduler {
 		Policy: policy, Cache: cache,
 		pending:  map[Key]*pending{},
 		inflight: map[Key]time.Time{},
+		handled:  map[Key]time.Time{},
 		halted:   map[Key]haltedOn{},
 		limiter:  rate.NewLimiter(limit, 1),
 		now:      time.Now,
@@ -151,6 +156,7 @@ func (s *Scheduler) Announce(k Key, priority int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
+	s.handled[k] = now
 	if p, ok := s.pending[k]; ok {
 		if p.foreseen {
 			p.foreseen, p.priority, p.seen = false, priority, now
@@ -168,10 +174,10 @@ func (s *Scheduler) Announce(k Key, priority int) {
 func (s *Scheduler) Foresee(k Key, priority int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.pending[k]; ok {
+	now := s.now()
+	if _, ok := s.pending[k]; ok || now.Sub(s.handled[k]) < foreseenFor {
 		return
 	}
-	now := s.now()
 	s.pending[k] = &pending{priority: priority, announced: true, foreseen: true, readyAt: now, seen: now}
 	s.report()
 }
@@ -235,6 +241,7 @@ func (s *Scheduler) Acquire(ctx context.Context, k Key, priority int, needsSlot 
 		return max(r.DelayFrom(now), 50*time.Millisecond), nil
 	}
 	delete(s.pending, k)
+	s.handled[k] = now
 	if needsSlot {
 		s.inflight[k] = now
 	}
@@ -254,6 +261,7 @@ func (s *Scheduler) Forget(k Key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pending, k)
+	s.handled[k] = s.now()
 	s.report()
 }
 
@@ -430,6 +438,11 @@ func (s *Scheduler) report() {
 // tally drops stale entries and counts the others; s.mu held.
 func (s *Scheduler) tally() (waiting, debouncing, pending int) {
 	now := s.now()
+	for k, at := range s.handled {
+		if now.Sub(at) >= foreseenFor {
+			delete(s.handled, k)
+		}
+	}
 	for k, p := range s.pending {
 		if p.stale(now) {
 			delete(s.pending, k)

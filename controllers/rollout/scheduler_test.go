@@ -274,3 +274,20 @@ func TestForeseenWorkloadUnconfirmedIsDropped(t *testing.T) {
 		t.Fatal("a confirmed announcement was dropped like an unconfirmed foreseen one")
 	}
 }
+
+// A Foresee that comes after the workload's own controller already handled
+// the change (announced, then settled or granted) is ignored: no phantom
+// entry holds the wave back, and a granted workload is not counted twice.
+func TestLateForeseeLeavesNoPhantom(t *testing.T) {
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute})
+	settled := Key{"StatefulSet", "ns", "settled"}
+	s.Announce(settled, 10)
+	s.Forget(settled) // its reconcile found nothing to do
+	s.Foresee(settled, 10)
+	if v := testutil.ToFloat64(pendingWorkloads); v != 0 {
+		t.Fatalf("pending gauge %v after a late Foresee, want 0", v)
+	}
+	if w, _ := s.Acquire(t.Context(), dep("low"), 0, true); w != 0 {
+		t.Fatalf("a late Foresee held the wave back: wait %v", w)
+	}
+}

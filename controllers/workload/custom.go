@@ -222,20 +222,42 @@ func customTemplate(u *unstructured.Unstructured) *corev1.PodTemplateSpec {
 }
 
 // SetTemplateAnnotation sets an annotation of obj's pod template, in place.
-func SetTemplateAnnotation(obj client.Object, key, value string) {
+// For an extra kind it reports false when the template is not an object
+// (PodTemplate then returns nil too); a null metadata or annotations map is
+// made.
+func SetTemplateAnnotation(obj client.Object, key, value string) bool {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if k, ok := CustomKind(u); ok {
-			path := append(slices.Clone(k.TemplatePath), "metadata", "annotations", key)
-			_ = unstructured.SetNestedField(u.Object, value, path...) // fails only on a non-map on the way, which customTemplate refuses first
+		k, ok := CustomKind(u)
+		if !ok {
+			return false
 		}
-		return
-	}
-	if tmpl := PodTemplate(obj); tmpl != nil {
-		if tmpl.Annotations == nil {
-			tmpl.Annotations = map[string]string{}
+		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, k.TemplatePath...)
+		tmpl, ok := v.(map[string]any)
+		if !ok {
+			return false
 		}
-		tmpl.Annotations[key] = value
+		md, ok := tmpl["metadata"].(map[string]any)
+		if !ok {
+			md = map[string]any{}
+			tmpl["metadata"] = md
+		}
+		ann, ok := md["annotations"].(map[string]any)
+		if !ok {
+			ann = map[string]any{}
+			md["annotations"] = ann
+		}
+		ann[key] = value
+		return true
 	}
+	tmpl := PodTemplate(obj)
+	if tmpl == nil {
+		return false
+	}
+	if tmpl.Annotations == nil {
+		tmpl.Annotations = map[string]string{}
+	}
+	tmpl.Annotations[key] = value
+	return true
 }
 
 // SlimCustom keeps of u what configstamp reads (its metadata as it is, the
