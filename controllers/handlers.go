@@ -62,13 +62,16 @@ func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
 }
 
 // enqueue queues the workloads of m's kind that objs concern and announces
-// them to the scheduler; it foresees those of the other kinds (Foresee): each
-// kind's controller handles a source event on its own, and the first to ask
-// for a slot must already see the others' priorities, whatever their kind.
+// them to the scheduler. Under a budget it also foresees those of the other
+// kinds (Foresee): each kind's controller handles a source event on its own,
+// and the first to ask for a slot must already see the others' priorities,
+// whatever their kind. Without a budget the wave order decides nothing, and
+// the other kinds' lookups are not made.
 func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...client.Object) {
+	ranked := m.scheduler != nil && m.scheduler.Policy.MaxConcurrent > 0
 	for _, k := range workload.Kinds {
 		own := k.Name == m.kind.Name
-		if !own && m.scheduler == nil {
+		if !own && !ranked {
 			continue
 		}
 		for _, w := range m.concerned(ctx, k, kind, objs) {

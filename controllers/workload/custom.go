@@ -58,10 +58,15 @@ type Progress struct {
 	AvailableReplicas  string   `json:"availableReplicas,omitempty"`
 }
 
+// fields returns the dotted paths p names (some may be empty).
+func (p *Progress) fields() []string {
+	return []string{p.ObservedGeneration, p.Phase, p.Replicas, p.UpdatedReplicas, p.AvailableReplicas}
+}
+
 // Paths returns every field path p reads.
 func (p *Progress) Paths() [][]string {
 	var out [][]string
-	for _, s := range []string{p.ObservedGeneration, p.Phase, p.Replicas, p.UpdatedReplicas, p.AvailableReplicas} {
+	for _, s := range p.fields() {
 		if s != "" {
 			out = append(out, strings.Split(s, "."))
 		}
@@ -122,7 +127,7 @@ func ParseKindsConfig(raw []byte) ([]KindConfig, error) {
 		seen[c.Kind] = true
 		paths := []string{c.TemplatePath}
 		if p := c.Progress; p != nil {
-			paths = append(paths, p.ObservedGeneration, p.Phase, p.Replicas, p.UpdatedReplicas, p.AvailableReplicas)
+			paths = append(paths, p.fields()...)
 			if p.Phase == "" && len(p.CompletePhases)+len(p.FailedPhases) > 0 {
 				return nil, fmt.Errorf("%s: completePhases and failedPhases need progress.phase", where)
 			}
