@@ -128,6 +128,23 @@ func (e *Env) Apply(t testing.TB, objs ...client.Object) string {
 	return stderr
 }
 
+// App creates, in ns, the ConfigMap app-config (a=1) and the opted-in
+// Deployment app mounting it, and returns the Deployment as admitted (its
+// stamp, if the webhook gave one, is the CREATE response's).
+func (e *Env) App(t testing.TB, ns string) *appsv1.Deployment {
+	t.Helper()
+	if err := e.Client.Create(t.Context(), ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	spec := PodSpec()
+	MountConfigMap(&spec, "app-config")
+	dep := Deployment(ns, "app", OptIn, spec)
+	if err := e.Client.Create(t.Context(), dep); err != nil {
+		t.Fatal(err)
+	}
+	return dep
+}
+
 // Get reads obj (by its namespace and name) live.
 func (e *Env) Get(t testing.TB, obj client.Object) {
 	t.Helper()

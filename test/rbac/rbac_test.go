@@ -128,16 +128,7 @@ func TestRunsAsTheServiceAccount(t *testing.T) {
 // nothing configstamp asked for was forbidden.
 func TestWorksUnderItsRole(t *testing.T) {
 	ns := env.Namespace(t, "rbac", nil)
-	ctx := t.Context()
-	if err := env.Client.Create(ctx, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil)); err != nil {
-		t.Fatal(err)
-	}
-	spec := framework.PodSpec()
-	framework.MountConfigMap(&spec, "app-config")
-	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
-	if err := env.Client.Create(ctx, dep); err != nil {
-		t.Fatal(err)
-	}
+	dep := env.App(t, ns)
 	h1 := framework.TemplateHash(dep) // the Create response: what admission stored
 	if !strings.HasPrefix(h1, "v1-") {
 		t.Fatalf("not stamped at CREATE under configstamp's role: stamp %q", h1)

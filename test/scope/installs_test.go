@@ -101,7 +101,7 @@ func TestTwoInstallations(t *testing.T) {
 
 	deps := map[string]*appsv1.Deployment{}
 	for _, ns := range all {
-		deps[ns] = app(t, ns)
+		deps[ns] = env.App(t, ns)
 		if framework.TemplateHash(deps[ns]) == "" {
 			t.Fatalf("%s not stamped at CREATE", ns)
 		}

@@ -19,22 +19,6 @@ import (
 // workloadResources are what configstamp caches per namespace.
 var cachedResources = []string{"configmaps", "secrets", "deployments", "statefulsets", "daemonsets"}
 
-// app creates the ConfigMap app-config and an opted-in Deployment app
-// mounting it in ns, and returns the Deployment as admitted.
-func app(t *testing.T, ns string) *appsv1.Deployment {
-	t.Helper()
-	if err := env.Client.Create(t.Context(), framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil)); err != nil {
-		t.Fatal(err)
-	}
-	spec := framework.PodSpec()
-	framework.MountConfigMap(&spec, "app-config")
-	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
-	if err := env.Client.Create(t.Context(), dep); err != nil {
-		t.Fatal(err)
-	}
-	return dep
-}
-
 func changeConfig(t *testing.T, ns, value string) {
 	t.Helper()
 	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": value}, nil))
@@ -95,7 +79,7 @@ func TestWatchNamespaces(t *testing.T) {
 		t.Errorf("the webhook's namespaceSelector does not name the watched namespaces: %s", sel)
 	}
 
-	a, b, c := app(t, "scope-a"), app(t, "scope-b"), app(t, "scope-c")
+	a, b, c := env.App(t, "scope-a"), env.App(t, "scope-b"), env.App(t, "scope-c")
 	for _, d := range []*appsv1.Deployment{a, b} {
 		if h := framework.TemplateHash(d); !strings.HasPrefix(h, "v1-") {
 			t.Fatalf("%s not stamped at CREATE: %q", d.Namespace, h)
@@ -164,7 +148,7 @@ func TestExcludeNamespaces(t *testing.T) {
 		t.Errorf("the webhook's namespaceSelector misses the exclusions or the label selector: %s", sel)
 	}
 
-	x, y, z := app(t, "scope-x"), app(t, "scope-y"), app(t, "scope-z")
+	x, y, z := env.App(t, "scope-x"), env.App(t, "scope-y"), env.App(t, "scope-z")
 	if h := framework.TemplateHash(y); !strings.HasPrefix(h, "v1-") {
 		t.Fatalf("scope-y not stamped at CREATE: %q", h)
 	}

@@ -80,17 +80,8 @@ func installRBAC(ctx context.Context, e *framework.Env) (string, error) {
 // and re-stamped after a ConfigMap change (watches in the namespace, patch,
 // events), with nothing configstamp asked for refused.
 func TestWorksUnderNamespacedRBAC(t *testing.T) {
-	ctx := t.Context()
 	ns := watched[0]
-	if err := env.Client.Create(ctx, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil)); err != nil {
-		t.Fatal(err)
-	}
-	spec := framework.PodSpec()
-	framework.MountConfigMap(&spec, "app-config")
-	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
-	if err := env.Client.Create(ctx, dep); err != nil {
-		t.Fatal(err)
-	}
+	dep := env.App(t, ns)
 	h1 := framework.TemplateHash(dep)
 	if !strings.HasPrefix(h1, "v1-") {
 		t.Fatalf("not stamped at CREATE under the namespaced RBAC: %q", h1)
