@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -328,28 +329,68 @@ func (e *Env) StartConfigstamp(ctx context.Context, logPath string, extra ...str
 
 // newProcess prepares a configstamp process on free loopback ports.
 func (e *Env) newProcess(logPath string, extra []string) (*Process, error) {
-	var ports [3]int
-	for i := range ports {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = p
-	}
 	p := &Process{
-		LogPath: logPath, WebhookPort: ports[0],
-		ProbeAddr:   "127.0.0.1:" + strconv.Itoa(ports[1]),
-		MetricsAddr: "127.0.0.1:" + strconv.Itoa(ports[2]),
-		args:        extra, env: e,
+		LogPath: logPath,
+		args:    extra, env: e,
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			// The metrics server's certificate is self-signed, made in memory.
 			TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 		}},
 	}
-	return p, nil
+	return p, p.freshPorts()
 }
 
+// start runs the process until it is ready. Its ports were free when
+// newProcess picked them, but another process (a client connection's source
+// port, another suite's server) may take one before configstamp binds it:
+// then it starts again on fresh ports, at most three times. Any other early
+// exit is an error that quotes the end of the process's log.
 func (p *Process) start(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := p.startOnce(ctx)
+		if err == nil || !errors.Is(err, errExitedEarly) {
+			return err
+		}
+		tail := p.logTail(20)
+		if attempt == 3 || !strings.Contains(tail, "address already in use") {
+			return fmt.Errorf("%w; last lines of %s:\n%s", err, p.LogPath, tail)
+		}
+		if err := p.freshPorts(); err != nil {
+			return err
+		}
+	}
+}
+
+// errExitedEarly: the process ended before it was ready.
+var errExitedEarly = errors.New("configstamp exited early")
+
+// logTail returns the last n lines of the process's log.
+func (p *Process) logTail(n int) string {
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// freshPorts picks new free ports for the webhook, probe and metrics servers.
+func (p *Process) freshPorts() error {
+	var ports [3]int
+	for i := range ports {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		ports[i] = port
+	}
+	p.WebhookPort = ports[0]
+	p.ProbeAddr = "127.0.0.1:" + strconv.Itoa(ports[1])
+	p.MetricsAddr = "127.0.0.1:" + strconv.Itoa(ports[2])
+	return nil
+}
+
+func (p *Process) startOnce(ctx context.Context) error {
 	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -384,7 +425,7 @@ func (p *Process) start(ctx context.Context) error {
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case <-p.done:
-			return false, fmt.Errorf("configstamp exited early; see %s", p.LogPath)
+			return false, errExitedEarly
 		default:
 		}
 		resp, err := http.Get("http://" + p.ProbeAddr + probe)
