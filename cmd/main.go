@@ -30,7 +30,6 @@ import (
 
 	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/rollout"
-	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 	"github.com/configstamp/configstamp/webhook"
 )
@@ -239,7 +238,7 @@ func run() error {
 	defer restart()
 	var restarting atomic.Bool
 
-	hashKey, err := controllers.EnsureHashKey(ctx, direct, o.namespace, o.hashKeySecret)
+	keys, err := controllers.EnsureHashKey(ctx, direct, o.namespace, o.hashKeySecret)
 	if err != nil {
 		return err
 	}
@@ -285,10 +284,9 @@ func run() error {
 		return fmt.Errorf("while creating the manager: %w", err)
 	}
 
-	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer(), keys); err != nil {
 		return err
 	}
-	keys := stamp.NewKeyring(hashKey)
 	if err := controllers.Setup(mgr, controllers.Options{Policy: o.rollout, Keys: keys, Namespace: o.namespace,
 		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope}); err != nil {
 		return err

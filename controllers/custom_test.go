@@ -39,8 +39,8 @@ func TestTemplateLessCustomObjectIsNotAWorkload(t *testing.T) {
 				WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).Build()
 			rec := events.NewFakeRecorder(10)
 			r := &WorkloadReconciler{Client: c, Kind: kind, Recorder: rec,
-				Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))},
-				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c), Nudger: NewNudger()}
+				Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
+				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c, testKeys), Nudger: NewNudger()}
 			res, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "r"}})
 			if err != nil || res.RequeueAfter != 0 {
 				t.Fatalf("reconcile = %+v, %v; want nothing to do", res, err)

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -13,29 +14,105 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
+// testKeys is the installation keyring of the tests of this package.
+var testKeys = stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+
+// withRecord writes rec on obj as configstamp does: merge-patched (nil
+// deletes) and sealed with h for obj's UID. It returns obj.
+func withRecord[T client.Object](obj T, rec rollout.Record, h *stamp.Hasher) T {
+	a := maps.Clone(obj.GetAnnotations())
+	if a == nil {
+		a = map[string]string{}
+	}
+	for k, v := range rec.Annotations(obj.GetUID(), h) {
+		if v == nil {
+			delete(a, k)
+		} else {
+			a[k] = v.(string)
+		}
+	}
+	obj.SetAnnotations(a)
+	return obj
+}
+
+var sharedRef = stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+
+// haltWorld is a namespace where the ConfigMap "shared" is referenced by two
+// Deployments: "failed", on which a rollout of it may have failed, and
+// "waiting", whose rollout of it is gated.
+type haltWorld struct {
+	c               client.WithWatch
+	r               *WorkloadReconciler
+	failed, waiting *appsv1.Deployment
+	// change is what "failed" references of "shared" now, as a rollout cause:
+	// the content a halt of it holds as long as it is unchanged.
+	change rollout.Change
+}
+
+func newHaltWorld(t *testing.T, policy rollout.Policy, funcs interceptor.Funcs) *haltWorld {
+	t.Helper()
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: sharedRef.Name}}}}}}}
+	w := &haltWorld{
+		failed:  &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "failed", UID: "uid-failed"}, Spec: appsv1.DeploymentSpec{Template: tmpl}},
+		waiting: &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "waiting", UID: "uid-waiting"}, Spec: appsv1.DeploymentSpec{Template: tmpl}},
+	}
+	shared := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: sharedRef.Name}, Data: map[string]string{"k": "broken"}}
+	b := fake.NewClientBuilder().WithObjects(shared, w.failed, w.waiting).WithInterceptorFuncs(funcs).
+		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
+		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc)
+	for _, k := range workload.Kinds {
+		b = b.WithIndex(k.New(), IndexHalted, indexHalted(testKeys)).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc(testKeys))
+	}
+	w.c = b.Build()
+	resolver := &workload.Resolver{Sources: w.c, Index: w.c, Keys: testKeys}
+	w.r = &WorkloadReconciler{Client: w.c, Kind: workload.Kinds[0], Recorder: events.NewFakeRecorder(10), Resolver: resolver,
+		Scheduler: rollout.NewScheduler(policy, w.c, testKeys), Nudger: NewNudger()}
+	comp, err := resolver.Compute(t.Context(), "ns", nil, &tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.change = rollout.Change{Ref: sharedRef, Content: comp.Sources[sharedRef]}
+	if w.change.Content == "" {
+		t.Fatalf("no digest of %s in %v", sharedRef, comp.Sources)
+	}
+	return w
+}
+
+// setFailed edits the stored "failed" Deployment (its record, sealed or not).
+func (w *haltWorld) setFailed(t *testing.T, edit func(d *appsv1.Deployment)) {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := w.c.Get(t.Context(), client.ObjectKeyFromObject(w.failed), d); err != nil {
+		t.Fatal(err)
+	}
+	edit(d)
+	if err := w.c.Update(t.Context(), d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *haltWorld) gate(t *testing.T) (reconcile.Result, bool, error) {
+	key := rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "waiting"}
+	return w.r.gate(t.Context(), key, w.waiting, &plan{comp: &workload.Computation{}, causes: []rollout.Change{w.change}})
+}
+
 // A workload waiting on a halted change asks again later even if the wake-up
 // of the halt's lift is missed (the lift landed between its index read and
 // its registration as a waiter): it is never left waiting for good.
 func TestHaltedWorkloadAsksAgain(t *testing.T) {
-	change := rollout.Change{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}
-	failed := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "failed",
-		Annotations: map[string]string{rollout.AnnotationState: string(rollout.Failed), rollout.AnnotationHalted: change.String()}}}
-	waiting := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "waiting"}}
-	b := fake.NewClientBuilder().WithObjects(failed, waiting)
-	for _, k := range workload.Kinds {
-		b = b.WithIndex(k.New(), IndexHalted, indexHalted)
-	}
-	c := b.Build()
-	r := &WorkloadReconciler{Client: c, Kind: workload.Kinds[0], Recorder: events.NewFakeRecorder(10),
-		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c), Nudger: NewNudger()}
-	key := rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "waiting"}
-	res, open, err := r.gate(t.Context(), key, waiting, &plan{comp: &workload.Computation{}, causes: []rollout.Change{change}})
+	w := newHaltWorld(t, rollout.Policy{ProgressDeadline: time.Minute}, interceptor.Funcs{})
+	w.setFailed(t, func(d *appsv1.Deployment) {
+		withRecord(d, rollout.StartRecord(time.Now(), []rollout.Change{w.change}, false).Fail(true), testKeys.Current())
+	})
+	res, open, err := w.gate(t)
 	if err != nil || open {
 		t.Fatalf("gate = open %v, err %v; want halted", open, err)
 	}
@@ -44,15 +121,111 @@ func TestHaltedWorkloadAsksAgain(t *testing.T) {
 	}
 }
 
+// Only a halt configstamp sealed holds a rollout, and only while what the
+// failed workload references of the source is still the content that failed.
+func TestHaltHoldsOnlyWhenSealedAndStillFailing(t *testing.T) {
+	tests := map[string]struct {
+		edit   func(w *haltWorld, d *appsv1.Deployment)
+		fix    bool // the failed workload's part of the source is changed since
+		halted bool
+	}{
+		"sealed halt, content still failing": {halted: true, edit: func(w *haltWorld, d *appsv1.Deployment) {
+			withRecord(d, rollout.StartRecord(time.Now(), []rollout.Change{w.change}, false).Fail(true), testKeys.Current())
+		}},
+		"sealed halt, content fixed since": {fix: true, edit: func(w *haltWorld, d *appsv1.Deployment) {
+			withRecord(d, rollout.StartRecord(time.Now(), []rollout.Change{w.change}, false).Fail(true), testKeys.Current())
+		}},
+		"sealed halt of another content": {edit: func(w *haltWorld, d *appsv1.Deployment) {
+			other := rollout.Change{Ref: sharedRef, Content: "000000000000"}
+			withRecord(d, rollout.StartRecord(time.Now(), []rollout.Change{other}, false).Fail(true), testKeys.Current())
+		}},
+		"hand-written halt (no seal)": {edit: func(w *haltWorld, d *appsv1.Deployment) {
+			d.Annotations = map[string]string{rollout.AnnotationState: string(rollout.Failed), rollout.AnnotationHalted: w.change.String()}
+		}},
+		"sealed halt copied from another workload": {edit: func(w *haltWorld, d *appsv1.Deployment) {
+			other := withRecord(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "uid-other"}},
+				rollout.StartRecord(time.Now(), []rollout.Change{w.change}, false).Fail(true), testKeys.Current())
+			d.Annotations = other.Annotations
+		}},
+		"halt removed by hand (resume)": {edit: func(w *haltWorld, d *appsv1.Deployment) {
+			withRecord(d, rollout.StartRecord(time.Now(), []rollout.Change{w.change}, false).Fail(true), testKeys.Current())
+			delete(d.Annotations, rollout.AnnotationHalted)
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			w := newHaltWorld(t, rollout.Policy{ProgressDeadline: time.Minute}, interceptor.Funcs{})
+			w.setFailed(t, func(d *appsv1.Deployment) { tc.edit(w, d) })
+			if tc.fix {
+				cm := &corev1.ConfigMap{}
+				if err := w.c.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: sharedRef.Name}, cm); err != nil {
+					t.Fatal(err)
+				}
+				cm.Data["k"] = "fixed"
+				if err := w.c.Update(t.Context(), cm); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, open, err := w.gate(t)
+			if err != nil || open == tc.halted {
+				t.Fatalf("gate = open %v, err %v; want halted %v", open, err, tc.halted)
+			}
+		})
+	}
+}
+
+// The only slot may be free because a rollout of this very change just
+// failed: its close and its halt reach the cache in one update, which may land
+// after gate's first look for a halt. gate looks again once the slot is its
+// own, and gives the slot back.
+func TestGateRechecksHaltAfterAcquire(t *testing.T) {
+	var w *haltWorld
+	closed := false
+	funcs := interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		o := &client.ListOptions{}
+		o.ApplyOptions(opts)
+		if !closed && o.FieldSelector != nil && strings.Contains(o.FieldSelector.String(), rollout.IndexRolling) {
+			// The scheduler counts the slots: the failed rollout is closed,
+			// with its halt, just before.
+			closed = true
+			d := &appsv1.Deployment{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(w.failed), d); err != nil {
+				return err
+			}
+			rec, err := rollout.Verify(d, testKeys)
+			if err != nil {
+				return err
+			}
+			if err := c.Update(ctx, withRecord(d, rec.Fail(true), testKeys.Current())); err != nil {
+				return err
+			}
+		}
+		return c.List(ctx, list, opts...)
+	}}
+	w = newHaltWorld(t, rollout.Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute, HaltOnFailure: true}, funcs)
+	w.setFailed(t, func(d *appsv1.Deployment) {
+		withRecord(d, rollout.StartRecord(time.Now(), []rollout.Change{w.change}, false), testKeys.Current())
+	})
+	_, open, err := w.gate(t)
+	if !closed {
+		t.Fatal("the scheduler never looked at the slots")
+	}
+	if err != nil || open {
+		t.Fatalf("gate = open %v, err %v; want halted: the change failed while it waited for the slot", open, err)
+	}
+	if n, err := w.r.Scheduler.SlotsInUse(t.Context()); err != nil || n != 0 {
+		t.Fatalf("slots in use %d (err %v): the slot taken for a halted rollout was not given back", n, err)
+	}
+}
+
 // A reconcile that reads a workload the cache has not updated yet (its record
 // closed by an earlier reconcile, or a newer rollout started since) must not
 // close the record again: a rollout ends exactly once.
 func TestStaleReadClosesNothing(t *testing.T) {
-	started := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", Generation: 1,
-		Annotations: map[string]string{rollout.AnnotationState: string(rollout.Rolling), rollout.AnnotationStarted: started}},
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", UID: "uid-app", Generation: 1},
 		Spec:   appsv1.DeploymentSpec{Replicas: new(int32(1))},
 		Status: appsv1.DeploymentStatus{ObservedGeneration: 1, Replicas: 1, UpdatedReplicas: 1, AvailableReplicas: 1}}
+	withRecord(d, rollout.StartRecord(time.Now().Add(-time.Minute), nil, false), testKeys.Current())
 	c := fake.NewClientBuilder().WithObjects(d).Build()
 	stale := d.DeepCopy()
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), stale); err != nil {
@@ -60,12 +233,13 @@ func TestStaleReadClosesNothing(t *testing.T) {
 	}
 	// Meanwhile a newer rollout started: the stored record is open again.
 	fresh := stale.DeepCopy()
-	fresh.Annotations[rollout.AnnotationStarted] = time.Now().UTC().Format(time.RFC3339)
+	withRecord(fresh, rollout.StartRecord(time.Now(), nil, false), testKeys.Current())
 	if err := c.Update(t.Context(), fresh); err != nil {
 		t.Fatal(err)
 	}
 	r := &WorkloadReconciler{Client: c, Kind: workload.Kinds[0], Recorder: events.NewFakeRecorder(10),
-		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c), Nudger: NewNudger()}
+		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
+		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys), Nudger: NewNudger()}
 	res, busy, err := r.follow(t.Context(), rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, stale)
 	if err != nil || !busy || res.RequeueAfter <= 0 {
 		t.Fatalf("follow on a stale read = %+v busy %v err %v; want to ask again", res, busy, err)
@@ -113,7 +287,8 @@ func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 			c := fake.NewClientBuilder().WithObjects(d).WithInterceptorFuncs(webhook).Build()
 			rec := events.NewFakeRecorder(10)
 			r := &WorkloadReconciler{Client: c, Kind: workload.Kinds[0], Recorder: rec,
-				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c), Nudger: NewNudger()}
+				Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
+				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys), Nudger: NewNudger()}
 			obj := d.DeepCopy()
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), obj); err != nil {
 				t.Fatal(err)

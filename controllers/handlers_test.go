@@ -31,10 +31,10 @@ func TestSourceEventAnnouncesEveryKind(t *testing.T) {
 		Spec: appsv1.StatefulSetSpec{Template: corev1.PodTemplateSpec{Spec: spec}}}
 	b := fake.NewClientBuilder().WithObjects(low, high)
 	for _, k := range workload.Kinds {
-		b = b.WithIndex(k.New(), IndexSources, indexWorkloadSources).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
+		b = b.WithIndex(k.New(), IndexSources, indexWorkloadSources).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc(testKeys))
 	}
 	c := b.Build()
-	s := rollout.NewScheduler(rollout.Policy{MaxConcurrent: 1, ProgressDeadline: time.Hour}, c)
+	s := rollout.NewScheduler(rollout.Policy{MaxConcurrent: 1, ProgressDeadline: time.Hour}, c, testKeys)
 	m := &mapper{client: c, kind: workload.Kinds[0], scheduler: s}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer q.ShutDown()

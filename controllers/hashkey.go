@@ -1,9 +1,13 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -20,30 +24,57 @@ import (
 // HashKeyDataKey is the key of the HMAC key in its Secret.
 const HashKeyDataKey = "key"
 
+// previousKeyPrefix names the previous keys kept in the same Secret
+// ("previous-<key id>"): records and halts sealed with a previous key stay
+// verifiable across a restart in the middle of a rotation.
+const previousKeyPrefix = "previous-"
+
+// previousKeys returns the usable previous keys a key Secret holds.
+func previousKeys(secret *corev1.Secret) [][]byte {
+	var out [][]byte
+	for _, name := range slices.Sorted(maps.Keys(secret.Data)) {
+		if strings.HasPrefix(name, previousKeyPrefix) && len(secret.Data[name]) >= minKeyLength {
+			out = append(out, secret.Data[name])
+		}
+	}
+	return out
+}
+
 // +kubebuilder:rbac:groups="",namespace=configstamp-system,resources=secrets,verbs=create;update
 
 // minKeyLength is the shortest HMAC key accepted from the Secret.
 const minKeyLength = 16
 
+// AnnotationRecordsSealed, on the key Secret, says that this installation
+// seals its rollout records (rollout.AnnotationSeal) and has taken over those
+// the previous release wrote unsealed (Adopter): from then on an unsealed
+// record counts for nothing. A Secret made by this release carries it from
+// the start, so there is nothing to take over.
+const AnnotationRecordsSealed = "configstamp.io/records-sealed"
+
 func createKeySecret(ctx context.Context, c client.Client, namespace, name string, key []byte) error {
 	return c.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "configstamp"}},
+			Labels:      map[string]string{"app.kubernetes.io/managed-by": "configstamp"},
+			Annotations: map[string]string{AnnotationRecordsSealed: "true"}},
 		Data: map[string][]byte{HashKeyDataKey: key},
 	})
 }
 
 // EnsureHashKey returns the per-installation HMAC key kept in the Secret
-// namespace/name, creating it with 32 random bytes on first start. Replicas
-// racing to create it all end up with the winner's key.
-func EnsureHashKey(ctx context.Context, c client.Client, namespace, name string) ([]byte, error) {
+// namespace/name, creating it with 32 random bytes on first start, in a
+// Keyring with the previous keys the Secret keeps. Replicas racing to create
+// it all end up with the winner's key.
+func EnsureHashKey(ctx context.Context, c client.Client, namespace, name string) (*stamp.Keyring, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: name}
 	for attempt := 0; attempt < 3; attempt++ {
 		secret := &corev1.Secret{}
 		err := c.Get(ctx, key, secret)
 		if err == nil {
 			if k := secret.Data[HashKeyDataKey]; len(k) >= minKeyLength {
-				return k, nil
+				keys := stamp.NewKeyring(k)
+				keys.AddPrevious(previousKeys(secret)...)
+				return keys, nil
 			}
 			return nil, fmt.Errorf("secret %s holds no usable %q (at least 16 bytes); delete it to make a new key", key, HashKeyDataKey)
 		}
@@ -60,7 +91,7 @@ func EnsureHashKey(ctx context.Context, c client.Client, namespace, name string)
 			}
 			return nil, fmt.Errorf("while creating hash key secret %s: %w", key, err)
 		}
-		return k, nil
+		return stamp.NewKeyring(k), nil
 	}
 	return nil, fmt.Errorf("while ensuring hash key secret %s: gave up after conflicts", key)
 }
@@ -71,6 +102,9 @@ func EnsureHashKey(ctx context.Context, c client.Client, namespace, name string)
 //     is put in force, and OnChange is called (the reconciler re-baselines
 //     every workload while this process still knows the previous key: a key
 //     change rolls nothing);
+//   - the previous keys are written back into the Secret (previous-<key id>,
+//     at most stamp's bound), so a restart in the middle of a rotation still
+//     knows them: records and halts sealed with them stay valid;
 //   - a deleted Secret is created again with the key in force, so an
 //     accidental `kubectl delete secret` changes nothing at all.
 //
@@ -120,11 +154,40 @@ func (w *KeyWatcher) seen(ctx context.Context, obj any) {
 		w.Log.Error(nil, "hash key secret holds no usable key; keeping the key in force", "secret", w.Namespace+"/"+w.Name)
 		return
 	}
-	if w.Keys.Set(key) {
+	w.Keys.AddPrevious(previousKeys(secret)...)
+	changed := w.Keys.Set(key)
+	w.keepPrevious(ctx, secret)
+	if changed {
 		w.Log.Info("hash key changed; workloads are re-baselined, nothing rolls", "keyID", w.Keys.Current().KeyID())
 		if w.OnChange != nil {
 			w.OnChange(ctx)
 		}
+	}
+}
+
+// keepPrevious writes the previous keys this process knows into the Secret,
+// when they differ from what it holds. A conflict (a peer wrote first) is
+// left to the update event that follows.
+func (w *KeyWatcher) keepPrevious(ctx context.Context, secret *corev1.Secret) {
+	want := map[string][]byte{}
+	ids, keys := w.Keys.Previous()
+	for i, id := range ids {
+		want[previousKeyPrefix+id] = keys[i]
+	}
+	have := map[string][]byte{}
+	for name, v := range secret.Data {
+		if strings.HasPrefix(name, previousKeyPrefix) {
+			have[name] = v
+		}
+	}
+	if maps.EqualFunc(want, have, bytes.Equal) || !bytes.Equal(secret.Data[HashKeyDataKey], w.Keys.Key()) {
+		return
+	}
+	updated := secret.DeepCopy()
+	maps.DeleteFunc(updated.Data, func(name string, _ []byte) bool { return strings.HasPrefix(name, previousKeyPrefix) })
+	maps.Copy(updated.Data, want)
+	if err := w.Client.Update(ctx, updated); err != nil && !apierrors.IsConflict(err) {
+		w.Log.Error(err, "while keeping the previous hash keys in the secret")
 	}
 }
 

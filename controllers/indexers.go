@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"unique"
 
@@ -23,17 +24,22 @@ import (
 // (workload.IndexSources, which the apply-time warning webhook reads too).
 const IndexSources = workload.IndexSources
 
-// IndexHalted indexes workloads by every change whose rollout failed on them
-// (rollout.AnnotationHalted), as rollout.Change.String() values.
+// IndexHalted indexes workloads by every source of a change whose rollout
+// failed on them (rollout.AnnotationHalted of a record sealed by
+// configstamp), as stamp.ObjectRef.String() values.
 const IndexHalted = "configstamp.io/halted"
 
-func indexHalted(obj client.Object) []string {
-	changes := rollout.ParseChanges(obj.GetAnnotations()[rollout.AnnotationHalted])
-	out := make([]string, len(changes))
-	for i, c := range changes {
-		out[i] = c.String()
+func indexHalted(keys rollout.Keys) client.IndexerFunc {
+	return func(obj client.Object) []string {
+		rec, _ := rollout.Verify(obj, keys)
+		var out []string
+		for _, c := range rollout.ParseChanges(rec.Halted) {
+			if !slices.Contains(out, c.Ref.String()) {
+				out = append(out, c.Ref.String())
+			}
+		}
+		return out
 	}
-	return out
 }
 
 func indexWorkloadSources(obj client.Object) []string {
@@ -46,10 +52,11 @@ func indexWorkloadSources(obj client.Object) []string {
 }
 
 // SetupIndexes registers the field indexes on the manager's cache.
-func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+// Records are verified with keys (rollout.Verify).
+func SetupIndexes(ctx context.Context, indexer client.FieldIndexer, keys rollout.Keys) error {
 	for _, kind := range workload.Kinds {
 		for name, fn := range map[string]client.IndexerFunc{
-			IndexSources: indexWorkloadSources, rollout.IndexRolling: rollout.IndexRollingFunc, IndexHalted: indexHalted,
+			IndexSources: indexWorkloadSources, rollout.IndexRolling: rollout.IndexRollingFunc(keys), IndexHalted: indexHalted(keys),
 		} {
 			if err := indexer.IndexField(ctx, kind.New(), name, fn); err != nil {
 				return fmt.Errorf("while indexing %s by %s: %w", kind.Name, name, err)

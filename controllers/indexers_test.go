@@ -3,14 +3,19 @@ package controllers
 import (
 	"maps"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // The cache keeps only the references of a pod template; what configstamp
 // computes from the stripped template must equal what the full one gives.
@@ -93,5 +98,48 @@ func TestStripWorkloadKeepsReferences(t *testing.T) {
 	}
 	if on, _ := stamp.Enabled(stripped.Labels, nil); !on {
 		t.Errorf("stripped workload no longer opted in")
+	}
+}
+
+// IndexHalted indexes a workload by the source of every change its sealed,
+// failed record halts (e.g. ConfigMap/shared), once each; a halt configstamp
+// did not seal, or one altered or moved since, indexes nothing.
+func TestIndexHalted(t *testing.T) {
+	shared := rollout.Change{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "x"}
+	sharedY := rollout.Change{Ref: shared.Ref, Content: "y"}
+	secret := rollout.Change{Ref: stamp.ObjectRef{Kind: stamp.KindSecret, Name: "creds"}, Content: "z"}
+	failed := func(halt bool, causes ...rollout.Change) *appsv1.Deployment {
+		return withRecord(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "d", UID: "uid-d"}},
+			rollout.StartRecord(t0, causes, false).Fail(halt), testKeys.Current())
+	}
+	tests := map[string]struct {
+		obj  *appsv1.Deployment
+		want []string
+	}{
+		"sealed halt of ConfigMap/shared@x": {obj: failed(true, shared), want: []string{"ConfigMap/shared"}},
+		"sealed halt of several changes":    {obj: failed(true, shared, sharedY, secret), want: []string{"ConfigMap/shared", "Secret/creds"}},
+		"sealed failure, not halting":       {obj: failed(false, shared)},
+		"sealed, rolling":                   {obj: withRecord(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "uid-d"}}, rollout.StartRecord(t0, []rollout.Change{shared}, false), testKeys.Current())},
+		"hand-written halted": {obj: &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "uid-d",
+			Annotations: map[string]string{rollout.AnnotationHalted: shared.String()}}}},
+		"hand-written failed record": {obj: &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "uid-d",
+			Annotations: map[string]string{rollout.AnnotationState: string(rollout.Failed), rollout.AnnotationHalted: shared.String()}}}},
+		"halted changed after sealing": {obj: func() *appsv1.Deployment {
+			d := failed(true, shared)
+			d.Annotations[rollout.AnnotationHalted] = secret.String()
+			return d
+		}()},
+		"copied onto another workload": {obj: func() *appsv1.Deployment {
+			d := failed(true, shared)
+			d.UID = "uid-other"
+			return d
+		}()},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := indexHalted(testKeys)(tc.obj); !slices.Equal(got, tc.want) {
+				t.Fatalf("indexed by %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

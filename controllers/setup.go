@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -35,8 +37,23 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := o.Policy.Validate(); err != nil {
 		return err
 	}
-	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache())
+	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys)
+	if o.Scope != nil {
+		scheduler.InScope = func(ctx context.Context, namespace string) bool {
+			ns := &corev1.Namespace{}
+			if err := mgr.GetCache().Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+				return false
+			}
+			return o.Scope.InScope(ns.Name, ns.Labels)
+		}
+	}
 	nudger := NewNudger()
+	adopter := &Adopter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Scope: o.Scope,
+		Resolver:  &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
+		Namespace: o.Namespace, KeySecret: o.KeySecret, Done: make(chan struct{}), Log: mgr.GetLogger().WithName("records")}
+	if err := mgr.Add(adopter); err != nil {
+		return fmt.Errorf("while adding the record takeover: %w", err)
+	}
 	for _, kind := range workload.Kinds {
 		rollout.InitSeries(kind.Name)
 		r := &WorkloadReconciler{
@@ -47,6 +64,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			Nudger:                  nudger,
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 			Scope:                   o.Scope,
+			Adopted:                 adopter.Done,
 		}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("while setting up the %s reconciler: %w", kind.Name, err)

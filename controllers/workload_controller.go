@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -66,6 +67,9 @@ type WorkloadReconciler struct {
 	MaxConcurrentReconciles int
 	// Scope: workloads in namespaces out of it are not ours. Nil: every namespace.
 	Scope *workload.Scope
+	// Adopted is closed once the previous release's records are taken over
+	// (Adopter); reconciles wait for it. Nil: nothing to wait for.
+	Adopted <-chan struct{}
 }
 
 var _ reconcile.Reconciler = &WorkloadReconciler{}
@@ -83,6 +87,9 @@ type plan struct {
 // data; decide (nothing, record, roll); gate a rollout (halt, debounce,
 // budget, rate); patch.
 func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if !r.adopted() {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	key := rollout.Key{Kind: r.Kind.Name, Namespace: req.Namespace, Name: req.Name}
 	obj, err := r.load(ctx, key)
 	if obj == nil || err != nil {
@@ -117,6 +124,20 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	return reconcile.Result{}, r.roll(ctx, key, obj, p)
 }
 
+// adopted reports whether the previous release's records were taken over
+// (Adopter): until then no record can be judged.
+func (r *WorkloadReconciler) adopted() bool {
+	if r.Adopted == nil {
+		return true
+	}
+	select {
+	case <-r.Adopted:
+		return true
+	default:
+		return false
+	}
+}
+
 // load reads the workload from the cache; nil when it is gone or going.
 func (r *WorkloadReconciler) load(ctx context.Context, key rollout.Key) (client.Object, error) {
 	obj := r.Kind.New()
@@ -145,7 +166,13 @@ func (r *WorkloadReconciler) settled(k rollout.Key) {
 // starts on this workload meanwhile. A failed workload that has recovered
 // (complete again, e.g. rolled back) lifts the halt it carries.
 func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj client.Object) (reconcile.Result, bool, error) {
-	rec := rollout.Read(obj.GetAnnotations())
+	rec, err := rollout.Verify(obj, r.Resolver.Keys)
+	if err != nil {
+		// Written or altered by someone else (or sealed with a key long
+		// retired): it holds no slot and halts nothing. Removing the halted
+		// annotation, the documented resume, lands here too.
+		log.FromContext(ctx).V(1).Info("rollout record not sealed by configstamp; ignored", "why", err.Error())
+	}
 	if rec.State == rollout.Failed && rec.Halted != "" {
 		if complete, _ := rollout.Complete(obj); complete {
 			return reconcile.Result{}, false, r.recovered(ctx, obj, rec)
@@ -159,13 +186,15 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj cl
 	case rollout.Pending:
 		return reconcile.Result{RequeueAfter: j.Recheck}, true, nil
 	case rollout.Done:
-		if stale, err := r.closeRecord(ctx, obj, rollout.CompleteRecord()); stale || err != nil {
+		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, rec.Complete())); stale || err != nil {
 			return reconcile.Result{RequeueAfter: staleRecheck}, true, err
 		}
 		rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
 		log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(rec.Started).Round(time.Second).String())
 	case rollout.Failure:
-		if stale, err := r.closeRecord(ctx, obj, rollout.FailRecord(rec, r.Scheduler.Policy.HaltOnFailure)); stale || err != nil {
+		// The failure and its halt are one patch, and the slot is given back
+		// only after it (the cache shows the record closed and the halt at once).
+		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, rec.Fail(r.Scheduler.Policy.HaltOnFailure))); stale || err != nil {
 			return reconcile.Result{RequeueAfter: staleRecheck}, true, err
 		}
 		rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
@@ -176,10 +205,16 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj cl
 	return reconcile.Result{}, false, nil
 }
 
+// sealed is rec as annotations, sealed with the key it was made with (which
+// Verify found).
+func (r *WorkloadReconciler) sealed(obj client.Object, rec rollout.Record) map[string]any {
+	return rec.Annotations(obj.GetUID(), r.Resolver.Keys.ByID(rec.KeyID))
+}
+
 // recovered lifts the halt of a failed workload whose rollout is complete
 // again; its update wakes the workloads that waited (haltLifted).
 func (r *WorkloadReconciler) recovered(ctx context.Context, obj client.Object, rec rollout.Record) error {
-	if err := r.patch(ctx, obj, rollout.ResumeRecord(), ""); err != nil {
+	if err := r.patch(ctx, obj, r.sealed(obj, rec.Resume()), ""); err != nil {
 		return err
 	}
 	log.FromContext(ctx).Info("failed workload recovered; halt lifted", "halted", rec.Halted)
@@ -227,6 +262,12 @@ func (r *WorkloadReconciler) compute(ctx context.Context, obj client.Object) (*p
 		return nil, nil
 	}
 	comp, err := r.Resolver.Compute(ctx, obj.GetNamespace(), obj.GetAnnotations(), tmpl)
+	if tooMany := (*workload.TooManyReferences)(nil); errors.As(err, &tooMany) {
+		if enabled {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", tooMany.Problem().String())
+		}
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -316,14 +357,16 @@ func (r *WorkloadReconciler) cacheBehind(ctx context.Context, namespace string, 
 }
 
 // causes names the changes behind a rollout: each referenced source whose
-// short digest differs from the record, with its keyed content id.
+// short digest differs from the record, with its keyed, key-precise digest of
+// what the workload references (so an edit of a key it does not reference
+// leaves its changes, and a halt of them, as they are).
 func (r *WorkloadReconciler) causes(obj client.Object, comp *workload.Computation) []rollout.Change {
 	changed := stamp.Changed(stamp.ParseSources(obj.GetAnnotations()[stamp.AnnotationSources]), comp.Sources)
 	out := make([]rollout.Change, 0, len(changed))
 	for _, ref := range changed {
 		content := "unreferenced"
-		if src, ok := comp.Data[ref]; ok {
-			content = comp.Hasher.ContentID(src)
+		if d, ok := comp.Sources[ref]; ok {
+			content = d
 		}
 		out = append(out, rollout.Change{Ref: ref, Content: content})
 	}
@@ -364,22 +407,9 @@ func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, p *p
 // gate lets a rollout start only when its change is not halted, its debounce
 // window has passed and the scheduler gives it a slot. open: roll now.
 func (r *WorkloadReconciler) gate(ctx context.Context, key rollout.Key, obj client.Object, p *plan) (reconcile.Result, bool, error) {
-	halted, err := r.haltedBy(ctx, obj.GetNamespace(), p.causes)
-	if err != nil {
-		return reconcile.Result{}, false, err
+	if res, halted, err := r.checkHalt(ctx, key, obj, p); halted || err != nil {
+		return res, false, err
 	}
-	if halted != "" {
-		if r.Scheduler.NoteHalted(key, halted, p.priority) {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutHalted, "Wait",
-				"not rolling out: the change %s failed on another workload; the halt lifts when the source changes again, "+
-					"or when that workload recovers, is deleted, or loses its %s annotation", halted, rollout.AnnotationHalted)
-		}
-		// Lifting a halt wakes its waiters at once (haltLifted); a lift that
-		// lands between the index read above and NoteHalted would be missed,
-		// so a halted workload also asks again now and then.
-		return reconcile.Result{RequeueAfter: haltedRecheck}, false, nil
-	}
-	r.Scheduler.ClearHalted(key)
 	if wait := r.Scheduler.Debounce(key, p.comp.Hash, p.window, p.priority); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, false, nil
 	}
@@ -387,7 +417,33 @@ func (r *WorkloadReconciler) gate(ctx context.Context, key rollout.Key, obj clie
 	if err != nil || wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, false, err
 	}
+	// The slot may be free because a rollout of this very change just
+	// failed: its close and its halt reach the cache in one update, which may
+	// have landed after the look above. Look again now that the slot is ours.
+	if res, halted, err := r.checkHalt(ctx, key, obj, p); halted || err != nil {
+		r.Scheduler.Release(key)
+		return res, false, err
+	}
 	return reconcile.Result{}, true, nil
+}
+
+// checkHalt reports whether one of p's changes is halted, and tells the
+// scheduler (and the workload, once, with an event) that key waits on it.
+func (r *WorkloadReconciler) checkHalt(ctx context.Context, key rollout.Key, obj client.Object, p *plan) (reconcile.Result, bool, error) {
+	halted, err := r.haltedBy(ctx, obj.GetNamespace(), p.causes)
+	if err != nil || halted == "" {
+		r.Scheduler.ClearHalted(key)
+		return reconcile.Result{}, false, err
+	}
+	if r.Scheduler.NoteHalted(key, halted, p.priority) {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutHalted, "Wait",
+			"not rolling out: the change %s failed on another workload; the halt lifts when what that workload references of the source changes again, "+
+				"or when that workload recovers, is deleted, or loses its %s annotation", halted, rollout.AnnotationHalted)
+	}
+	// Lifting a halt wakes its waiters at once (haltLifted); a lift that
+	// lands between the index read above and NoteHalted would be missed,
+	// so a halted workload also asks again now and then.
+	return reconcile.Result{RequeueAfter: haltedRecheck}, true, nil
 }
 
 // roll stamps the template and writes the record and the rollout's start in
@@ -397,9 +453,7 @@ func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj clie
 	meta := recordAnnotations(p.comp)
 	instant := rollout.NothingToWaitFor(obj)
 	if r.Scheduler.Policy.Tracks() {
-		for k, v := range rollout.StartRecord(time.Now(), p.causes, instant) {
-			meta[k] = v
-		}
+		maps.Copy(meta, rollout.StartRecord(time.Now(), p.causes, instant).Annotations(obj.GetUID(), p.comp.Hasher))
 	}
 	if err := r.patch(ctx, obj, meta, p.comp.Hash); err != nil {
 		r.Scheduler.Release(key)
@@ -473,19 +527,28 @@ func (r *WorkloadReconciler) closeRecord(ctx context.Context, obj client.Object,
 // and, when templateHash is set, the pod template's stamp: only these fields,
 // so GitOps tools and kubectl apply do not fight over anything else.
 func (r *WorkloadReconciler) patch(ctx context.Context, obj client.Object, meta map[string]any, templateHash string) error {
-	patch := map[string]any{"metadata": map[string]any{"annotations": meta}}
+	var template map[string]any
 	if templateHash != "" {
-		maps.Copy(patch, stampPatch(r.Kind.TemplateFields(), templateHash))
+		template = stampPatch(r.Kind.TemplateFields(), templateHash)
 	}
+	return patchAnnotations(ctx, r.Client, obj, meta, template)
+}
+
+// patchAnnotations merge-patches obj's metadata annotations (nil deletes
+// one) and the other fields of extra (nil: none). A workload gone meanwhile
+// is no error.
+func patchAnnotations(ctx context.Context, c client.Client, obj client.Object, meta, extra map[string]any) error {
+	patch := map[string]any{"metadata": map[string]any{"annotations": meta}}
+	maps.Copy(patch, extra)
 	raw, err := json.Marshal(patch)
 	if err != nil {
 		return err
 	}
-	if err := r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager)); err != nil {
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("while patching %s %s/%s: %w", r.Kind.Name, obj.GetNamespace(), obj.GetName(), err)
+		return fmt.Errorf("while patching %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil
 }
@@ -499,19 +562,53 @@ func stampPatch(path []string, hash string) map[string]any {
 	return map[string]any{path[0]: at}
 }
 
-// haltedBy returns the first of causes that failed on some workload of the
-// namespace (IndexHalted), or "".
+// haltedBy returns the halted change that holds one of causes, or "". A
+// workload H of the namespace whose sealed record halts a change of source R
+// (IndexHalted) holds every rollout that changes R for as long as what H
+// references of R is still the content that failed on it, computed with the
+// key the halt was sealed with: an edit of keys H does not reference, or a
+// new installation key, lifts nothing; a fix of what H references does.
 func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, causes []rollout.Change) (string, error) {
 	for _, c := range causes {
 		for _, kind := range workload.Kinds {
 			list := kind.NewList()
 			if err := r.Client.List(ctx, list, client.InNamespace(namespace),
-				client.MatchingFields{IndexHalted: c.String()}, client.UnsafeDisableDeepCopy); err != nil {
+				client.MatchingFields{IndexHalted: c.Ref.String()}, client.UnsafeDisableDeepCopy); err != nil {
 				return "", fmt.Errorf("while looking up halted changes: %w", err)
 			}
-			if len(kind.Items(list)) > 0 {
-				return c.String(), nil
+			for _, h := range kind.Items(list) {
+				halt, err := r.haltInForce(ctx, h, c.Ref)
+				if err != nil || halt != "" {
+					return halt, err
+				}
 			}
+		}
+	}
+	return "", nil
+}
+
+// haltInForce returns h's halted change of ref if what h references of ref
+// is still the content that failed, else "".
+func (r *WorkloadReconciler) haltInForce(ctx context.Context, h client.Object, ref stamp.ObjectRef) (string, error) {
+	rec, err := rollout.Verify(h, r.Resolver.Keys)
+	key := r.Resolver.Keys.ByID(rec.KeyID)
+	tmpl := workload.PodTemplate(h)
+	if err != nil || key == nil || tmpl == nil {
+		return "", nil
+	}
+	for _, c := range rollout.ParseChanges(rec.Halted) {
+		if c.Ref != ref {
+			continue
+		}
+		comp, err := r.Resolver.Compute(ctx, h.GetNamespace(), h.GetAnnotations(), tmpl)
+		if tooMany := (*workload.TooManyReferences)(nil); errors.As(err, &tooMany) {
+			return c.String(), nil // cannot tell whether it was fixed: it holds until resumed
+		}
+		if err != nil {
+			return "", err
+		}
+		if key.Compute(h.GetNamespace(), comp.Refs, comp.Data).Sources[ref] == c.Content {
+			return c.String(), nil
 		}
 	}
 	return "", nil

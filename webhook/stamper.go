@@ -7,6 +7,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"reflect"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -99,6 +100,10 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	}
 
 	comp, err := s.Resolver.Compute(ctx, namespace, obj.GetAnnotations(), tmpl)
+	if tooMany := (*workload.TooManyReferences)(nil); errors.As(err, &tooMany) {
+		s.report(ctx, obj, namespace, tooMany.Problem(), dryRun)
+		return nil
+	}
 	if err != nil {
 		logger.Error(err, "while computing the hash; admitting unchanged, the reconciler will catch up")
 		return nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +18,10 @@ type resumeResult struct {
 	Kind      string   `json:"kind"`
 	Name      string   `json:"name"`
 	Lifted    []change `json:"lifted"`
+	// StillHaltedBy are the other workloads of the namespace whose halts
+	// hold a change of the same sources: the waiting workloads roll only
+	// once those are lifted too.
+	StillHaltedBy []string `json:"stillHaltedBy"`
 }
 
 func runResume(ctx context.Context, o *options, args []string) error {
@@ -51,6 +57,9 @@ func runResume(ctx context.Context, o *options, args []string) error {
 			return fmt.Errorf("while removing %s from %s %s/%s: %w", rollout.AnnotationHalted, w.kind, ns, name, err)
 		}
 	}
+	if res.StillHaltedBy, err = o.otherHalts(ctx, ns, name, res.Lifted); err != nil {
+		return err
+	}
 	if done, err := o.machine(res); done {
 		return err
 	}
@@ -58,6 +67,37 @@ func runResume(ctx context.Context, o *options, args []string) error {
 		o.printf("%s in %s is not halted: nothing to resume\n", w.ref(), ns)
 		return nil
 	}
+	if len(res.StillHaltedBy) > 0 {
+		o.printf("%s in %s: its halt of %s is lifted, but %s still halt a change of the same source; the waiting workloads roll only once those are resumed too\n",
+			w.ref(), ns, changesText(res.Lifted), strings.Join(res.StillHaltedBy, ", "))
+		return nil
+	}
 	o.printf("%s in %s resumed: the halt of %s is lifted; configstamp rolls the workloads waiting on it\n", w.ref(), ns, changesText(res.Lifted))
 	return nil
+}
+
+// otherHalts returns the workloads of ns other than name that halt a change
+// of one of the sources of lifted.
+func (o *options) otherHalts(ctx context.Context, ns, name string, lifted []change) ([]string, error) {
+	out := []string{}
+	if len(lifted) == 0 {
+		return out, nil
+	}
+	ws, err := o.listWorkloads(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		if w.meta.Name == name {
+			continue
+		}
+		for _, ch := range changes(w.meta.Annotations[rollout.AnnotationHalted]) {
+			if slices.ContainsFunc(lifted, func(l change) bool { return l.Source == ch.Source }) {
+				out = append(out, w.ref())
+				break
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

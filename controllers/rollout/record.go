@@ -7,10 +7,15 @@
 package rollout
 
 import (
+	"crypto/hmac"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
@@ -39,11 +44,13 @@ const (
 
 // State is where the rollout configstamp started on a workload stands.
 //
-//	(none) --StartRecord--> Rolling --CompleteRecord--> Completed
-//	                                \--FailRecord-----> Failed (--ResumeRecord: halt lifted)
+//	(none) --StartRecord--> Rolling --Complete--> Completed
+//	                                \--Fail-----> Failed (--Resume: halt lifted)
 //
 // A new rollout (StartRecord) may follow Completed or Failed. Only Rolling holds a
-// slot of the budget, and for at most the progress deadline. A record that
+// slot of the budget, from the stamp until the record is closed: a rollout
+// failed at its deadline gives its slot back only with the halt written in the
+// same patch, so no second workload is stamped with the failed change. A record that
 // has ended is never judged again: nothing that happens to the workload
 // afterwards (a scale, a new node, an image bump) can make it fail.
 type State string
@@ -57,15 +64,38 @@ const (
 	Failed    State = "failed"
 )
 
+// AnnotationSeal proves that configstamp wrote the record: "<key id>.<MAC>",
+// a keyed MAC (stamp.Hasher.Seal) over the workload's UID and every field of
+// the record. A record whose seal is missing, does not verify, or was made
+// with a key configstamp no longer has counts for nothing (Verify): it holds
+// no slot and halts nothing. So a tenant who can edit its own workloads cannot
+// forge a record, copy one from another workload, or alter one; removing the
+// halted annotation (the documented resume) breaks the seal and so lifts the
+// halt, as it always did.
+const AnnotationSeal = "configstamp.io/rollout-seal"
+
+// domainRecord separates the record's seal from every other keyed value.
+const domainRecord = "configstamp.io/rollout-record"
+
 // Record is the rollout record read from a workload's annotations.
 type Record struct {
 	State   State
 	Started time.Time // zero when absent or unreadable
 	Cause   string
 	Halted  string
+	// KeyID is the installation key the record is sealed with; the content
+	// ids of its changes (Cause, Halted) are made with the same key.
+	KeyID string
 }
 
-// Read parses the record of a workload. An unknown state reads as None.
+// Keys finds an installation key, in force or previous, by its id
+// (stamp.Keyring).
+type Keys interface {
+	ByID(id string) *stamp.Hasher
+}
+
+// Read parses the record of a workload as written, without checking its seal:
+// for display only. An unknown state reads as None.
 func Read(annotations map[string]string) Record {
 	r := Record{Cause: annotations[AnnotationCause], Halted: annotations[AnnotationHalted]}
 	switch s := State(annotations[AnnotationState]); s {
@@ -75,52 +105,109 @@ func Read(annotations map[string]string) Record {
 	if t, err := time.Parse(time.RFC3339, annotations[AnnotationStarted]); err == nil {
 		r.Started = t
 	}
-	if r.State == None && r.Halted != "" {
-		// Written before rollout-state existed: a halt was only ever recorded
-		// on a failed rollout, so its recovery must lift it too.
-		r.State = Failed
+	if id, _, ok := strings.Cut(annotations[AnnotationSeal], "."); ok {
+		r.KeyID = id
 	}
 	return r
+}
+
+// Verify returns obj's record when configstamp wrote it (its seal verifies
+// with one of keys), else the empty record and why it counts for nothing. A
+// workload with no record at all gives the empty record and no error.
+func Verify(obj client.Object, keys Keys) (Record, error) {
+	a := obj.GetAnnotations()
+	seal, sealed := a[AnnotationSeal]
+	if !sealed {
+		for _, k := range []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationHalted} {
+			if _, ok := a[k]; ok {
+				return Record{}, fmt.Errorf("%s is set but the record carries no %s: configstamp did not write it", k, AnnotationSeal)
+			}
+		}
+		return Record{}, nil
+	}
+	r := Read(a)
+	h := keys.ByID(r.KeyID)
+	if h == nil {
+		return Record{}, fmt.Errorf("the record is sealed with a key configstamp does not have (%q)", r.KeyID)
+	}
+	if !hmac.Equal([]byte(seal), []byte(r.seal(obj.GetUID(), h))) {
+		return Record{}, fmt.Errorf("the record's %s does not match it: it was changed, or copied from another object, by someone else than configstamp", AnnotationSeal)
+	}
+	return r, nil
+}
+
+func (r Record) started() string {
+	if r.Started.IsZero() {
+		return ""
+	}
+	return r.Started.UTC().Format(time.RFC3339)
+}
+
+func (r Record) seal(uid types.UID, h *stamp.Hasher) string {
+	return h.KeyID() + "." + h.Seal(domainRecord, string(uid), string(r.State), r.started(), r.Cause, r.Halted)
+}
+
+// Annotations is r as the metadata annotations to merge-patch on the workload
+// whose UID is uid, sealed with h (nil deletes an empty field). h must be the
+// key r's content ids are made with.
+func (r Record) Annotations(uid types.UID, h *stamp.Hasher) map[string]any {
+	r.KeyID = h.KeyID()
+	orNil := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	return map[string]any{
+		AnnotationState:   orNil(string(r.State)),
+		AnnotationStarted: orNil(r.started()),
+		AnnotationCause:   orNil(r.Cause),
+		AnnotationHalted:  orNil(r.Halted),
+		AnnotationSeal:    r.seal(uid, h),
+	}
 }
 
 // Open reports whether the record is a rollout under way.
 func (r Record) Open() bool { return r.State == Rolling }
 
-// Transitions, as the metadata annotations to merge-patch (nil deletes).
+// Transitions.
 
-// StartRecord records a rollout starting at now for causes. ended says that it has
+// StartRecord is a rollout starting at now for causes. ended says that it has
 // nothing to wait for (OnDelete): it is complete at once and holds no slot.
-func StartRecord(now time.Time, causes []Change, ended bool) map[string]any {
+func StartRecord(now time.Time, causes []Change, ended bool) Record {
 	state := Rolling
 	if ended {
 		state = Completed
 	}
-	return map[string]any{
-		AnnotationState:   string(state),
-		AnnotationStarted: now.UTC().Format(time.RFC3339),
-		AnnotationCause:   FormatChanges(causes),
-		AnnotationHalted:  nil,
-	}
+	return Record{State: state, Started: now.Truncate(time.Second), Cause: FormatChanges(causes)}
 }
 
-// CompleteRecord closes a rollout that completed.
-func CompleteRecord() map[string]any { return map[string]any{AnnotationState: string(Completed)} }
-
-// FailRecord closes a rollout that failed; halt records its cause as halted.
-func FailRecord(r Record, halt bool) map[string]any {
-	out := map[string]any{AnnotationState: string(Failed)}
-	if halt && r.Cause != "" {
-		out[AnnotationHalted] = r.Cause
-	}
-	return out
+// Complete closes a rollout that completed.
+func (r Record) Complete() Record {
+	r.State, r.Halted = Completed, ""
+	return r
 }
 
-// ResumeRecord lifts the halt a workload carries.
-func ResumeRecord() map[string]any { return map[string]any{AnnotationHalted: nil} }
+// Fail closes a rollout that failed; halt records its cause as halted.
+func (r Record) Fail(halt bool) Record {
+	r.State, r.Halted = Failed, ""
+	if halt {
+		r.Halted = r.Cause
+	}
+	return r
+}
 
-// Change identifies one content of one source: the same data gives the same
-// Change whatever its metadata or resourceVersion. Content is the keyed
-// stamp.Hasher.ContentID, or "unreferenced".
+// Resume lifts the halt the record carries.
+func (r Record) Resume() Record {
+	r.Halted = ""
+	return r
+}
+
+// Change identifies what a workload references of one source, as it was:
+// Content is the keyed, key-precise digest of the referenced keys
+// (stamp.Result.Sources, made with the record's key), or "unreferenced". The
+// same referenced data gives the same Change whatever the source's other keys,
+// metadata or resourceVersion.
 type Change struct {
 	Ref     stamp.ObjectRef
 	Content string

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -26,33 +28,53 @@ func apply(a map[string]string, patch map[string]any) map[string]string {
 	return out
 }
 
+// testKeys is the installation keyring of the tests of this package.
+var testKeys = stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+
+// sealed writes r on obj as configstamp does (merge-patched, sealed with h
+// for obj's UID) and returns obj.
+func sealed[T client.Object](obj T, r Record, h *stamp.Hasher) T {
+	obj.SetAnnotations(apply(obj.GetAnnotations(), r.Annotations(obj.GetUID(), h)))
+	return obj
+}
+
 func TestTransitions(t *testing.T) {
 	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	started := StartRecord(t0, cause, false)
 	tests := map[string]struct {
-		steps      []map[string]any
+		steps      []Record
 		state      State
 		open       bool
 		halted     string
 		startedSet bool
 	}{
 		"no record":                        {nil, None, false, "", false},
-		"started":                          {[]map[string]any{StartRecord(t0, cause, false)}, Rolling, true, "", true},
-		"started with nothing to wait for": {[]map[string]any{StartRecord(t0, cause, true)}, Completed, false, "", true},
-		"completed":                        {[]map[string]any{StartRecord(t0, cause, false), CompleteRecord()}, Completed, false, "", true},
-		"failed, halting":                  {[]map[string]any{StartRecord(t0, cause, false), FailRecord(Record{Cause: "ConfigMap/shared@00aa"}, true)}, Failed, false, "ConfigMap/shared@00aa", true},
-		"failed, not halting":              {[]map[string]any{StartRecord(t0, cause, false), FailRecord(Record{Cause: "ConfigMap/shared@00aa"}, false)}, Failed, false, "", true},
-		"failed, then resumed":             {[]map[string]any{StartRecord(t0, cause, false), FailRecord(Record{Cause: "ConfigMap/shared@00aa"}, true), ResumeRecord()}, Failed, false, "", true},
-		"a new rollout clears a halt":      {[]map[string]any{StartRecord(t0, cause, false), FailRecord(Record{Cause: "ConfigMap/shared@00aa"}, true), StartRecord(t0, nil, false)}, Rolling, true, "", true},
+		"started":                          {[]Record{started}, Rolling, true, "", true},
+		"started with nothing to wait for": {[]Record{StartRecord(t0, cause, true)}, Completed, false, "", true},
+		"completed":                        {[]Record{started, started.Complete()}, Completed, false, "", true},
+		"failed, halting":                  {[]Record{started, started.Fail(true)}, Failed, false, "ConfigMap/shared@00aa", true},
+		"failed, not halting":              {[]Record{started, started.Fail(false)}, Failed, false, "", true},
+		"failed, then resumed":             {[]Record{started, started.Fail(true), started.Fail(true).Resume()}, Failed, false, "", true},
+		"a new rollout clears a halt":      {[]Record{started, started.Fail(true), StartRecord(t0, nil, false)}, Rolling, true, "", true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			a := map[string]string{}
-			for _, p := range tc.steps {
-				a = apply(a, p)
+			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", UID: "uid-app"}}
+			for _, r := range tc.steps {
+				sealed(obj, r, testKeys.Current())
 			}
-			r := Read(a)
+			r, err := Verify(obj, testKeys)
+			if err != nil {
+				t.Fatalf("a record configstamp wrote does not verify: %v", err)
+			}
 			if r.State != tc.state || r.Open() != tc.open || r.Halted != tc.halted || r.Started.IsZero() == tc.startedSet {
 				t.Fatalf("record %+v (open %v), want state %q open %v halted %q", r, r.Open(), tc.state, tc.open, tc.halted)
+			}
+			if len(tc.steps) > 0 && r.KeyID != testKeys.Current().KeyID() {
+				t.Fatalf("record key id %q, want the key it was sealed with %q", r.KeyID, testKeys.Current().KeyID())
+			}
+			if read := Read(obj.Annotations); read != r {
+				t.Fatalf("Read gives %+v, Verify %+v: a sealed record reads the same either way", read, r)
 			}
 		})
 	}
@@ -61,9 +83,15 @@ func TestTransitions(t *testing.T) {
 func TestReadOlderRecords(t *testing.T) {
 	// configstamp before rollout-state left rollout-started on every workload
 	// it ever rolled: such a record is over, never judged again.
-	r := Read(map[string]string{AnnotationStarted: time.Now().Add(-30 * 24 * time.Hour).Format(time.RFC3339), AnnotationCause: "ConfigMap/a@x"})
+	a := map[string]string{AnnotationStarted: time.Now().Add(-30 * 24 * time.Hour).Format(time.RFC3339), AnnotationCause: "ConfigMap/a@x"}
+	r := Read(a)
 	if r.Open() || r.State != None {
 		t.Fatalf("a record without rollout-state reads as %+v; it must count as ended", r)
+	}
+	// Unsealed, it now counts for nothing at all.
+	obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "uid", Annotations: a}}
+	if r, err := Verify(obj, testKeys); err == nil || r != (Record{}) {
+		t.Fatalf("an unsealed older record verifies to %+v, %v; want nothing and an error", r, err)
 	}
 	if r := Read(map[string]string{AnnotationState: "bogus"}); r.State != None {
 		t.Fatalf("an unknown state reads as %q", r.State)
@@ -102,11 +130,11 @@ func TestEndedRecordsHoldNoSlot(t *testing.T) {
 	for name, mk := range disturbed {
 		for state, holds := range map[State]bool{Completed: false, Failed: false, None: false, Rolling: true} {
 			t.Run(name+"/"+string(state), func(t *testing.T) {
-				a := map[string]string{AnnotationStarted: t0.Format(time.RFC3339), AnnotationCause: "ConfigMap/shared@00aa"}
-				if state != None {
-					a[AnnotationState] = string(state)
-				}
-				if got := len(IndexRollingFunc(mk(a))) > 0; got != holds {
+				obj := mk(nil)
+				obj.SetUID("uid-" + types.UID(name))
+				rec := Record{State: state, Started: t0, Cause: "ConfigMap/shared@00aa"}
+				sealed(obj, rec, testKeys.Current())
+				if got := len(IndexRollingFunc(testKeys)(obj)) > 0; got != holds {
 					t.Fatalf("record %q: holds a slot = %v, want %v", state, got, holds)
 				}
 			})
@@ -115,10 +143,114 @@ func TestEndedRecordsHoldNoSlot(t *testing.T) {
 }
 
 // A halt written before rollout-state existed (the previous release recorded
-// a failure as `halted` alone) reads as a failed rollout, so that its
-// recovery lifts it like any other.
-func TestReadOlderHalt(t *testing.T) {
-	if r := Read(map[string]string{AnnotationHalted: "ConfigMap/shared@00aa"}); r.State != Failed || r.Open() {
-		t.Fatalf("an older halt reads as %+v; want a closed, failed record", r)
+// a failure as `halted` alone) used to read as a failed rollout. Unsealed
+// records now count for nothing (a tenant could write one to halt a shared
+// change everywhere): Read no longer makes it Failed, and it verifies to no
+// record at all. The previous release's halts are taken over, sealed, by the
+// Adopter instead.
+func TestLegacyHaltCountsForNothing(t *testing.T) {
+	a := map[string]string{AnnotationHalted: "ConfigMap/shared@00aa"}
+	if r := Read(a); r.State != None || r.Open() {
+		t.Fatalf("a legacy halt reads as %+v; want no state", r)
+	}
+	obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "old", UID: "uid-old", Annotations: a}}
+	if r, err := Verify(obj, testKeys); err == nil || r != (Record{}) {
+		t.Fatalf("a legacy halt verifies to %+v, %v; want nothing and an error", r, err)
+	}
+}
+
+// Only a record configstamp wrote, on this very object, as it wrote it,
+// counts (Verify): a tenant who can edit its workloads cannot forge one, copy
+// one from another workload, or alter one, to take or free slots or to halt
+// a shared change.
+func TestVerify(t *testing.T) {
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	rolling := StartRecord(t0, cause, false)
+	failed := rolling.Fail(true)
+	oldKey, newKey := []byte("old-key-0123456789abcdef01234567"), []byte("new-key-0123456789abcdef01234567")
+	unknown := stamp.NewHasher([]byte("someone-else-0123456789abcdef012"))
+
+	tests := map[string]struct {
+		rec Record
+		// sealWith seals rec (nil: testKeys.Current()); keys verifies (nil: testKeys).
+		sealWith func() *stamp.Hasher
+		keys     func() *stamp.Keyring
+		edit     func(obj *appsv1.Deployment)
+		ok       bool
+	}{
+		"sealed":        {rec: rolling, ok: true},
+		"sealed failed": {rec: failed, ok: true},
+		"copied onto another object": {rec: rolling,
+			edit: func(o *appsv1.Deployment) { o.UID = "uid-other" }},
+		"state rolling to completed": {rec: rolling,
+			edit: func(o *appsv1.Deployment) { o.Annotations[AnnotationState] = string(Completed) }},
+		"started moved to 2099": {rec: rolling,
+			edit: func(o *appsv1.Deployment) { o.Annotations[AnnotationStarted] = "2099-01-01T00:00:00Z" }},
+		"cause changed": {rec: rolling,
+			edit: func(o *appsv1.Deployment) { o.Annotations[AnnotationCause] = "ConfigMap/shared@00bb" }},
+		"halted added": {rec: rolling,
+			edit: func(o *appsv1.Deployment) { o.Annotations[AnnotationHalted] = "ConfigMap/shared@00aa" }},
+		"halted changed": {rec: failed,
+			edit: func(o *appsv1.Deployment) { o.Annotations[AnnotationHalted] = "ConfigMap/other@00aa" }},
+		// The documented resume: removing halted voids the whole record.
+		"halted removed from a failed record": {rec: failed,
+			edit: func(o *appsv1.Deployment) { delete(o.Annotations, AnnotationHalted) }},
+		"no seal, rolling": {rec: rolling,
+			edit: func(o *appsv1.Deployment) { delete(o.Annotations, AnnotationSeal) }},
+		"seal of another key id": {rec: rolling,
+			edit: func(o *appsv1.Deployment) { o.Annotations[AnnotationSeal] = "000000000000.00" }},
+		"sealed with a key since replaced": {rec: rolling, ok: true,
+			sealWith: func() *stamp.Hasher { return stamp.NewHasher(oldKey) },
+			keys: func() *stamp.Keyring {
+				k := stamp.NewKeyring(oldKey)
+				k.Set(newKey)
+				return k
+			}},
+		"sealed with a persisted previous key": {rec: rolling, ok: true,
+			sealWith: func() *stamp.Hasher { return stamp.NewHasher(oldKey) },
+			keys: func() *stamp.Keyring {
+				k := stamp.NewKeyring(newKey)
+				k.AddPrevious(oldKey)
+				return k
+			}},
+		"sealed with an unknown key": {rec: rolling,
+			sealWith: func() *stamp.Hasher { return unknown }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h, keys := testKeys.Current(), testKeys
+			if tc.sealWith != nil {
+				h = tc.sealWith()
+			}
+			if tc.keys != nil {
+				keys = tc.keys()
+			}
+			obj := sealed(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", UID: "uid-app"}}, tc.rec, h)
+			if tc.edit != nil {
+				tc.edit(obj)
+			}
+			got, err := Verify(obj, keys)
+			if !tc.ok {
+				if err == nil || got != (Record{}) {
+					t.Fatalf("Verify = %+v, %v; want the empty record and an error", got, err)
+				}
+				return
+			}
+			want := tc.rec
+			want.KeyID = h.KeyID()
+			if err != nil || got != want {
+				t.Fatalf("Verify = %+v, %v; want %+v", got, err, want)
+			}
+		})
+	}
+}
+
+// A workload configstamp never wrote a record on has none, and that is no error.
+func TestVerifyNoRecord(t *testing.T) {
+	for name, a := range map[string]map[string]string{"no annotations": nil, "other annotations": {"team": "a", AnnotationPriority: "3"}} {
+		obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "uid", Annotations: a}}
+		if r, err := Verify(obj, testKeys); err != nil || r != (Record{}) {
+			t.Errorf("%s: Verify = %+v, %v; want the empty record, no error", name, r, err)
+		}
 	}
 }

@@ -15,18 +15,30 @@ import (
 )
 
 // IndexRolling indexes workloads whose record is open (AnnotationState
-// rolling), value "true". Whether an open record still holds a slot also
-// depends on the time (Policy.ProgressDeadline), which an index cannot say:
-// the Scheduler filters.
+// rolling) and sealed by configstamp, value "true". Whether an open record
+// still holds a slot also depends on the time and the scope, which an index
+// cannot say: the Scheduler filters.
 const IndexRolling = "configstamp.io/rolling"
 
-// IndexRollingFunc is the index function of IndexRolling.
-func IndexRollingFunc(obj client.Object) []string {
-	if Read(obj.GetAnnotations()).Open() {
-		return []string{"true"}
+// IndexRollingFunc is the index function of IndexRolling, verifying seals with keys.
+func IndexRollingFunc(keys Keys) client.IndexerFunc {
+	return func(obj client.Object) []string {
+		if r, _ := Verify(obj, keys); r.Open() {
+			return []string{"true"}
+		}
+		return nil
 	}
-	return nil
 }
+
+// Bounds of an open record's start time: a record started later than
+// clockSkew from now, or longer than ProgressDeadline + closeGrace ago, holds
+// no slot. configstamp closes a record at its deadline (with its halt, in one
+// patch); the grace only bounds how long a record it cannot close (the API
+// server refuses every patch) keeps a slot.
+const (
+	clockSkew  = time.Minute
+	closeGrace = 10 * time.Minute
+)
 
 // Policy spreads the rollouts of a shared change over time.
 type Policy struct {
@@ -115,6 +127,11 @@ type Scheduler struct {
 	Policy Policy
 	// Cache is read for the workloads currently rolling (IndexRolling).
 	Cache client.Reader
+	// Keys verifies the seals of the records read from the cache.
+	Keys Keys
+	// InScope says whether a namespace is this installation's; open records
+	// elsewhere (another installation's) hold none of its slots. Nil: all.
+	InScope func(ctx context.Context, namespace string) bool
 
 	mu      sync.Mutex
 	pending map[Key]*pending
@@ -131,14 +148,15 @@ type Scheduler struct {
 	now     func() time.Time
 }
 
-// NewScheduler returns a Scheduler for policy reading the cache.
-func NewScheduler(policy Policy, cache client.Reader) *Scheduler {
+// NewScheduler returns a Scheduler for policy reading the cache, whose records
+// it verifies with keys.
+func NewScheduler(policy Policy, cache client.Reader, keys Keys) *Scheduler {
 	limit := rate.Inf
 	if policy.PerSecond > 0 {
 		limit = rate.Limit(policy.PerSecond)
 	}
 	s := &Scheduler{
-		Policy: policy, Cache: cache,
+		Policy: policy, Cache: cache, Keys: keys,
 		pending:  map[Key]*pending{},
 		inflight: map[Key]time.Time{},
 		handled:  map[Key]time.Time{},
@@ -294,9 +312,10 @@ func (s *Scheduler) SlotsInUse(ctx context.Context) (int, error) {
 	return len(held), err
 }
 
-// holders returns the workloads holding a slot: open records in the cache
-// started less than the progress deadline ago, and this process's stamps the
-// cache does not show yet.
+// holders returns the workloads holding a slot: open records sealed by
+// configstamp in the cache, in scope, until they are closed (a rollout past
+// its deadline keeps its slot until its failure and halt are written, see
+// closeGrace), and this process's stamps the cache does not show yet.
 func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, error) {
 	out := map[Key]bool{}
 	for _, kind := range workload.Kinds {
@@ -305,9 +324,13 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 			return nil, fmt.Errorf("while listing rolling %s: %w", kind.Resource, err)
 		}
 		for _, o := range kind.Items(list) {
-			r := Read(o.GetAnnotations())
-			if s.Policy.ProgressDeadline > 0 && now.Sub(r.Started) > s.Policy.ProgressDeadline {
-				continue // over its deadline: it has failed, and gives its slot back
+			r, err := Verify(o, s.Keys)
+			if err != nil || !r.Open() || r.Started.After(now.Add(clockSkew)) ||
+				now.Sub(r.Started) > s.Policy.ProgressDeadline+closeGrace {
+				continue
+			}
+			if s.InScope != nil && !s.InScope(ctx, o.GetNamespace()) {
+				continue // another installation's
 			}
 			out[Key{kind.Name, o.GetNamespace(), o.GetName()}] = true
 		}

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -24,19 +26,20 @@ func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 func dep(name string) Key       { return Key{"Deployment", "ns", name} }
 func depIn(ns, name string) Key { return Key{"Deployment", ns, name} }
 
-// rollingDeployment is a Deployment whose record is open since started.
+// rollingDeployment is a Deployment whose record, sealed by configstamp, is
+// open since started.
 func rollingDeployment(ns, name string, started time.Time) client.Object {
-	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-		Annotations: map[string]string{AnnotationState: string(Rolling), AnnotationStarted: started.Format(time.RFC3339)}}}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name)}}
+	return sealed(d, StartRecord(started, nil, false), testKeys.Current())
 }
 
 func newTestScheduler(t *testing.T, policy Policy, rolling ...client.Object) (*Scheduler, *clock) {
 	t.Helper()
 	b := fake.NewClientBuilder().WithObjects(rolling...)
 	for _, k := range workload.Kinds {
-		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc)
+		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc(testKeys))
 	}
-	s := NewScheduler(policy, b.Build())
+	s := NewScheduler(policy, b.Build(), testKeys)
 	c := &clock{t: t0}
 	s.now = c.now
 	return s, c
@@ -119,17 +122,96 @@ func TestNothingToWaitForNeedsNoSlot(t *testing.T) {
 	}
 }
 
-func TestSlotGivenBackAfterProgressDeadline(t *testing.T) {
-	s, c := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: 30 * time.Second}, rollingDeployment("tenant", "stuck", t0))
+// An open record past the progress deadline keeps its slot until configstamp
+// closes it: the rollout's failure and its halt are written in one patch, and
+// only then is the slot given back, so no second workload is stamped with the
+// failed change in between. (It used to give its slot back at the deadline by
+// itself; that let the next workload roll the failed change before the halt
+// was written.)
+func TestSlotKeptPastProgressDeadlineUntilClosed(t *testing.T) {
+	stuck := rollingDeployment("tenant", "stuck", t0)
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: 30 * time.Second}, stuck)
 	if w, _ := s.Acquire(t.Context(), depIn("other", "a"), 0, true); w == 0 {
 		t.Fatal("granted while the only slot is held")
 	}
 	c.advance(31 * time.Second)
-	if n, _ := s.SlotsInUse(t.Context()); n != 0 {
-		t.Fatalf("an open record past the progress deadline still holds a slot (%d in use)", n)
+	if n, _ := s.SlotsInUse(t.Context()); n != 1 {
+		t.Fatalf("an open record past the progress deadline, not closed yet, holds no slot (%d in use)", n)
+	}
+	if w, _ := s.Acquire(t.Context(), depIn("other", "a"), 0, true); w == 0 {
+		t.Fatal("granted before the stuck rollout's failure (and halt) was written")
+	}
+	// configstamp closes it, failed and halting, in one write.
+	cache := s.Cache.(client.Client)
+	if err := cache.Get(t.Context(), client.ObjectKeyFromObject(stuck), stuck); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := Verify(stuck, testKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Update(t.Context(), sealed(stuck, rec.Fail(true), testKeys.Current())); err != nil {
+		t.Fatal(err)
 	}
 	if w, _ := s.Acquire(t.Context(), depIn("other", "a"), 0, true); w != 0 {
-		t.Fatalf("not granted after the stuck rollout's deadline: wait %v", w)
+		t.Fatalf("not granted once the stuck rollout was closed: wait %v", w)
+	}
+}
+
+// Which open records in the cache hold a slot: only those configstamp sealed,
+// in this installation's scope, started neither in the future (beyond clock
+// skew) nor so long ago that configstamp must have been unable to close them
+// (past the deadline and closeGrace).
+func TestHolders(t *testing.T) {
+	const deadline = time.Minute
+	unsealed := func(started time.Time) client.Object {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "forged", UID: "uid-forged",
+			Annotations: map[string]string{AnnotationState: string(Rolling), AnnotationStarted: started.Format(time.RFC3339)}}}
+	}
+	copied := func() client.Object {
+		o := rollingDeployment("ns", "original", t0)
+		o.SetName("copy")
+		o.SetUID("uid-copy")
+		return o
+	}
+	closed := func() client.Object {
+		return sealed(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "done", UID: "uid-done"}},
+			StartRecord(t0, nil, false).Complete(), testKeys.Current())
+	}
+	tests := map[string]struct {
+		obj     client.Object
+		after   time.Duration // from t0
+		inScope func(ctx context.Context, ns string) bool
+		held    int
+	}{
+		"open, within the deadline":             {obj: rollingDeployment("ns", "a", t0), after: 10 * time.Second, held: 1},
+		"open, past the deadline, not closed":   {obj: rollingDeployment("ns", "a", t0), after: deadline + time.Second, held: 1},
+		"open, just within deadline + grace":    {obj: rollingDeployment("ns", "a", t0), after: deadline + closeGrace - time.Second, held: 1},
+		"open, past deadline + grace":           {obj: rollingDeployment("ns", "a", t0), after: deadline + closeGrace + time.Second, held: 0},
+		"open, started within clock skew ahead": {obj: rollingDeployment("ns", "a", t0.Add(30*time.Second)), held: 1},
+		"open, sealed, started in 2099":         {obj: rollingDeployment("ns", "a", time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)), held: 0},
+		"closed":                                {obj: closed(), held: 0},
+		"unsealed rolling, started in 2099":     {obj: unsealed(time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)), held: 0},
+		"unsealed rolling, started now":         {obj: unsealed(t0), held: 0},
+		"copied from another workload":          {obj: copied(), held: 0},
+		"in scope": {obj: rollingDeployment("mine", "a", t0), held: 1,
+			inScope: func(_ context.Context, ns string) bool { return ns == "mine" }},
+		"another installation's namespace": {obj: rollingDeployment("theirs", "a", t0), held: 0,
+			inScope: func(_ context.Context, ns string) bool { return ns == "mine" }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s, c := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: deadline}, tc.obj)
+			s.InScope = tc.inScope
+			c.advance(tc.after)
+			if n, err := s.SlotsInUse(t.Context()); err != nil || n != tc.held {
+				t.Fatalf("slots in use %d (err %v), want %d", n, err, tc.held)
+			}
+			w, err := s.Acquire(t.Context(), depIn("other", "next"), 0, true)
+			if err != nil || (w == 0) != (tc.held == 0) {
+				t.Fatalf("Acquire with the only slot held=%v: wait %v err %v", tc.held == 1, w, err)
+			}
+		})
 	}
 }
 

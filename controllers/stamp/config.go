@@ -189,6 +189,12 @@ func Enabled(workloadLabels, namespaceLabels map[string]string) (bool, []Problem
 // MaxSelectorLength bounds a rollout selector; a longer one is a Problem.
 const MaxSelectorLength = 4096
 
+// MaxReferences bounds the ConfigMaps and Secrets one workload may reference
+// (template, extra-* annotations and rollout selectors together), so one
+// admission or reconcile reads at most this many objects. A workload over it
+// is neither stamped nor rolled, with a warning and an event.
+const MaxReferences = 256
+
 // RolloutSelector reads AnnotationRolloutSelector or, when that is unset or blank, its
 // alias AnnotationPodDeleteMatch. ok is false when neither is set to a non-blank value.
 // A selector that does not parse (labels.Parse), or that would match everything, is a

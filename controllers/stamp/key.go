@@ -44,6 +44,15 @@ func (h *Hasher) ContentID(src Source) string {
 	return hex.EncodeToString(m.Sum(nil)[:8])
 }
 
+// Seal is a keyed MAC of fields under domain (hex of 16 bytes): what
+// configstamp writes to prove a value is its own (the rollout record), which
+// no one without the installation key can forge or move to another object.
+func (h *Hasher) Seal(domain string, fields ...string) string {
+	m := h.mac(domain)
+	m.Write(appendFields(nil, fields...))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
 func appendFields(b []byte, fields ...string) []byte {
 	for _, f := range fields {
 		n := len(f)
@@ -66,8 +75,10 @@ type Keyring struct {
 	previous []*Hasher // newest first, at most keepPrevious
 }
 
-// keepPrevious bounds the previous keys kept in memory.
-const keepPrevious = 3
+// keepPrevious bounds the previous keys kept (in memory, and in the key
+// Secret: see controllers.KeyWatcher). A rollout record or halt sealed with a
+// key older than that can no longer be verified and counts for nothing.
+const keepPrevious = 8
 
 // NewKeyring returns a Keyring whose key in force is key.
 func NewKeyring(key []byte) *Keyring { return &Keyring{current: NewHasher(key)} }
@@ -87,12 +98,39 @@ func (k *Keyring) Set(key []byte) bool {
 	if hmac.Equal(k.current.key, key) {
 		return false
 	}
+	k.previous = slices.DeleteFunc(k.previous, func(h *Hasher) bool { return hmac.Equal(h.key, key) })
 	k.previous = append([]*Hasher{k.current}, k.previous...)
 	if len(k.previous) > keepPrevious {
 		k.previous = k.previous[:keepPrevious]
 	}
 	k.current = NewHasher(key)
 	return true
+}
+
+// AddPrevious adds keys (persisted previous keys, oldest last) behind the key
+// in force, skipping the one in force and duplicates, within keepPrevious.
+func (k *Keyring) AddPrevious(keys ...[]byte) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, key := range keys {
+		if len(k.previous) >= keepPrevious {
+			return
+		}
+		if hmac.Equal(k.current.key, key) || slices.ContainsFunc(k.previous, func(h *Hasher) bool { return hmac.Equal(h.key, key) }) {
+			continue
+		}
+		k.previous = append(k.previous, NewHasher(key))
+	}
+}
+
+// Previous returns copies of the previous keys by key id, newest first.
+func (k *Keyring) Previous() (ids []string, keys [][]byte) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	for _, h := range k.previous {
+		ids, keys = append(ids, h.KeyID()), append(keys, slices.Clone(h.key))
+	}
+	return ids, keys
 }
 
 // Key returns a copy of the key in force.

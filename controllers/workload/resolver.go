@@ -85,6 +85,21 @@ type SubjectProblem struct {
 	stamp.Problem
 }
 
+// TooManyReferences is Compute's error for a workload that references more
+// than stamp.MaxReferences ConfigMaps and Secrets: nothing was read, and
+// configstamp neither stamps nor rolls it (a bad value: warn and admit).
+type TooManyReferences struct{ N int }
+
+func (e *TooManyReferences) Error() string {
+	return fmt.Sprintf("references %d ConfigMaps and Secrets, more than %d", e.N, stamp.MaxReferences)
+}
+
+// Problem is e as a bad value to report.
+func (e *TooManyReferences) Problem() stamp.Problem {
+	return stamp.Problem{Field: "pod template", Value: fmt.Sprintf("%d references", e.N),
+		Message: fmt.Sprintf("references more than %d ConfigMaps and Secrets (template, extra-* and rollout selectors together): configstamp reads none of them and neither stamps nor rolls this workload", stamp.MaxReferences)}
+}
+
 // Compute resolves the references of a workload in namespace, with the given
 // metadata annotations and pod template, and hashes their data.
 func (r *Resolver) Compute(ctx context.Context, namespace string, annotations map[string]string, tmpl *corev1.PodTemplateSpec) (*Computation, error) {
@@ -104,6 +119,9 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 	comp.Selected = selected
 
 	objects := refs.Objects()
+	if len(objects) > stamp.MaxReferences {
+		return nil, &TooManyReferences{N: len(objects)}
+	}
 	type read struct {
 		src     stamp.Source
 		version string

@@ -236,3 +236,31 @@ func TestHostileSourcesCached(t *testing.T) {
 		t.Logf("configstamp's heap in use with %d ConfigMaps of %d keys and %d of 900 KiB marked: %.1f MiB", many, manyKeys, marked, heap/(1<<20))
 	}
 }
+
+// TestTooManyReferencesReadsNothing: a Deployment whose template references
+// 300 ConfigMaps (one projected volume) is admitted unstamped with a warning
+// and an event, and configstamp reads none of them: one admission costs no
+// reads however many references a template carries.
+func TestTooManyReferencesReadsNothing(t *testing.T) {
+	ns := env.Namespace(t, "refs", nil)
+	env.Apply(t, framework.ConfigMap(ns, "ref-0000", map[string]string{"a": "1"}, nil))
+	spec := framework.PodSpec()
+	var sources []corev1.VolumeProjection
+	for i := range stamp.MaxReferences + 44 {
+		sources = append(sources, corev1.VolumeProjection{ConfigMap: &corev1.ConfigMapProjection{
+			LocalObjectReference: corev1.LocalObjectReference{Name: fmt.Sprintf("ref-%04d", i)}}})
+	}
+	spec.Volumes = []corev1.Volume{{Name: "all", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: sources}}}}
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	if stderr := env.Apply(t, dep); !strings.Contains(stderr, "references more than 256 ConfigMaps and Secrets") {
+		t.Fatalf("no warning about the references beyond the cap; kubectl said:\n%s", stderr)
+	}
+	env.Get(t, dep)
+	if h := framework.TemplateHash(dep); h != "" {
+		t.Errorf("stamped %q although its references are over the cap", h)
+	}
+	env.WaitEvent(t, dep, "InvalidValue", "references more than 256")
+	if gets := auditGets(t, ns); len(gets) != 0 {
+		t.Errorf("configstamp read %d ConfigMaps of a template over the cap: %v", len(gets), gets[:min(len(gets), 5)])
+	}
+}

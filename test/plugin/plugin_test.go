@@ -6,6 +6,7 @@
 package plugin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -404,25 +405,38 @@ func TestPlanPredictsWhatRolls(t *testing.T) {
 }
 
 func TestHaltStatusWhyResume(t *testing.T) {
+	// A real halt (a hand-written one counts for nothing: records are
+	// sealed): two slots and a short deadline; failed and failed-too
+	// (priority 10, their pods match no node, so they never complete and
+	// never count as recovered) take both slots first and fail; waiter is
+	// halted by both.
+	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=2", "--progress-deadline=10s"); err != nil {
+		t.Fatal(err)
+	}
+	// t.Context is canceled before Cleanup functions run.
+	t.Cleanup(func() { _ = env.Configstamp.Restart(context.WithoutCancel(t.Context())) })
 	ns := namespace(t, "plugin-halt")
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "shared")
 	waiter := framework.Deployment(ns, "waiter", framework.OptIn, spec)
-	// failed never becomes complete (no node matches), so configstamp does not
-	// lift its halt as recovered.
 	failedSpec := framework.PodSpec()
+	framework.MountConfigMap(&failedSpec, "shared")
 	failedSpec.NodeSelector = map[string]string{"plugin-test": "no-such-node"}
 	failed := framework.Deployment(ns, "failed", framework.OptIn, failedSpec)
-	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "one"}, nil), waiter, failed)
+	failed.Annotations = map[string]string{rollout.AnnotationPriority: "10"}
+	failedToo := framework.Deployment(ns, "failed-too", framework.OptIn, failedSpec)
+	failedToo.Annotations = failed.Annotations
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "one"}, nil), waiter, failed, failedToo)
 	waitRolledOut(t, waiter)
 
-	// Mark failed as a failed rollout of the next content of shared would.
-	next := framework.ConfigMap(ns, "shared", map[string]string{"mode": "two"}, nil)
-	change := "ConfigMap/shared@" + stamp.NewHasher(hashKey).ContentID(stamp.SourceFromConfigMap(next))
-	env.Kubectl(t, "", "-n", ns, "annotate", "deployment", "failed",
-		rollout.AnnotationState+"=failed", rollout.AnnotationStarted+"=2026-01-02T03:04:05Z",
-		rollout.AnnotationCause+"="+change, rollout.AnnotationHalted+"="+change)
-	env.Apply(t, next)
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "two"}, nil))
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		env.Get(t, failed)
+		env.Get(t, failedToo)
+		return failed.Annotations[rollout.AnnotationHalted] != "" && failedToo.Annotations[rollout.AnnotationHalted] != "",
+			"failed and failed-too do not both halt their change yet"
+	})
+	change := failed.Annotations[rollout.AnnotationHalted]
 	env.WaitEvent(t, waiter, "RolloutHalted", change)
 	if n := len(env.ReplicaSets(t, ns, "waiter")); n != 1 {
 		t.Fatalf("the halted waiter has %d ReplicaSets, want 1", n)
@@ -439,7 +453,7 @@ func TestHaltStatusWhyResume(t *testing.T) {
 		}
 	}
 	jsonOf(t, ok(t, "status", "-n", ns, "-o", "json"), &st)
-	if st.BudgetInUse != 0 || len(st.Rolling) != 0 || len(st.Halted) != 1 {
+	if st.BudgetInUse != 0 || len(st.Rolling) != 0 || len(st.Halted) != 2 {
 		t.Fatalf("status JSON: %+v", st)
 	}
 	h := st.Halted[0]
@@ -472,11 +486,22 @@ func TestHaltStatusWhyResume(t *testing.T) {
 		t.Errorf("why waiter: events %+v lack configstamp's RolloutHalted", why.Events)
 	}
 
-	// resume lifts the halt; the waiter then rolls the change once.
+	// resume lifts failed's halt and says that failed-too still halts the
+	// change; once that one is resumed too, the waiter rolls the change once.
+	counts := map[string]float64{"deployment": env.Configstamp.ReconcileCounts(t)["deployment"]}
 	golden(t, "resume", ok(t, "resume", "deployment/failed", "-n", ns))
 	env.Get(t, failed)
 	if _, still := failed.Annotations[rollout.AnnotationHalted]; still {
 		t.Fatal("resume left the halted annotation")
+	}
+	env.Configstamp.WaitIdle(t, counts)
+	if n := len(env.ReplicaSets(t, ns, "waiter")); n != 1 {
+		t.Fatalf("the waiter rolled (%d ReplicaSets) while failed-too still halts the change", n)
+	}
+	var res struct{ Lifted, StillHaltedBy []any }
+	jsonOf(t, ok(t, "resume", "deployment/failed-too", "-n", ns, "-o", "json"), &res)
+	if len(res.Lifted) != 1 || len(res.StillHaltedBy) != 0 {
+		t.Errorf("resume failed-too: %+v, want one change lifted and no other halt left", res)
 	}
 	framework.Eventually(t, 90*time.Second, func() (bool, string) {
 		n := len(env.ReplicaSets(t, ns, "waiter"))

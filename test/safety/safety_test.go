@@ -7,8 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -51,7 +48,7 @@ func TestMain(m *testing.M) {
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
-	stages, err := stagesHolding(held, slowNode)
+	stages, err := framework.KwokStagesHolding(held, slowNode)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -91,62 +88,6 @@ func haltWorkloadHash(ns, shared string) string {
 }
 
 var haltNames = []string{"w-0", "w-1", "w-2", "w-3", "w-4", "w-5"}
-
-// stagesHolding writes a copy of kwok's stages whose pod-ready stage skips
-// pods stamped with one of hashes and pods on node, and returns its path.
-func stagesHolding(hashes []string, node string) (string, error) {
-	bin := os.Getenv("CONFIGSTAMP_BIN")
-	if bin == "" {
-		wd, _ := os.Getwd()
-		bin = filepath.Join(wd, "..", "..", "bin")
-	}
-	data, err := os.ReadFile(filepath.Join(bin, "kwok-stages.yaml"))
-	if err != nil {
-		return "", fmt.Errorf("reading kwok stages (run make controlplane): %w", err)
-	}
-	docs := strings.Split(string(data), "\n---")
-	found := false
-	for i, doc := range docs {
-		var stage map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &stage); err != nil || stage == nil {
-			continue
-		}
-		meta, _ := stage["metadata"].(map[string]any)
-		if meta["name"] != "pod-ready" {
-			continue
-		}
-		sel := stage["spec"].(map[string]any)["selector"].(map[string]any)
-		exprs, _ := sel["matchExpressions"].([]any)
-		values := make([]any, len(hashes))
-		for i, h := range hashes {
-			values[i] = h
-		}
-		sel["matchExpressions"] = append(exprs, map[string]any{
-			"key":      `.metadata.annotations["configstamp.io/config-hash"]`,
-			"operator": "NotIn", "values": values,
-		}, map[string]any{
-			"key": ".spec.nodeName", "operator": "NotIn", "values": []any{node},
-		})
-		out, err := yaml.Marshal(stage)
-		if err != nil {
-			return "", err
-		}
-		docs[i] = "\n" + string(out)
-		found = true
-	}
-	if !found {
-		return "", fmt.Errorf("no pod-ready stage in kwok's stages")
-	}
-	f, err := os.CreateTemp("", "kwok-stages-*.yaml")
-	if err != nil {
-		return "", err
-	}
-	if _, err := f.WriteString(strings.Join(docs, "\n---")); err != nil {
-		_ = f.Close()
-		return "", err
-	}
-	return f.Name(), f.Close()
-}
 
 func replicaSets(t *testing.T, ns, app string) int { return len(env.ReplicaSets(t, ns, app)) }
 

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/test/framework"
 )
 
@@ -174,5 +175,64 @@ func TestTwoInstallations(t *testing.T) {
 		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: framework.OwnNamespace, Name: name}, s); err == nil {
 			t.Errorf("Secret %s exists: a flag was not honoured", name)
 		}
+	}
+}
+
+// TestInstallationsDoNotShareABudget: two installations split by
+// --namespace-selector (team=x, team=y), a budget of 1 each and, to make the
+// point without the seal's help, one hash key Secret between them (a record
+// one installation sealed verifies for the other). A rollout stuck in X's
+// namespace (its pods can never be scheduled) holds X's only slot; a change in
+// Y's namespace must still roll at once: Y counts only its own namespaces.
+func TestInstallationsDoNotShareABudget(t *testing.T) {
+	common := []string{"--max-concurrent-rollouts=1", "--halt-on-failure=true", "--progress-deadline=5m",
+		"--hash-key-secret=configstamp-teams-hash-key"}
+	procs := map[string]*framework.Process{}
+	for _, team := range []string{"x", "y"} {
+		namespace(t, "team-"+team, map[string]string{"team": team})
+		procs[team] = startConfigstamp(t, "team-"+team, append(common,
+			"--namespace-selector=team="+team,
+			"--leader-election-id=configstamp-team-"+team,
+			"--webhook-config-name=configstamp-team-"+team,
+			"--tls-secret=configstamp-team-"+team+"-webhook-tls")...)
+		webhookSelector(t, "configstamp-team-"+team)
+	}
+	// X: a Deployment whose pods are never scheduled, so its rollout never ends.
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "app-config")
+	spec.NodeSelector = map[string]string{"no-such-label": "anywhere"}
+	stuck := framework.Deployment("team-x", "stuck", framework.OptIn, spec)
+	env.Apply(t, framework.ConfigMap("team-x", "app-config", map[string]string{"a": "1"}, nil), stuck)
+	before := env.WaitTemplateHash(t, stuck, "")
+	changeConfig(t, "team-x", "2")
+	env.WaitTemplateHash(t, stuck, before)
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		v, err := procs["x"].Metrics("configstamp_rollout_slots_in_use")
+		return err == nil && v == 1, fmt.Sprintf("X: %v slots in use (%v), want its stuck rollout's", v, err)
+	})
+
+	app := env.App(t, "team-y")
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		env.Get(t, app)
+		return framework.RolledOut(app), "team-y/app not rolled out"
+	})
+	stamped := framework.TemplateHash(app)
+	changed := time.Now()
+	changeConfig(t, "team-y", "2")
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		env.Get(t, app)
+		return framework.TemplateHash(app) != stamped, "Y's Deployment not stamped: its change waits for a slot"
+	})
+	waited := time.Since(changed)
+	t.Logf("X's stuck rollout holds X's only slot; Y's change was stamped %v after it was applied", waited.Round(time.Millisecond))
+	if waited > 10*time.Second {
+		t.Errorf("Y waited %v for its only slot while X's rollout was stuck", waited)
+	}
+	if v, err := procs["y"].Metrics("configstamp_rollout_slots_in_use"); err != nil || v > 1 {
+		t.Errorf("Y counts %v slots in use (%v): X's rollout counted against it", v, err)
+	}
+	env.Get(t, stuck)
+	if a := stuck.Annotations; rollout.Read(a).State != rollout.Rolling {
+		t.Errorf("X's stuck rollout is not open any more (%q): the test proved nothing", a[rollout.AnnotationState])
 	}
 }

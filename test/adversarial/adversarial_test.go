@@ -1,0 +1,458 @@
+// Package adversarial tests the promise a platform team buys configstamp for,
+// the halt, against what tenants and operators do every week, on the full
+// local control plane. Every tenant action runs with a real ServiceAccount
+// token bound to the namespace's `edit` ClusterRole, not as an admin; each
+// test asserts what the other workloads see: a bad change stops at the first
+// workload it breaks, and nothing a tenant writes by hand holds a slot.
+package adversarial
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+var env *framework.Env
+
+// hashKey is the suite's first HMAC key, so the stamp of the rollout meant to
+// hang is known before kwok starts.
+var hashKey = []byte("configstamp-adversarial-hmac-key!!")
+
+const (
+	haltNS = "adv-halt"
+	// progressDeadline is the suite's --progress-deadline: the failing
+	// workload's own progressDeadlineSeconds (600 s) never ends it first.
+	progressDeadline = 20 * time.Second
+	// quiet is how long a "nothing rolled" check watches: past every delay
+	// configstamp adds to a halted workload (it asks again every 30 s; no
+	// debounce in this suite).
+	quiet = 35 * time.Second
+)
+
+// The wave of haltNS, in order: first (priority 10) fails on the bad value.
+var wave = []string{"first", "second", "third"}
+
+func TestMain(m *testing.M) {
+	stages, err := framework.KwokStagesHolding([]string{waveHash("first", "bad")}, "no-such-node")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(framework.Main(m, &env, framework.Config{
+		Full: true, HashKey: hashKey, KwokStages: stages,
+		Args: []string{"--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=" + progressDeadline.String()},
+	}))
+}
+
+// waveSpec reads key k of the shared ConfigMap through a keyRef (key
+// precision: the shared ConfigMap's other keys are not referenced) and mounts
+// its own ConfigMap, so each workload has a stamp of its own.
+func waveSpec(name string) corev1.PodSpec {
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "own-"+name)
+	spec.Containers[0].Env = []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "shared"}, Key: "k"}}}}
+	return spec
+}
+
+func shared(k, other string) *corev1.ConfigMap { return sharedIn(haltNS, k, other) }
+
+func sharedIn(ns, k, other string) *corev1.ConfigMap {
+	return framework.ConfigMap(ns, "shared", map[string]string{"k": k, "other": other}, nil)
+}
+
+// unschedulable makes a pod spec whose pods no node takes: a rollout of it
+// never completes.
+func unschedulable(spec corev1.PodSpec) corev1.PodSpec {
+	spec.NodeSelector = map[string]string{"no-such-label": "anywhere"}
+	return spec
+}
+
+// waveHash is the stamp of wave workload name when shared's k holds k.
+func waveHash(name, k string) string {
+	spec := waveSpec(name)
+	refs, _ := stamp.WorkloadRefs(nil, &spec)
+	sources := map[stamp.ObjectRef]stamp.Source{}
+	for _, cm := range []*corev1.ConfigMap{shared(k, "x"), framework.ConfigMap(haltNS, "own-"+name, map[string]string{"v": name}, nil)} {
+		src := stamp.SourceFromConfigMap(cm)
+		sources[src.Ref] = src
+	}
+	return stamp.NewHasher(hashKey).Compute(haltNS, refs, sources).Hash
+}
+
+// tenant creates the ServiceAccount "tenant" in ns bound to the `edit`
+// ClusterRole there, and returns a kubeconfig whose only credential is its token.
+func tenant(t *testing.T, ns string) string {
+	t.Helper()
+	ctx := t.Context()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"}}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "tenant"}},
+	}
+	for _, o := range []client.Object{sa, rb} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc, err := env.ServiceAccountKubeconfig(ctx, ns, "tenant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The identity really is a tenant: it edits Deployments here, and reads
+	// nothing of configstamp's namespace.
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		out, _, _ := kubectlAs(kc, "", "auth", "can-i", "patch", "deployments", "-n", ns)
+		return strings.TrimSpace(out) == "yes", "the tenant cannot patch Deployments yet (edit aggregation): " + out
+	})
+	if out, _, _ := kubectlAs(kc, "", "auth", "can-i", "get", "secrets", "-n", framework.OwnNamespace); strings.TrimSpace(out) != "no" {
+		t.Fatalf("the tenant can read configstamp's Secrets (%q): the test would prove nothing", out)
+	}
+	return kc
+}
+
+func kubectlAs(kubeconfig, stdin string, args ...string) (string, string, error) {
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// asTenant runs kubectl with the tenant's kubeconfig; a failure fails the test.
+func asTenant(t *testing.T, kubeconfig, stdin string, args ...string) string {
+	t.Helper()
+	out, errOut, err := kubectlAs(kubeconfig, stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl (tenant) %s: %v\n%s", strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+// stamps records every stamp each Deployment of a namespace carried, in
+// order, from a watch started before the test acts: a stamp that came and
+// went between two polls still shows.
+type stamps struct {
+	mu  sync.Mutex
+	seq map[string][]string
+}
+
+func watchStamps(t *testing.T, ns string) *stamps {
+	t.Helper()
+	s := &stamps{seq: map[string][]string{}}
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(t.Context(), &appsv1.DeploymentList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			if d, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type != watch.Deleted {
+				s.add(d.Name, framework.TemplateHash(d))
+			}
+		}
+	}()
+	return s
+}
+
+func (s *stamps) add(name, h string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.seq[name]; h != "" && (len(q) == 0 || q[len(q)-1] != h) {
+		s.seq[name] = append(q, h)
+	}
+}
+
+func (s *stamps) of(name string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.seq[name])
+}
+
+func deployment(t testing.TB, ns, name string) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	d.Namespace, d.Name = ns, name
+	env.Get(t, d)
+	return d
+}
+
+func waitComplete(t *testing.T, ns string, names ...string) {
+	t.Helper()
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for _, n := range names {
+			if !framework.RolledOut(deployment(t, ns, n)) {
+				return false, n + " not rolled out"
+			}
+		}
+		return true, ""
+	})
+}
+
+// holdsStill watches for quiet and fails the test if a waiting workload's
+// stamp changes (the watch would see it) or it gets a second ReplicaSet.
+func holdsStill(t *testing.T, ns string, s *stamps, what string, names ...string) {
+	t.Helper()
+	deadline := time.Now().Add(quiet)
+	for time.Now().Before(deadline) {
+		for _, n := range names {
+			if q := s.of(n); len(q) != 1 {
+				t.Fatalf("after %s, %s was stamped again: stamps %v (the halted change reached it)", what, n, q)
+			}
+		}
+		<-time.After(500 * time.Millisecond)
+	}
+	for _, n := range names {
+		if rs := len(env.ReplicaSets(t, ns, n)); rs != 1 {
+			t.Fatalf("after %s, %s has %d ReplicaSets, want 1", what, n, rs)
+		}
+	}
+	t.Logf("%s: %v kept their only stamp and ReplicaSet for %v", what, names, quiet)
+}
+
+// TestHaltHolds: budget 1, three Deployments on one shared ConfigMap, the
+// first (priority 10) never ready with the bad value of key k. A tenant makes
+// the change; then, in turn, edits a key nobody references, the operator
+// rotates the hash key, configstamp restarts, and the tenant copies the
+// failed workload's sealed halt onto another workload. Through all of it the
+// two waiting workloads are never stamped with the bad change; once the
+// tenant lifts the halt the documented way, each rolls exactly once.
+func TestHaltHolds(t *testing.T) {
+	env.Kubectl(t, "", "create", "namespace", haltNS)
+	kc := tenant(t, haltNS)
+	s := watchStamps(t, haltNS)
+	objs := []client.Object{shared("good", "x")}
+	for i, n := range wave {
+		objs = append(objs, framework.ConfigMap(haltNS, "own-"+n, map[string]string{"v": n}, nil))
+		d := framework.Deployment(haltNS, n, framework.OptIn, waveSpec(n))
+		d.Annotations = map[string]string{rollout.AnnotationPriority: fmt.Sprint(10 - 5*i)}
+		objs = append(objs, d)
+	}
+	asTenant(t, kc, framework.Manifest(t, objs...), "apply", "-f", "-")
+	waitComplete(t, haltNS, wave...)
+
+	// 1. The slot passes only with the halt: when first fails at the deadline,
+	// second must not be stamped in between.
+	changed := time.Now()
+	asTenant(t, kc, framework.Manifest(t, shared("bad", "x")), "apply", "-f", "-")
+	first := deployment(t, haltNS, "first")
+	framework.Eventually(t, progressDeadline+time.Minute, func() (bool, string) {
+		r := rollout.Read(deployment(t, haltNS, "first").Annotations)
+		return r.State == rollout.Failed, fmt.Sprintf("first: rollout-state %q", r.State)
+	})
+	env.WaitEvent(t, first, "RolloutFailed", "progress deadline of "+progressDeadline.String())
+	failedAfter := time.Since(changed)
+	if got := framework.TemplateHash(deployment(t, haltNS, "first")); got != waveHash("first", "bad") {
+		t.Fatalf("first carries %s, want the precomputed bad stamp %s", got, waveHash("first", "bad"))
+	}
+	for _, n := range wave[1:] {
+		if q := s.of(n); len(q) != 1 {
+			t.Fatalf("%s was stamped with the failed change before the halt was written: stamps %v", n, q)
+		}
+		env.WaitEvent(t, deployment(t, haltNS, n), "RolloutHalted", "ConfigMap/shared")
+	}
+	t.Logf("first failed %v after the change; second and third report RolloutHalted", failedAfter.Round(time.Millisecond))
+	holdsStill(t, haltNS, s, "the failure at the deadline", wave[1:]...)
+
+	// 2. An edit of a key no workload references lifts nothing.
+	asTenant(t, kc, framework.Manifest(t, shared("bad", "y")), "apply", "-f", "-")
+	holdsStill(t, haltNS, s, "an edit of the unreferenced key", wave[1:]...)
+
+	// 3. A rotation of the hash key, as the README documents it, lifts nothing.
+	oldID := deployment(t, haltNS, "first").Annotations[stamp.AnnotationKeyID]
+	newKey := framework.Secret(framework.OwnNamespace, "configstamp-hash-key", map[string]string{"key": "a-rotated-adversarial-hmac-key!!!!"})
+	env.Apply(t, newKey)
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		id := deployment(t, haltNS, "first").Annotations[stamp.AnnotationKeyID]
+		return id != oldID, "first not re-baselined under the new key yet (key-id " + id + ")"
+	})
+	holdsStill(t, haltNS, s, "the key rotation", wave[1:]...)
+
+	// 4. A restart in the middle of the rotation still knows the previous key.
+	if err := env.Configstamp.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	holdsStill(t, haltNS, s, "a restart after the rotation", wave[1:]...)
+
+	// 5. A copied halt counts for nothing: the tenant copies first's sealed
+	// record onto second, then lifts first's halt the documented way.
+	rec := deployment(t, haltNS, "first").Annotations
+	var copied []string
+	for _, k := range []string{rollout.AnnotationState, rollout.AnnotationStarted, rollout.AnnotationCause, rollout.AnnotationHalted, rollout.AnnotationSeal} {
+		copied = append(copied, k+"="+rec[k])
+	}
+	asTenant(t, kc, "", append([]string{"-n", haltNS, "annotate", "--overwrite", "deployment", "second"}, copied...)...)
+	lifted := time.Now()
+	asTenant(t, kc, "", "-n", haltNS, "annotate", "deployment", "first", rollout.AnnotationHalted+"-")
+	waitComplete(t, haltNS, wave[1:]...)
+	for _, n := range wave[1:] {
+		if q := s.of(n); len(q) != 2 || q[1] != framework.TemplateHash(deployment(t, haltNS, n)) {
+			t.Errorf("%s: stamps %v, want exactly one new stamp after the halt was lifted", n, q)
+		}
+		if rs := len(env.ReplicaSets(t, haltNS, n)); rs != 2 {
+			t.Errorf("%s has %d ReplicaSets after the halt was lifted, want 2 (rolled once)", n, rs)
+		}
+	}
+	t.Logf("the copied halt held nothing: both waiting workloads rolled once, %v after the tenant lifted first's halt",
+		time.Since(lifted).Round(time.Millisecond))
+}
+
+// TestForgedRecordsHoldNoSlot: a tenant writes a `rolling` record started in
+// 2099 (with a made-up seal) on its own opted-in Deployment, and a `rolling`
+// record started now, with the seal copied from another of its workloads, on
+// a Deployment whose pods are never scheduled (so it would never complete
+// before --progress-deadline). With a budget of 1, a change in another
+// namespace still rolls at once, and no slot is in use.
+func TestForgedRecordsHoldNoSlot(t *testing.T) {
+	ns := env.Namespace(t, "adv-forge", nil)
+	kc := tenant(t, ns)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "cfg")
+	asTenant(t, kc, framework.Manifest(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil),
+		framework.Deployment(ns, "forger", framework.OptIn, spec), framework.Deployment(ns, "donor", framework.OptIn, spec),
+		framework.Deployment(ns, "copy", framework.OptIn, unschedulable(framework.PodSpec()))), "apply", "-f", "-")
+	waitComplete(t, ns, "forger", "donor")
+	// donor gets a genuine sealed record: one rollout, completed.
+	asTenant(t, kc, framework.Manifest(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil)), "apply", "-f", "-")
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		r := rollout.Read(deployment(t, ns, "donor").Annotations)
+		return r.State == rollout.Completed, "donor has not completed its rollout yet"
+	})
+	waitComplete(t, ns, "forger", "donor")
+	donor := deployment(t, ns, "donor").Annotations
+	asTenant(t, kc, "", "-n", ns, "annotate", "--overwrite", "deployment", "forger",
+		rollout.AnnotationState+"=rolling", rollout.AnnotationStarted+"=2099-01-01T00:00:00Z",
+		rollout.AnnotationSeal+"="+strings.SplitN(donor[rollout.AnnotationSeal], ".", 2)[0]+".00112233445566778899aabbccddeeff")
+	asTenant(t, kc, "", "-n", ns, "annotate", "--overwrite", "deployment", "copy",
+		rollout.AnnotationState+"=rolling", rollout.AnnotationStarted+"="+time.Now().UTC().Format(time.RFC3339),
+		rollout.AnnotationCause+"="+donor[rollout.AnnotationCause], rollout.AnnotationSeal+"="+donor[rollout.AnnotationSeal])
+
+	other := env.Namespace(t, "adv-other", nil)
+	app := env.App(t, other)
+	waitComplete(t, other, app.Name)
+	before := framework.TemplateHash(deployment(t, other, app.Name))
+	changed := time.Now()
+	env.Apply(t, framework.ConfigMap(other, "app-config", map[string]string{"a": "2"}, nil))
+	framework.Eventually(t, progressDeadline+30*time.Second, func() (bool, string) {
+		return framework.TemplateHash(deployment(t, other, app.Name)) != before, "the other namespace's Deployment is not stamped"
+	})
+	waited := time.Since(changed)
+	t.Logf("with a forged and a copied rolling record in %s, the other namespace's change was stamped in %v (budget 1)", ns, waited.Round(time.Millisecond))
+	if waited > 10*time.Second {
+		t.Errorf("the other namespace waited %v for its only slot (--progress-deadline %v): a forged record held it", waited, progressDeadline)
+	}
+	waitComplete(t, other, app.Name)
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use")
+		return err == nil && v == 0, fmt.Sprintf("%v slots in use (%v) with only forged records open", v, err)
+	})
+}
+
+// legacyID is a change id as the previous release could write it (an unkeyed
+// digest, say): after the takeover it must be nowhere.
+const legacyID = "0123456789abcdef"
+
+// TestUpgradeTakesOverRecords: records the previous release wrote carry no
+// seal. A halt it wrote (first failed; second and third wait) and an in-flight
+// rollout (busy, in another namespace) are made real, then turned into the
+// previous release's form (seal removed, change ids replaced by a legacy
+// id, the key Secret without the records-sealed mark) while configstamp is
+// stopped. After the upgrade the halt still holds, the in-flight rollout holds
+// its slot until it fails at its deadline, and no legacy id is left.
+func TestUpgradeTakesOverRecords(t *testing.T) {
+	ns := env.Namespace(t, "adv-upgrade", nil)
+	s := watchStamps(t, ns)
+	objs := []client.Object{sharedIn(ns, "good", "x")}
+	for i, n := range wave {
+		objs = append(objs, framework.ConfigMap(ns, "own-"+n, map[string]string{"v": n}, nil))
+		spec := waveSpec(n)
+		if n == "first" {
+			spec = unschedulable(spec)
+		}
+		d := framework.Deployment(ns, n, framework.OptIn, spec)
+		d.Annotations = map[string]string{rollout.AnnotationPriority: fmt.Sprint(10 - 5*i)}
+		objs = append(objs, d)
+	}
+	env.Apply(t, objs...)
+	waitComplete(t, ns, wave[1:]...)
+	busyNS := env.Namespace(t, "adv-upgrade-busy", nil)
+	busySpec := framework.PodSpec()
+	framework.MountConfigMap(&busySpec, "cfg")
+	env.Apply(t, framework.ConfigMap(busyNS, "cfg", map[string]string{"v": "1"}, nil),
+		framework.Deployment(busyNS, "busy", framework.OptIn, unschedulable(busySpec)))
+
+	env.Apply(t, sharedIn(ns, "bad", "x"))
+	framework.Eventually(t, progressDeadline+time.Minute, func() (bool, string) {
+		r := rollout.Read(deployment(t, ns, "first").Annotations)
+		return r.State == rollout.Failed && r.Halted != "", fmt.Sprintf("first: rollout-state %q", r.State)
+	})
+	for _, n := range wave[1:] {
+		env.WaitEvent(t, deployment(t, ns, n), "RolloutHalted", "ConfigMap/shared")
+	}
+
+	// What the previous release left: no seals, its own ids, no mark.
+	env.Configstamp.Stop()
+	legacy := "ConfigMap/shared@" + legacyID
+	env.Kubectl(t, "", "-n", ns, "annotate", "--overwrite", "deployment", "first", rollout.AnnotationSeal+"-",
+		rollout.AnnotationCause+"="+legacy, rollout.AnnotationHalted+"="+legacy)
+	env.Kubectl(t, "", "-n", busyNS, "annotate", "--overwrite", "deployment", "busy",
+		rollout.AnnotationState+"=rolling", rollout.AnnotationStarted+"="+time.Now().UTC().Format(time.RFC3339),
+		rollout.AnnotationCause+"=ConfigMap/cfg@"+legacyID)
+	env.Kubectl(t, "", "-n", framework.OwnNamespace, "annotate", "secret", "configstamp-hash-key", controllers.AnnotationRecordsSealed+"-")
+
+	if err := env.Configstamp.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use")
+		return err == nil && v == 1, fmt.Sprintf("%v slots in use (%v): the in-flight rollout of the previous release must hold one", v, err)
+	})
+	key := &corev1.Secret{}
+	key.Namespace, key.Name = framework.OwnNamespace, "configstamp-hash-key"
+	env.Get(t, key)
+	if key.Annotations[controllers.AnnotationRecordsSealed] == "" {
+		t.Errorf("the key Secret is not marked %s after the takeover", controllers.AnnotationRecordsSealed)
+	}
+	for _, d := range []*appsv1.Deployment{deployment(t, ns, "first"), deployment(t, busyNS, "busy")} {
+		a := d.Annotations
+		if a[rollout.AnnotationSeal] == "" || strings.Contains(a[rollout.AnnotationCause]+a[rollout.AnnotationHalted], legacyID) {
+			t.Errorf("%s not taken over: seal %q, cause %q, halted %q", d.Name, a[rollout.AnnotationSeal], a[rollout.AnnotationCause], a[rollout.AnnotationHalted])
+		}
+	}
+	if h := deployment(t, ns, "first").Annotations[rollout.AnnotationHalted]; !strings.HasPrefix(h, "ConfigMap/shared@") {
+		t.Errorf("first's halt was dropped in the takeover: halted %q", h)
+	}
+	holdsStill(t, ns, s, "the upgrade", wave[1:]...)
+	env.WaitEvent(t, deployment(t, busyNS, "busy"), "RolloutFailed", "progress deadline of "+progressDeadline.String())
+
+	env.Kubectl(t, "", "-n", ns, "annotate", "deployment", "first", rollout.AnnotationHalted+"-")
+	waitComplete(t, ns, wave[1:]...)
+	for _, n := range wave[1:] {
+		if rs := len(env.ReplicaSets(t, ns, n)); rs != 2 {
+			t.Errorf("%s has %d ReplicaSets after the halt was lifted, want 2 (rolled once)", n, rs)
+		}
+	}
+}
