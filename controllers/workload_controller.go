@@ -228,7 +228,7 @@ func (r *WorkloadReconciler) reportFailure(ctx context.Context, obj client.Objec
 	log.FromContext(ctx).Info("rollout failed", "cause", rec.Cause, "reason", reason, "halting", halting)
 	then := "; configstamp does not halt other rollouts (--halt-on-failure=false)"
 	if halting {
-		then = "; configstamp halts further rollouts of this change until the source changes again, this workload recovers or is deleted, or its " +
+		then = "; configstamp halts further rollouts of this change until what this workload references of the source changes again, this workload recovers or is deleted, or its " +
 			rollout.AnnotationHalted + " annotation is removed"
 	}
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",

@@ -68,8 +68,12 @@ func runResume(ctx context.Context, o *options, args []string) error {
 		return nil
 	}
 	if len(res.StillHaltedBy) > 0 {
-		o.printf("%s in %s: its halt of %s is lifted, but %s still halt a change of the same source; the waiting workloads roll only once those are resumed too\n",
-			w.ref(), ns, changesText(res.Lifted), strings.Join(res.StillHaltedBy, ", "))
+		verb := "halts"
+		if len(res.StillHaltedBy) > 1 {
+			verb = "halt"
+		}
+		o.printf("%s in %s: its halt of %s is lifted, but %s still %s a change of the same source; the waiting workloads roll only once that is resumed too\n",
+			w.ref(), ns, changesText(res.Lifted), strings.Join(res.StillHaltedBy, ", "), verb)
 		return nil
 	}
 	o.printf("%s in %s resumed: the halt of %s is lifted; configstamp rolls the workloads waiting on it\n", w.ref(), ns, changesText(res.Lifted))

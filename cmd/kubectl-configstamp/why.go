@@ -244,24 +244,31 @@ func (o *options) waitingOn(ctx context.Context, ns string, rec rollout.Record, 
 	if err != nil {
 		return nil, err
 	}
+	var out *waiting
 	for _, w := range ws {
 		for _, ch := range changes(w.meta.Annotations[rollout.AnnotationHalted]) {
 			text := ch.Source + "@" + ch.Content
-			if strings.Contains(last.Message, text) {
-				return &waiting{Change: text, HaltedBy: []string{w.ref()}, Message: last.Message, EventTime: last.Last}, nil
+			switch {
+			case out == nil && strings.Contains(last.Message, text):
+				out = &waiting{Change: text, HaltedBy: []string{w.ref()}, Message: last.Message, EventTime: last.Last}
+			case out != nil && text == out.Change && !slices.Contains(out.HaltedBy, w.ref()):
+				out.HaltedBy = append(out.HaltedBy, w.ref()) // every workload whose halt holds it
 			}
 		}
 	}
-	return nil, nil
+	return out, nil
 }
 
 func summary(r whyResult) string {
 	switch {
-	case r.WaitingOn != nil:
+	case r.WaitingOn != nil && len(r.WaitingOn.HaltedBy) > 1:
 		return "waiting: the change " + r.WaitingOn.Change + " failed on " + strings.Join(r.WaitingOn.HaltedBy, ", ") +
+			"; it rolls once every one of these halts is lifted (kubectl configstamp resume on each)"
+	case r.WaitingOn != nil:
+		return "waiting: the change " + r.WaitingOn.Change + " failed on " + r.WaitingOn.HaltedBy[0] +
 			"; it rolls once that halt is lifted (kubectl configstamp resume " + r.WaitingOn.HaltedBy[0] + ")"
 	case r.State == "rolling":
-		return "rolling: holds a slot of the budget until the rollout completes (at most --progress-deadline)"
+		return "rolling: holds a slot of the budget until the rollout completes, or fails at --progress-deadline (its slot is given back with its halt)"
 	case r.State == "failed" && len(r.Halted) > 0:
 		return "failed and halting that change on every other workload; lift with kubectl configstamp resume " +
 			strings.ToLower(r.Kind) + "/" + r.Name

@@ -51,15 +51,10 @@ const (
 var wave = []string{"first", "second", "third"}
 
 func TestMain(m *testing.M) {
-	stages, err := framework.KwokStagesHolding([]string{waveHash("first", "bad")}, "no-such-node")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(framework.Main(m, &env, framework.Config{
-		Full: true, HashKey: hashKey, KwokStages: stages,
+	os.Exit(framework.MainHolding(m, &env, framework.Config{
+		Full: true, HashKey: hashKey,
 		Args: []string{"--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=" + progressDeadline.String()},
-	}))
+	}, []string{waveHash("first", "bad")}, "no-such-node"))
 }
 
 // waveSpec reads key k of the shared ConfigMap through a keyRef (key
@@ -88,14 +83,7 @@ func unschedulable(spec corev1.PodSpec) corev1.PodSpec {
 
 // waveHash is the stamp of wave workload name when shared's k holds k.
 func waveHash(name, k string) string {
-	spec := waveSpec(name)
-	refs, _ := stamp.WorkloadRefs(nil, &spec)
-	sources := map[stamp.ObjectRef]stamp.Source{}
-	for _, cm := range []*corev1.ConfigMap{shared(k, "x"), framework.ConfigMap(haltNS, "own-"+name, map[string]string{"v": name}, nil)} {
-		src := stamp.SourceFromConfigMap(cm)
-		sources[src.Ref] = src
-	}
-	return stamp.NewHasher(hashKey).Compute(haltNS, refs, sources).Hash
+	return framework.StampOf(hashKey, haltNS, waveSpec(name), shared(k, "x"), framework.ConfigMap(haltNS, "own-"+name, map[string]string{"v": name}, nil))
 }
 
 // tenant creates the ServiceAccount "tenant" in ns bound to the `edit`
@@ -212,6 +200,20 @@ func waitComplete(t *testing.T, ns string, names ...string) {
 	})
 }
 
+// waitRestamped waits until each of names carries a second stamp (once the
+// halt is lifted, its one rollout of the change starts).
+func waitRestamped(t *testing.T, s *stamps, names ...string) {
+	t.Helper()
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		for _, n := range names {
+			if q := s.of(n); len(q) < 2 {
+				return false, n + " not stamped again since the halt was lifted"
+			}
+		}
+		return true, ""
+	})
+}
+
 // holdsStill watches for quiet and fails the test if a waiting workload's
 // stamp changes (the watch would see it) or it gets a second ReplicaSet.
 func holdsStill(t *testing.T, ns string, s *stamps, what string, names ...string) {
@@ -307,6 +309,8 @@ func TestHaltHolds(t *testing.T) {
 	asTenant(t, kc, "", append([]string{"-n", haltNS, "annotate", "--overwrite", "deployment", "second"}, copied...)...)
 	lifted := time.Now()
 	asTenant(t, kc, "", "-n", haltNS, "annotate", "deployment", "first", rollout.AnnotationHalted+"-")
+	waitRestamped(t, s, wave[1:]...)
+	resumed := time.Since(lifted)
 	waitComplete(t, haltNS, wave[1:]...)
 	for _, n := range wave[1:] {
 		if q := s.of(n); len(q) != 2 || q[1] != framework.TemplateHash(deployment(t, haltNS, n)) {
@@ -316,8 +320,8 @@ func TestHaltHolds(t *testing.T) {
 			t.Errorf("%s has %d ReplicaSets after the halt was lifted, want 2 (rolled once)", n, rs)
 		}
 	}
-	t.Logf("the copied halt held nothing: both waiting workloads rolled once, %v after the tenant lifted first's halt",
-		time.Since(lifted).Round(time.Millisecond))
+	t.Logf("the copied halt held nothing: both waiting workloads were stamped %v after the tenant lifted first's halt, and rolled once",
+		resumed.Round(time.Millisecond))
 }
 
 // TestForgedRecordsHoldNoSlot: a tenant writes a `rolling` record started in
@@ -449,6 +453,7 @@ func TestUpgradeTakesOverRecords(t *testing.T) {
 	env.WaitEvent(t, deployment(t, busyNS, "busy"), "RolloutFailed", "progress deadline of "+progressDeadline.String())
 
 	env.Kubectl(t, "", "-n", ns, "annotate", "deployment", "first", rollout.AnnotationHalted+"-")
+	waitRestamped(t, s, wave[1:]...)
 	waitComplete(t, ns, wave[1:]...)
 	for _, n := range wave[1:] {
 		if rs := len(env.ReplicaSets(t, ns, n)); rs != 2 {

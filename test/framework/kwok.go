@@ -5,8 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
 // KwokStagesHolding writes a copy of kwok's stages (bin/kwok-stages.yaml)
@@ -65,4 +69,28 @@ func KwokStagesHolding(hashes []string, node string) (string, error) {
 		return "", err
 	}
 	return f.Name(), f.Close()
+}
+
+// MainHolding is Main with kwok's stages holding pods stamped with one of
+// held, and pods on node (KwokStagesHolding).
+func MainHolding(m *testing.M, env **Env, cfg Config, held []string, node string) int {
+	stages, err := KwokStagesHolding(held, node)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cfg.KwokStages = stages
+	return Main(m, env, cfg)
+}
+
+// StampOf is the stamp, made with key, of a workload in ns with spec when the
+// ConfigMaps hold cms: what a test computes in advance to hold its pods.
+func StampOf(key []byte, ns string, spec corev1.PodSpec, cms ...*corev1.ConfigMap) string {
+	refs, _ := stamp.WorkloadRefs(nil, &spec)
+	sources := map[stamp.ObjectRef]stamp.Source{}
+	for _, cm := range cms {
+		src := stamp.SourceFromConfigMap(cm)
+		sources[src.Ref] = src
+	}
+	return stamp.NewHasher(key).Compute(ns, refs, sources).Hash
 }

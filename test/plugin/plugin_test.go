@@ -477,8 +477,8 @@ func TestHaltStatusWhyResume(t *testing.T) {
 		Events []struct{ Type, Reason, From string }
 	}
 	jsonOf(t, ok(t, "why", "deployment/waiter", "-n", ns, "-o", "json"), &why)
-	if why.WaitingOn == nil || why.WaitingOn.Change != change || !slices.Equal(why.WaitingOn.HaltedBy, []string{"deployment/failed"}) {
-		t.Errorf("why waiter: waitingOn %+v, want %s halted by deployment/failed", why.WaitingOn, change)
+	if why.WaitingOn == nil || why.WaitingOn.Change != change || !slices.Equal(why.WaitingOn.HaltedBy, []string{"deployment/failed", "deployment/failed-too"}) {
+		t.Errorf("why waiter: waitingOn %+v, want %s halted by deployment/failed and deployment/failed-too", why.WaitingOn, change)
 	}
 	if !slices.ContainsFunc(why.Events, func(e struct{ Type, Reason, From string }) bool {
 		return e.Reason == "RolloutHalted" && e.Type == "Warning" && e.From == "configstamp"

@@ -48,15 +48,10 @@ func TestMain(m *testing.M) {
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
-	stages, err := framework.KwokStagesHolding(held, slowNode)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(framework.Main(m, &env, framework.Config{
-		Full: true, HashKey: hashKey, KwokStages: stages,
+	os.Exit(framework.MainHolding(m, &env, framework.Config{
+		Full: true, HashKey: hashKey,
 		Args: []string{"--max-concurrent-rollouts=5", "--debounce=2s", "--progress-deadline=" + progressDeadline.String()},
-	}))
+	}, held, slowNode))
 }
 
 // haltSpec is the pod spec of halt-wave workload name: its own ConfigMap and the shared one.
@@ -69,13 +64,7 @@ func haltSpec(name string) corev1.PodSpec {
 
 // hashOf is the stamp of a workload in ns with spec when the ConfigMaps hold cms.
 func hashOf(ns string, spec corev1.PodSpec, cms ...*corev1.ConfigMap) string {
-	refs, _ := stamp.WorkloadRefs(nil, &spec)
-	sources := map[stamp.ObjectRef]stamp.Source{}
-	for _, cm := range cms {
-		src := stamp.SourceFromConfigMap(cm)
-		sources[src.Ref] = src
-	}
-	return stamp.NewHasher(hashKey).Compute(ns, refs, sources).Hash
+	return framework.StampOf(hashKey, ns, spec, cms...)
 }
 
 // haltWorkloadHash is the stamp of the third halt-wave workload of ns when the
