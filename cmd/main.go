@@ -284,7 +284,7 @@ func run() error {
 		return fmt.Errorf("while creating the manager: %w", err)
 	}
 
-	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer(), keys); err != nil {
+	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	if err := controllers.Setup(mgr, controllers.Options{Policy: o.rollout, Keys: keys, Namespace: o.namespace,

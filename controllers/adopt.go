@@ -2,10 +2,16 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,40 +81,80 @@ func (a *Adopter) adoptAll(ctx context.Context) (int, error) {
 			return n, fmt.Errorf("while listing %s to take over their records: %w", kind.Resource, err)
 		}
 		for _, obj := range kind.Items(list) {
-			meta := a.record(ctx, obj)
-			if meta == nil {
-				continue
-			}
-			if err := patchAnnotations(ctx, a.Client, obj, meta, nil); err != nil {
+			adopted, err := a.adopt(ctx, obj)
+			if err != nil {
 				return n, err
 			}
-			n++
+			if adopted {
+				n++
+			}
 		}
 	}
 	return n, nil
 }
 
-// record is the sealed record replacing obj's unsealed one, or nil.
-func (a *Adopter) record(ctx context.Context, obj client.Object) map[string]any {
+// adopt seals obj's unsealed record, on the version of obj it was computed
+// from (a resourceVersion precondition: a user's resume in between is not
+// undone); on a conflict it starts again from a live read, a few times. A
+// patch the API server refuses is logged and skipped: that record counts for
+// nothing, and the other workloads are still taken over.
+func (a *Adopter) adopt(ctx context.Context, obj client.Object) (bool, error) {
+	for range 3 {
+		meta, err := a.record(ctx, obj)
+		if meta == nil || err != nil {
+			return false, err
+		}
+		raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion(), "annotations": meta}})
+		if err != nil {
+			return false, err
+		}
+		err = a.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager))
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case !apierrors.IsConflict(err):
+			a.Log.Error(err, "while taking over a record; it counts for nothing", "namespace", obj.GetNamespace(), "name", obj.GetName())
+			return false, nil
+		}
+		if err := a.Reader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+	}
+	a.Log.Info("record kept changing while being taken over; it counts for nothing", "namespace", obj.GetNamespace(), "name", obj.GetName())
+	return false, nil
+}
+
+// record is the sealed record replacing obj's unsealed one, or nil. A
+// workload over stamp.MaxReferences keeps its state and its halts, whose
+// content cannot be computed ("unknown": such a halt holds until resumed).
+func (a *Adopter) record(ctx context.Context, obj client.Object) (map[string]any, error) {
 	ann := obj.GetAnnotations()
 	if _, sealed := ann[rollout.AnnotationSeal]; sealed {
-		return nil
+		return nil, nil
 	}
 	old := rollout.Read(ann)
 	tmpl := workload.PodTemplate(obj)
 	if (old.State == rollout.None && old.Halted == "" && old.Started.IsZero()) || tmpl == nil || !a.inScope(ctx, obj.GetNamespace()) {
-		return nil
+		return nil, nil
 	}
 	comp, err := a.Resolver.Compute(ctx, obj.GetNamespace(), ann, tmpl)
-	if err != nil {
-		a.Log.Error(err, "while taking over a record; it counts for nothing", "namespace", obj.GetNamespace(), "name", obj.GetName())
-		return nil
+	tooMany := (*workload.TooManyReferences)(nil)
+	switch {
+	case errors.As(err, &tooMany):
+		comp = &workload.Computation{Hasher: a.Resolver.Keys.Current()}
+	case err != nil:
+		return nil, fmt.Errorf("while taking over the record of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 	}
-	current := tmpl.Annotations[stamp.AnnotationHash] == comp.Hash
+	current := tooMany == nil && tmpl.Annotations[stamp.AnnotationHash] == comp.Hash
 	again := func(changes string) string {
 		var out []rollout.Change
 		for _, c := range rollout.ParseChanges(changes) {
-			if d, ok := comp.Sources[c.Ref]; ok && current {
+			switch d, ok := comp.Sources[c.Ref]; {
+			case tooMany != nil:
+				out = append(out, rollout.Change{Ref: c.Ref, Content: "unknown"})
+			case ok && current:
 				out = append(out, rollout.Change{Ref: c.Ref, Content: d})
 			}
 		}
@@ -121,7 +167,7 @@ func (a *Adopter) record(ctx context.Context, obj client.Object) map[string]any 
 	case rec.State == rollout.None: // a record from before rollout-state: ended
 		rec.State = rollout.Completed
 	}
-	return rec.Annotations(obj.GetUID(), comp.Hasher)
+	return rec.Annotations(obj.GetUID(), comp.Hasher), nil
 }
 
 func (a *Adopter) inScope(ctx context.Context, namespace string) bool {
@@ -135,8 +181,19 @@ func (a *Adopter) inScope(ctx context.Context, namespace string) bool {
 	return a.Scope.InScope(ns.Name, ns.Labels)
 }
 
-// mark sets AnnotationRecordsSealed on the key Secret.
+// mark sets AnnotationRecordsSealed on the key Secret, trying again every
+// second until it is written or ctx ends.
 func (a *Adopter) mark(ctx context.Context) error {
+	return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := a.markOnce(ctx); err != nil {
+			a.Log.Error(err, "while marking the hash key secret; trying again")
+			return false, nil
+		}
+		return true, nil
+	})
+}
+
+func (a *Adopter) markOnce(ctx context.Context) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		secret := &corev1.Secret{}
 		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.KeySecret}, secret); err != nil {

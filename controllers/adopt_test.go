@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"strings"
 	"sync/atomic"
@@ -10,7 +11,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -206,7 +209,7 @@ func TestAdopterSealsLegacyRecords(t *testing.T) {
 		if rec.State != rollout.Failed || rec.Halted != current || rec.Cause != current || !rec.Started.Equal(adoptStarted) {
 			t.Fatalf("record %+v, want failed since %v, halting %s", rec, adoptStarted, current)
 		}
-		if got := indexHalted(testKeys)(d); len(got) != 1 || got[0] != sharedRef.String() {
+		if got := indexHalted(d); len(got) != 1 || got[0] != sharedRef.String() {
 			t.Fatalf("indexed as halting %q, want [%s]", got, sharedRef)
 		}
 	})
@@ -215,7 +218,7 @@ func TestAdopterSealsLegacyRecords(t *testing.T) {
 		if rec.State != rollout.Rolling || !rec.Started.Equal(adoptStarted) || rec.Cause != current || rec.Halted != "" {
 			t.Fatalf("record %+v, want rolling since %v for %s", rec, adoptStarted, current)
 		}
-		if got := rollout.IndexRollingFunc(testKeys)(d); len(got) != 1 {
+		if got := rollout.IndexRollingFunc(d); len(got) != 1 {
 			t.Fatalf("an adopted rollout under way holds no slot (indexed %q)", got)
 		}
 	})
@@ -224,7 +227,7 @@ func TestAdopterSealsLegacyRecords(t *testing.T) {
 		if rec.Halted != "" || rec.Cause != "" || rec.State != rollout.Failed {
 			t.Fatalf("record %+v: a halt whose content is no longer referenced must be dropped, the state kept", rec)
 		}
-		if got := indexHalted(testKeys)(d); len(got) != 0 {
+		if got := indexHalted(d); len(got) != 0 {
 			t.Fatalf("still indexed as halting %q", got)
 		}
 	})
@@ -298,7 +301,7 @@ func TestReconcileWaitsForAdoption(t *testing.T) {
 		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc)
 	for _, k := range workload.Kinds {
-		b = b.WithIndex(k.New(), IndexHalted, indexHalted(testKeys)).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc(testKeys))
+		b = b.WithIndex(k.New(), IndexHalted, indexHalted).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
 	}
 	c := b.Build()
 	adopted := make(chan struct{})
@@ -321,5 +324,61 @@ func TestReconcileWaitsForAdoption(t *testing.T) {
 	}
 	if wr.total() == 0 {
 		t.Fatal("no write after the takeover either: the test proves nothing")
+	}
+}
+
+// A workload whose patch the API server refuses is skipped (logged; its
+// record counts for nothing), the others are taken over and the Secret is
+// marked: one bad object never stops configstamp. A user's resume landing
+// between the read and the patch is not undone: the patch is conditional on
+// the version read, and a conflict starts again from a live read.
+func TestAdopterSkipsRefusedAndKeepsAResume(t *testing.T) {
+	started := adoptStarted.Format(time.RFC3339)
+	halted := func(name string) func(w *adoptWorld) client.Object {
+		return func(w *adoptWorld) client.Object {
+			return w.legacyDeployment("ns", name, w.hash, map[string]string{
+				rollout.AnnotationState: string(rollout.Failed), rollout.AnnotationStarted: started,
+				rollout.AnnotationCause: sharedRef.String() + "@" + w.legacy, rollout.AnnotationHalted: sharedRef.String() + "@" + w.legacy})
+		}
+	}
+	w := newAdoptWorld(t, nil, halted("refused"), halted("resumed"), halted("plain"))
+	resumed := false
+	c := interceptor.NewClient(w.c, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			switch obj.GetName() {
+			case "refused":
+				return apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "refused", errors.New("a policy says no"))
+			case "resumed":
+				if !resumed { // the user resumes just before configstamp's patch lands
+					resumed = true
+					live := &appsv1.Deployment{}
+					if err := c.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+						return err
+					}
+					delete(live.Annotations, rollout.AnnotationHalted)
+					if err := c.Update(ctx, live); err != nil {
+						return err
+					}
+				}
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	w.a.Client, w.a.Reader = c, c
+	w.start(t)
+
+	if d := w.get(t, "ns", "refused"); d.Annotations[rollout.AnnotationSeal] != "" {
+		t.Fatalf("refused: sealed although its patch was refused: %v", d.Annotations)
+	}
+	if rec, err := rollout.Verify(w.get(t, "ns", "plain"), testKeys); err != nil || rec.Halted == "" {
+		t.Fatalf("plain: %+v, %v; want taken over, still halting, although another workload's patch was refused", rec, err)
+	}
+	rec, err := rollout.Verify(w.get(t, "ns", "resumed"), testKeys)
+	if !resumed || err != nil || rec.Halted != "" || rec.State != rollout.Failed {
+		t.Fatalf("resumed: %+v, %v (resume simulated: %v); want sealed, failed, and the user's resume kept", rec, err, resumed)
+	}
+	s := &corev1.Secret{}
+	if err := w.c.Get(t.Context(), client.ObjectKey{Namespace: adoptSystemNS, Name: adoptSecret}, s); err != nil || s.Annotations[AnnotationRecordsSealed] == "" {
+		t.Fatalf("secret not marked (%v): %v", err, s.Annotations)
 	}
 }

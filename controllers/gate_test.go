@@ -69,7 +69,7 @@ func newHaltWorld(t *testing.T, policy rollout.Policy, funcs interceptor.Funcs) 
 		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc)
 	for _, k := range workload.Kinds {
-		b = b.WithIndex(k.New(), IndexHalted, indexHalted(testKeys)).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc(testKeys))
+		b = b.WithIndex(k.New(), IndexHalted, indexHalted).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
 	}
 	w.c = b.Build()
 	resolver := &workload.Resolver{Sources: w.c, Index: w.c, Keys: testKeys}

@@ -31,7 +31,7 @@ func TestSourceEventAnnouncesEveryKind(t *testing.T) {
 		Spec: appsv1.StatefulSetSpec{Template: corev1.PodTemplateSpec{Spec: spec}}}
 	b := fake.NewClientBuilder().WithObjects(low, high)
 	for _, k := range workload.Kinds {
-		b = b.WithIndex(k.New(), IndexSources, indexWorkloadSources).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc(testKeys))
+		b = b.WithIndex(k.New(), IndexSources, indexWorkloadSources).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
 	}
 	c := b.Build()
 	s := rollout.NewScheduler(rollout.Policy{MaxConcurrent: 1, ProgressDeadline: time.Hour}, c, testKeys)

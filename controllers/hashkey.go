@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -24,20 +25,30 @@ import (
 // HashKeyDataKey is the key of the HMAC key in its Secret.
 const HashKeyDataKey = "key"
 
-// previousKeyPrefix names the previous keys kept in the same Secret
-// ("previous-<key id>"): records and halts sealed with a previous key stay
-// verifiable across a restart in the middle of a rotation.
-const previousKeyPrefix = "previous-"
+// PreviousKeysDataKey holds the previous keys in the same Secret, newest
+// first, one base64 line each (at most stamp.KeepPrevious): records and halts
+// sealed with a previous key stay verifiable across a restart in the middle
+// of a rotation. The Secret's order is the one every replica keeps.
+const PreviousKeysDataKey = "previous-keys"
 
-// previousKeys returns the usable previous keys a key Secret holds.
+// previousKeys returns the usable previous keys a key Secret holds, newest first.
 func previousKeys(secret *corev1.Secret) [][]byte {
 	var out [][]byte
-	for _, name := range slices.Sorted(maps.Keys(secret.Data)) {
-		if strings.HasPrefix(name, previousKeyPrefix) && len(secret.Data[name]) >= minKeyLength {
-			out = append(out, secret.Data[name])
+	for line := range strings.Lines(string(secret.Data[PreviousKeysDataKey])) {
+		if k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(line)); err == nil && len(k) >= minKeyLength {
+			out = append(out, k)
 		}
 	}
 	return out
+}
+
+func formatPreviousKeys(keys [][]byte) []byte {
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(base64.StdEncoding.EncodeToString(k))
+		b.WriteByte('\n')
+	}
+	return []byte(b.String())
 }
 
 // +kubebuilder:rbac:groups="",namespace=configstamp-system,resources=secrets,verbs=create;update
@@ -116,6 +127,9 @@ type KeyWatcher struct {
 	Namespace string
 	Name      string
 	Keys      *stamp.Keyring
+	// Reader reads the Secret live before writing it (the manager's cache
+	// keeps Secrets as digests only). Nil: Client.
+	Reader client.Reader
 	// OnChange is called after the key in force changed.
 	OnChange func(ctx context.Context)
 	Log      logr.Logger
@@ -154,10 +168,10 @@ func (w *KeyWatcher) seen(ctx context.Context, obj any) {
 		w.Log.Error(nil, "hash key secret holds no usable key; keeping the key in force", "secret", w.Namespace+"/"+w.Name)
 		return
 	}
-	w.Keys.AddPrevious(previousKeys(secret)...)
-	changed := w.Keys.Set(key)
-	w.keepPrevious(ctx, secret)
-	if changed {
+	w.Keys.MergePrevious(previousKeys(secret))
+	retired := w.Keys.Key()
+	if w.Keys.Set(key) {
+		w.keepPrevious(ctx, retired)
 		w.Log.Info("hash key changed; workloads are re-baselined, nothing rolls", "keyID", w.Keys.Current().KeyID())
 		if w.OnChange != nil {
 			w.OnChange(ctx)
@@ -165,29 +179,32 @@ func (w *KeyWatcher) seen(ctx context.Context, obj any) {
 	}
 }
 
-// keepPrevious writes the previous keys this process knows into the Secret,
-// when they differ from what it holds. A conflict (a peer wrote first) is
-// left to the update event that follows.
-func (w *KeyWatcher) keepPrevious(ctx context.Context, secret *corev1.Secret) {
-	want := map[string][]byte{}
-	ids, keys := w.Keys.Previous()
-	for i, id := range ids {
-		want[previousKeyPrefix+id] = keys[i]
+// keepPrevious puts the key this process just retired at the head of the
+// Secret's previous keys (unless it is there already), within
+// stamp.KeepPrevious. Each replica writes only when it sees the key change,
+// and only a key the Secret lacks, so replicas never fight over the list; the
+// Secret's list is what a restarted replica loads. A conflict is retried on a
+// fresh read.
+func (w *KeyWatcher) keepPrevious(ctx context.Context, retired []byte) {
+	reader := w.Reader
+	if reader == nil {
+		reader = w.Client
 	}
-	have := map[string][]byte{}
-	for name, v := range secret.Data {
-		if strings.HasPrefix(name, previousKeyPrefix) {
-			have[name] = v
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		secret := &corev1.Secret{}
+		if err := reader.Get(ctx, client.ObjectKey{Namespace: w.Namespace, Name: w.Name}, secret); err != nil {
+			return err
 		}
-	}
-	if maps.EqualFunc(want, have, bytes.Equal) || !bytes.Equal(secret.Data[HashKeyDataKey], w.Keys.Key()) {
-		return
-	}
-	updated := secret.DeepCopy()
-	maps.DeleteFunc(updated.Data, func(name string, _ []byte) bool { return strings.HasPrefix(name, previousKeyPrefix) })
-	maps.Copy(updated.Data, want)
-	if err := w.Client.Update(ctx, updated); err != nil && !apierrors.IsConflict(err) {
-		w.Log.Error(err, "while keeping the previous hash keys in the secret")
+		stored := previousKeys(secret)
+		if bytes.Equal(secret.Data[HashKeyDataKey], retired) || slices.ContainsFunc(stored, func(k []byte) bool { return bytes.Equal(k, retired) }) {
+			return nil
+		}
+		merged := append([][]byte{retired}, stored...)
+		secret.Data[PreviousKeysDataKey] = formatPreviousKeys(merged[:min(len(merged), stamp.KeepPrevious)])
+		return w.Client.Update(ctx, secret)
+	})
+	if err != nil {
+		w.Log.Error(err, "while keeping the previous hash key in the secret")
 	}
 }
 

@@ -3,6 +3,7 @@ package controllers
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -38,9 +39,8 @@ func getKeySecret(t *testing.T, c client.Client) *corev1.Secret {
 func TestEnsureHashKeyReadsPreviousKeys(t *testing.T) {
 	prev := stamp.NewHasher(keyB).KeyID()
 	c := fake.NewClientBuilder().WithObjects(keySecret(map[string][]byte{
-		HashKeyDataKey:              keyA,
-		previousKeyPrefix + prev:    keyB,
-		previousKeyPrefix + "short": []byte("too short"),
+		HashKeyDataKey:      keyA,
+		PreviousKeysDataKey: formatPreviousKeys([][]byte{keyB, []byte("too short")}),
 	}, nil)).Build()
 	keys, err := EnsureHashKey(t.Context(), c, adoptSystemNS, adoptSecret)
 	if err != nil {
@@ -79,7 +79,7 @@ func TestEnsureHashKeyCreatesSealedSecret(t *testing.T) {
 }
 
 // After a rotation the watcher writes the key it replaced into the Secret
-// (previous-<id>), once: the update that follows changes nothing more.
+// (previous-keys), once: the update that follows changes nothing more.
 func TestKeyWatcherKeepsPreviousKeys(t *testing.T) {
 	w := &writes{}
 	c := fake.NewClientBuilder().WithObjects(keySecret(map[string][]byte{HashKeyDataKey: keyA}, nil)).
@@ -106,9 +106,8 @@ func TestKeyWatcherKeepsPreviousKeys(t *testing.T) {
 		t.Fatalf("key changes %d, key in force %q; want the new key put in force once", changes, kw.Keys.Key())
 	}
 	stored := getKeySecret(t, c)
-	oldID := stamp.NewHasher(keyA).KeyID()
-	if got := stored.Data[previousKeyPrefix+oldID]; !bytes.Equal(got, keyA) {
-		t.Fatalf("secret holds %q under %s (keys %v); want the replaced key", got, previousKeyPrefix+oldID, dataKeys(stored))
+	if got := previousKeys(stored); len(got) != 1 || !bytes.Equal(got[0], keyA) {
+		t.Fatalf("secret keeps previous keys %q (data keys %v); want the replaced key", got, dataKeys(stored))
 	}
 	if !bytes.Equal(stored.Data[HashKeyDataKey], keyB) {
 		t.Fatal("keeping the previous key changed the key in force")
@@ -131,4 +130,59 @@ func dataKeys(s *corev1.Secret) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// Two replicas, one of them restarted midway (its keyring read from the
+// Secret), through ten rotations: the Secret keeps the eight newest previous
+// keys, newest first, both replicas know them, and once every replica has
+// seen the last rotation nothing is written any more (no ping-pong).
+func TestKeyWatchersConverge(t *testing.T) {
+	key := func(i int) []byte { return []byte(fmt.Sprintf("rotation-key-number-%02d", i)) }
+	w := &writes{}
+	c := fake.NewClientBuilder().WithObjects(keySecret(map[string][]byte{HashKeyDataKey: key(0)}, nil)).
+		WithInterceptorFuncs(w.funcs()).Build()
+	watcher := func(keys *stamp.Keyring) *KeyWatcher {
+		return &KeyWatcher{Client: c, Namespace: adoptSystemNS, Name: adoptSecret, Keys: keys, Log: logr.Discard()}
+	}
+	a, b := watcher(stamp.NewKeyring(key(0))), watcher(stamp.NewKeyring(key(0)))
+	for i := 1; i <= 10; i++ {
+		s := getKeySecret(t, c)
+		s.Data[HashKeyDataKey] = key(i)
+		if err := c.Update(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+		if i == 5 { // b restarts: its keyring is what the Secret holds
+			keys, err := EnsureHashKey(t.Context(), c, adoptSystemNS, adoptSecret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = watcher(keys)
+		}
+		for range 2 {
+			a.seen(t.Context(), getKeySecret(t, c))
+			b.seen(t.Context(), getKeySecret(t, c))
+		}
+	}
+	settled := w.total()
+	for range 3 {
+		a.seen(t.Context(), getKeySecret(t, c))
+		b.seen(t.Context(), getKeySecret(t, c))
+	}
+	if n := w.total() - settled; n != 0 {
+		t.Fatalf("%d more writes once every replica saw the last rotation: the replicas fight over the Secret", n)
+	}
+	got := previousKeys(getKeySecret(t, c))
+	if len(got) != stamp.KeepPrevious {
+		t.Fatalf("the Secret keeps %d previous keys, want %d", len(got), stamp.KeepPrevious)
+	}
+	for i, k := range got {
+		if want := key(9 - i); !bytes.Equal(k, want) {
+			t.Fatalf("previous key %d is %q, want %q (newest first)", i, k, want)
+		}
+		for name, r := range map[string]*KeyWatcher{"a": a, "b": b} {
+			if r.Keys.ByID(stamp.NewHasher(k).KeyID()) == nil {
+				t.Errorf("replica %s does not know the previous key %q the Secret keeps", name, k)
+			}
+		}
+	}
 }

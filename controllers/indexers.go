@@ -25,21 +25,23 @@ import (
 const IndexSources = workload.IndexSources
 
 // IndexHalted indexes workloads by every source of a change whose rollout
-// failed on them (rollout.AnnotationHalted of a record sealed by
-// configstamp), as stamp.ObjectRef.String() values.
+// failed on them (rollout.AnnotationHalted of a record that carries a seal),
+// as stamp.ObjectRef.String() values. The seal is verified where the index
+// is read (haltInForce), with the keys known then.
 const IndexHalted = "configstamp.io/halted"
 
-func indexHalted(keys rollout.Keys) client.IndexerFunc {
-	return func(obj client.Object) []string {
-		rec, _ := rollout.Verify(obj, keys)
-		var out []string
-		for _, c := range rollout.ParseChanges(rec.Halted) {
-			if !slices.Contains(out, c.Ref.String()) {
-				out = append(out, c.Ref.String())
-			}
-		}
-		return out
+func indexHalted(obj client.Object) []string {
+	a := obj.GetAnnotations()
+	if _, sealed := a[rollout.AnnotationSeal]; !sealed {
+		return nil
 	}
+	var out []string
+	for _, c := range rollout.ParseChanges(a[rollout.AnnotationHalted]) {
+		if !slices.Contains(out, c.Ref.String()) {
+			out = append(out, c.Ref.String())
+		}
+	}
+	return out
 }
 
 func indexWorkloadSources(obj client.Object) []string {
@@ -52,11 +54,10 @@ func indexWorkloadSources(obj client.Object) []string {
 }
 
 // SetupIndexes registers the field indexes on the manager's cache.
-// Records are verified with keys (rollout.Verify).
-func SetupIndexes(ctx context.Context, indexer client.FieldIndexer, keys rollout.Keys) error {
+func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	for _, kind := range workload.Kinds {
 		for name, fn := range map[string]client.IndexerFunc{
-			IndexSources: indexWorkloadSources, rollout.IndexRolling: rollout.IndexRollingFunc(keys), IndexHalted: indexHalted(keys),
+			IndexSources: indexWorkloadSources, rollout.IndexRolling: rollout.IndexRollingFunc, IndexHalted: indexHalted,
 		} {
 			if err := indexer.IndexField(ctx, kind.New(), name, fn); err != nil {
 				return fmt.Errorf("while indexing %s by %s: %w", kind.Name, name, err)

@@ -76,7 +76,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	logger := mgr.GetLogger().WithName("hash-key")
 	watcher := &KeyWatcher{
-		Clientset: clientset, Client: mgr.GetClient(), Namespace: o.Namespace, Name: o.KeySecret, Keys: o.Keys, Log: logger,
+		Clientset: clientset, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, Name: o.KeySecret, Keys: o.Keys, Log: logger,
 		OnChange: func(ctx context.Context) {
 			select {
 			case <-mgr.Elected(): // the leader re-baselines; followers' reconcilers do not run

@@ -208,7 +208,7 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj cl
 // sealed is rec as annotations, sealed with the key it was made with (which
 // Verify found).
 func (r *WorkloadReconciler) sealed(obj client.Object, rec rollout.Record) map[string]any {
-	return rec.Annotations(obj.GetUID(), r.Resolver.Keys.ByID(rec.KeyID))
+	return rec.Annotations(obj.GetUID(), rec.Key())
 }
 
 // recovered lifts the halt of a failed workload whose rollout is complete
@@ -591,7 +591,7 @@ func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, cau
 // is still the content that failed, else "".
 func (r *WorkloadReconciler) haltInForce(ctx context.Context, h client.Object, ref stamp.ObjectRef) (string, error) {
 	rec, err := rollout.Verify(h, r.Resolver.Keys)
-	key := r.Resolver.Keys.ByID(rec.KeyID)
+	key := rec.Key()
 	tmpl := workload.PodTemplate(h)
 	if err != nil || key == nil || tmpl == nil {
 		return "", nil

@@ -86,7 +86,14 @@ type Record struct {
 	// KeyID is the installation key the record is sealed with; the content
 	// ids of its changes (Cause, Halted) are made with the same key.
 	KeyID string
+	// key is that key, when Verify found it.
+	key *stamp.Hasher
 }
+
+// Key is the key Verify checked the seal with (nil for a record it did not
+// verify): the key to seal the record's next state with, whatever keys the
+// keyring holds by then.
+func (r Record) Key() *stamp.Hasher { return r.key }
 
 // Keys finds an installation key, in force or previous, by its id
 // (stamp.Keyring).
@@ -133,6 +140,7 @@ func Verify(obj client.Object, keys Keys) (Record, error) {
 	if !hmac.Equal([]byte(seal), []byte(r.seal(obj.GetUID(), h))) {
 		return Record{}, fmt.Errorf("the record's %s does not match it: it was changed, or copied from another object, by someone else than configstamp", AnnotationSeal)
 	}
+	r.key = h
 	return r, nil
 }
 

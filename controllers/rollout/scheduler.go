@@ -15,19 +15,20 @@ import (
 )
 
 // IndexRolling indexes workloads whose record is open (AnnotationState
-// rolling) and sealed by configstamp, value "true". Whether an open record
-// still holds a slot also depends on the time and the scope, which an index
-// cannot say: the Scheduler filters.
+// rolling) and carries a seal, value "true". The seal is verified where the
+// index is read (holders), with the keys known then: an index value is made
+// once per object version, and a replica may learn a key after it indexed a
+// record sealed with it. Whether an open record still holds a slot also
+// depends on the time and the scope, which an index cannot say either.
 const IndexRolling = "configstamp.io/rolling"
 
-// IndexRollingFunc is the index function of IndexRolling, verifying seals with keys.
-func IndexRollingFunc(keys Keys) client.IndexerFunc {
-	return func(obj client.Object) []string {
-		if r, _ := Verify(obj, keys); r.Open() {
-			return []string{"true"}
-		}
-		return nil
+// IndexRollingFunc is the index function of IndexRolling.
+func IndexRollingFunc(obj client.Object) []string {
+	a := obj.GetAnnotations()
+	if _, sealed := a[AnnotationSeal]; sealed && Read(a).Open() {
+		return []string{"true"}
 	}
+	return nil
 }
 
 // Bounds of an open record's start time: a record started later than

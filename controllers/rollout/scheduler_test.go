@@ -37,7 +37,7 @@ func newTestScheduler(t *testing.T, policy Policy, rolling ...client.Object) (*S
 	t.Helper()
 	b := fake.NewClientBuilder().WithObjects(rolling...)
 	for _, k := range workload.Kinds {
-		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc(testKeys))
+		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc)
 	}
 	s := NewScheduler(policy, b.Build(), testKeys)
 	c := &clock{t: t0}

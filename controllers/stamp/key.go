@@ -72,13 +72,13 @@ func appendFields(b []byte, fields ...string) []byte {
 type Keyring struct {
 	mu       sync.RWMutex
 	current  *Hasher
-	previous []*Hasher // newest first, at most keepPrevious
+	previous []*Hasher // newest first, at most KeepPrevious
 }
 
-// keepPrevious bounds the previous keys kept (in memory, and in the key
+// KeepPrevious bounds the previous keys kept (in memory, and in the key
 // Secret: see controllers.KeyWatcher). A rollout record or halt sealed with a
 // key older than that can no longer be verified and counts for nothing.
-const keepPrevious = 8
+const KeepPrevious = 8
 
 // NewKeyring returns a Keyring whose key in force is key.
 func NewKeyring(key []byte) *Keyring { return &Keyring{current: NewHasher(key)} }
@@ -100,20 +100,20 @@ func (k *Keyring) Set(key []byte) bool {
 	}
 	k.previous = slices.DeleteFunc(k.previous, func(h *Hasher) bool { return hmac.Equal(h.key, key) })
 	k.previous = append([]*Hasher{k.current}, k.previous...)
-	if len(k.previous) > keepPrevious {
-		k.previous = k.previous[:keepPrevious]
+	if len(k.previous) > KeepPrevious {
+		k.previous = k.previous[:KeepPrevious]
 	}
 	k.current = NewHasher(key)
 	return true
 }
 
 // AddPrevious adds keys (persisted previous keys, oldest last) behind the key
-// in force, skipping the one in force and duplicates, within keepPrevious.
+// in force, skipping the one in force and duplicates, within KeepPrevious.
 func (k *Keyring) AddPrevious(keys ...[]byte) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, key := range keys {
-		if len(k.previous) >= keepPrevious {
+		if len(k.previous) >= KeepPrevious {
 			return
 		}
 		if hmac.Equal(k.current.key, key) || slices.ContainsFunc(k.previous, func(h *Hasher) bool { return hmac.Equal(h.key, key) }) {
@@ -121,6 +121,29 @@ func (k *Keyring) AddPrevious(keys ...[]byte) {
 		}
 		k.previous = append(k.previous, NewHasher(key))
 	}
+}
+
+// MergePrevious makes keys (the list the key Secret keeps, newest first) the
+// order of the previous keys, followed by the previous keys of this process
+// it lacks, without the key in force or duplicates, within KeepPrevious: every
+// replica then keeps, and drops, the same keys.
+func (k *Keyring) MergePrevious(keys [][]byte) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []*Hasher
+	add := func(h *Hasher) {
+		if len(out) < KeepPrevious && !hmac.Equal(h.key, k.current.key) &&
+			!slices.ContainsFunc(out, func(o *Hasher) bool { return hmac.Equal(o.key, h.key) }) {
+			out = append(out, h)
+		}
+	}
+	for _, key := range keys {
+		add(NewHasher(key))
+	}
+	for _, h := range k.previous {
+		add(h)
+	}
+	k.previous = out
 }
 
 // Previous returns copies of the previous keys by key id, newest first.

@@ -20,7 +20,7 @@ func keyIDs(keys ...[]byte) []string {
 
 // Previous keys persisted in the key Secret are added behind the key in
 // force, in order, once each, never the key in force itself, and at most
-// keepPrevious of them.
+// KeepPrevious of them.
 func TestKeyringAddPrevious(t *testing.T) {
 	current := keyN(0)
 	many := make([][]byte, 0, 12)
@@ -36,7 +36,7 @@ func TestKeyringAddPrevious(t *testing.T) {
 		"kept in order":               {add: [][]byte{keyN(1), keyN(2), keyN(3)}, want: [][]byte{keyN(1), keyN(2), keyN(3)}},
 		"duplicates once":             {add: [][]byte{keyN(1), keyN(2), keyN(1), keyN(2)}, want: [][]byte{keyN(1), keyN(2)}},
 		"the key in force skipped":    {add: [][]byte{current, keyN(1), current}, want: [][]byte{keyN(1)}},
-		"bounded to keepPrevious (8)": {add: many, want: many[:8]},
+		"bounded to KeepPrevious (8)": {add: many, want: many[:8]},
 		"behind the keys replaced while running": {
 			setFirst: [][]byte{keyN(5)}, // keyN(0) replaced: previous, keyN(5) in force
 			add:      [][]byte{keyN(1), keyN(0), keyN(5), keyN(2)},
@@ -83,7 +83,7 @@ func TestKeyringPreviousReturnsCopies(t *testing.T) {
 	}
 }
 
-// Set keeps at most keepPrevious replaced keys, newest first.
+// Set keeps at most KeepPrevious replaced keys, newest first.
 func TestKeyringSetBound(t *testing.T) {
 	k := NewKeyring(keyN(0))
 	for i := 1; i <= 10; i++ {

@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers"
-	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
 // heapProbeCommand is the hidden sub-command that holds configstamp's cache.
@@ -127,7 +126,7 @@ func heapProbe(args []string) error {
 	// (an informer re-indexes what it holds), so each kind's figure includes
 	// its own indexes.
 	var idx deferredIndexes
-	if err := controllers.SetupIndexes(ctx, &idx, stamp.NewKeyring(make([]byte, 32))); err != nil {
+	if err := controllers.SetupIndexes(ctx, &idx); err != nil {
 		return err
 	}
 	// Namespaces first: the first informer also pays for discovery and the
