@@ -18,7 +18,6 @@ import (
 var (
 	keyA = []byte("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
 	keyB = []byte("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb")
-	keyC = []byte("cccccccccccccccccccccccccccccccc")
 )
 
 func keySecret(data map[string][]byte, annotations map[string]string) *corev1.Secret {
