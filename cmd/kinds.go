@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -54,30 +56,59 @@ var errKindsServed = errors.New("a kind of --kinds-config not served at start is
 // servedLater watches, every interval, for the kinds of missing to be served
 // (their CRD installed after configstamp started) and calls restart once one
 // is. Every replica runs it: each must serve the new kind's webhook rules.
+// A CRD that flaps (installed, removed, installed) must not restart every
+// replica again and again, all at once: a kind counts as served only after
+// stableChecks checks in a row, and each replica then waits a random part of
+// an interval (jitter) and checks once more before it restarts, so the
+// replicas go one after the other and the webhook keeps being served.
 type servedLater struct {
 	discovery discovery.DiscoveryInterface
 	missing   []workload.KindConfig
 	interval  time.Duration
 	restart   func()
 	log       logr.Logger
+	// stableChecks is how many checks in a row must see a kind served (0: 3).
+	stableChecks int
+	// jitter returns the wait before restarting (nil: uniform in [0, interval)).
+	jitter func(time.Duration) time.Duration
 }
 
-// Start polls until a missing kind is served or ctx ends.
+// Start polls until a missing kind is served steadily or ctx ends.
 func (s *servedLater) Start(ctx context.Context) error {
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
+	seen := make([]int, len(s.missing))
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		for _, c := range s.missing {
-			if s.served(c) {
-				s.log.Info("kind now served; restarting configstamp to handle it", "group", c.Group, "version", c.Version, "kind", c.Kind)
-				s.restart()
-				return nil
+		for i, c := range s.missing {
+			if !s.served(c) {
+				seen[i] = 0
+				continue
 			}
+			if seen[i]++; seen[i] < cmp.Or(s.stableChecks, 3) {
+				continue
+			}
+			wait := rand.N(s.interval)
+			if s.jitter != nil {
+				wait = s.jitter(s.interval)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+			if !s.served(c) { // it went again meanwhile: start over
+				seen[i] = 0
+				continue
+			}
+			s.log.Info("kind now served; restarting configstamp to handle it", "group", c.Group, "version", c.Version, "kind", c.Kind,
+				"checks", seen[i], "after", wait.Round(time.Millisecond).String())
+			s.restart()
+			return nil
 		}
 	}
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -44,5 +47,63 @@ func TestServedLaterRestartsOnceServed(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// flappingDiscovery answers each check from answers in turn (true: the
+// Widget is served), then serves it for good.
+type flappingDiscovery struct {
+	discovery.DiscoveryInterface
+	mu      sync.Mutex
+	answers []bool
+	checks  int
+}
+
+func (f *flappingDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	served := true
+	if f.checks < len(f.answers) {
+		served = f.answers[f.checks]
+	}
+	f.checks++
+	list := &metav1.APIResourceList{GroupVersion: gv}
+	if served {
+		list.APIResources = []metav1.APIResource{{Name: "widgets", Kind: "Widget", Namespaced: true}}
+	}
+	return list, nil
+}
+
+// A CRD that flaps (served at one check, gone at the next) restarts nothing;
+// one served three checks in a row, and still at the check after the
+// replica's jitter, restarts once.
+func TestServedLaterIgnoresAFlappingCRD(t *testing.T) {
+	cfg, err := workload.ParseKindsConfig([]byte(`kinds: [{group: example.com, version: v1, kind: Widget, resource: widgets, templatePath: spec.template}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 30 checks of flapping: served twice in a row at most, and once served
+	// three times in a row but gone at the check after the jitter.
+	var answers []bool
+	for range 10 {
+		answers = append(answers, true, true, false)
+	}
+	answers = append(answers, true, true, true, false, false)
+	d := &flappingDiscovery{answers: answers}
+	var restarts atomic.Int32
+	var restartedAt atomic.Int64
+	s := &servedLater{discovery: d, missing: cfg, interval: time.Millisecond, log: logr.Discard(),
+		jitter:  func(time.Duration) time.Duration { return 0 },
+		restart: func() { restarts.Add(1); d.mu.Lock(); restartedAt.Store(int64(d.checks)); d.mu.Unlock() }}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if restarts.Load() != 1 {
+		t.Fatalf("%d restarts, want 1", restarts.Load())
+	}
+	// The first restart may come only after the flapping: 3 steady checks
+	// and the one after the jitter, past the answers that flap.
+	if at := int(restartedAt.Load()); at < len(answers)+4 {
+		t.Fatalf("restarted at check %d, while the CRD was still flapping (answers end at check %d)", at, len(answers))
 	}
 }
