@@ -25,7 +25,14 @@ import (
 // is left out and logged: caches, reconcilers and webhook rules are decided
 // at start, so servedLater restarts configstamp once it is served. A resource name that does not match what the
 // API server serves for the kind is an error: RBAC and webhook rules name it.
-func installedKinds(mapper meta.RESTMapper, cfg []workload.KindConfig, log logr.Logger) (installed []workload.Kind, missing []workload.KindConfig, err error) {
+//
+// canList (nil: no check) tries to list a served kind: one configstamp cannot
+// list (RBAC not granted yet, a broken conversion webhook) would keep its
+// cache from syncing, and so every replica from becoming ready. It is left
+// out with an error in the log, and the other kinds are handled; grant the
+// access and restart configstamp to handle it.
+func installedKinds(ctx context.Context, mapper meta.RESTMapper, cfg []workload.KindConfig, canList func(context.Context, workload.KindConfig) error,
+	log logr.Logger) (installed []workload.Kind, missing []workload.KindConfig, err error) {
 	for _, c := range cfg {
 		m, err := mapper.RESTMapping(c.GVK().GroupKind(), c.Version)
 		switch {
@@ -40,6 +47,13 @@ func installedKinds(mapper meta.RESTMapper, cfg []workload.KindConfig, log logr.
 			return nil, nil, fmt.Errorf("--kinds-config: %s is served as %q, not %q", c.GVK(), m.Resource.Resource, c.Resource)
 		case m.Scope.Name() != meta.RESTScopeNameNamespace:
 			return nil, nil, fmt.Errorf("--kinds-config: %s is cluster-scoped; configstamp handles namespaced kinds only", c.GVK())
+		}
+		if canList != nil {
+			if err := canList(ctx, c); err != nil {
+				log.Error(err, "cannot list an extra workload kind: not handled (grant list, then restart configstamp)",
+					"group", c.Group, "version", c.Version, "kind", c.Kind)
+				continue
+			}
 		}
 		log.Info("handling an extra workload kind", "group", c.Group, "version", c.Version, "kind", c.Kind, "templatePath", c.TemplatePath,
 			"followsProgress", c.Progress != nil)

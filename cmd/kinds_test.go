@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -105,5 +110,34 @@ func TestServedLaterIgnoresAFlappingCRD(t *testing.T) {
 	// and the one after the jitter, past the answers that flap.
 	if at := int(restartedAt.Load()); at < len(answers)+4 {
 		t.Fatalf("restarted at check %d, while the CRD was still flapping (answers end at check %d)", at, len(answers))
+	}
+}
+
+// A served kind configstamp cannot list is left out, with an error logged,
+// and the other kinds are handled: its cache would never sync and keep every
+// replica from becoming ready.
+func TestUnlistableKindDoesNotBlockTheOthers(t *testing.T) {
+	cfg, err := workload.ParseKindsConfig([]byte(`kinds:
+- {group: example.com, version: v1, kind: Widget, resource: widgets, templatePath: spec.template}
+- {group: example.com, version: v1, kind: Gadget, resource: gadgets, templatePath: spec.template}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	for _, c := range cfg {
+		mapper.Add(c.GVK(), meta.RESTScopeNamespace)
+	}
+	canList := func(_ context.Context, c workload.KindConfig) error {
+		if c.Kind == "Gadget" {
+			return apierrors.NewForbidden(schema.GroupResource{Group: c.Group, Resource: c.Resource}, "", errors.New("no list granted"))
+		}
+		return nil
+	}
+	installed, missing, err := installedKinds(t.Context(), mapper, cfg, canList, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(installed) != 1 || installed[0].Name != "Widget" || len(missing) != 0 {
+		t.Fatalf("installed %v, missing %v; want Widget only, nothing to wait for", installed, missing)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
@@ -229,7 +230,16 @@ func run() error {
 
 	// The extra kinds are decided once, before the caches, reconcilers and
 	// webhook rules that iterate workload.Kinds are made.
-	extra, missing, err := installedKinds(direct.RESTMapper(), kinds, setupLog)
+	canList := func(ctx context.Context, c workload.KindConfig) error {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(c.GVK().GroupVersion().WithKind(c.Kind + "List"))
+		opts := []client.ListOption{client.Limit(1)}
+		if watched := o.scope.Watched(); len(watched) > 0 { // the namespaced install may list only there
+			opts = append(opts, client.InNamespace(watched[0]))
+		}
+		return direct.List(ctx, list, opts...)
+	}
+	extra, missing, err := installedKinds(ctx, direct.RESTMapper(), kinds, canList, setupLog)
 	if err != nil {
 		return err
 	}
