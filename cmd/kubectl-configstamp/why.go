@@ -244,16 +244,28 @@ func (o *options) waitingOn(ctx context.Context, ns string, rec rollout.Record, 
 	if err != nil {
 		return nil, err
 	}
+	// The event names one halt; every workload halting a change of the same
+	// source holds the waiter too (a halt's content is what that workload
+	// references, so the ids may differ).
 	var out *waiting
+	var source string
 	for _, w := range ws {
 		for _, ch := range changes(w.meta.Annotations[rollout.AnnotationHalted]) {
-			text := ch.Source + "@" + ch.Content
-			switch {
-			case out == nil && strings.Contains(last.Message, text):
-				out = &waiting{Change: text, HaltedBy: []string{w.ref()}, Message: last.Message, EventTime: last.Last}
-			case out != nil && text == out.Change && !slices.Contains(out.HaltedBy, w.ref()):
-				out.HaltedBy = append(out.HaltedBy, w.ref()) // every workload whose halt holds it
+			if text := ch.Source + "@" + ch.Content; strings.Contains(last.Message, text) {
+				out = &waiting{Change: text, Message: last.Message, EventTime: last.Last}
+				source = ch.Source
 			}
+		}
+		if out != nil {
+			break
+		}
+	}
+	if out == nil {
+		return nil, nil
+	}
+	for _, w := range ws {
+		if slices.ContainsFunc(changes(w.meta.Annotations[rollout.AnnotationHalted]), func(c change) bool { return c.Source == source }) {
+			out.HaltedBy = append(out.HaltedBy, w.ref())
 		}
 	}
 	return out, nil
