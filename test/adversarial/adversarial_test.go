@@ -21,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers"
@@ -148,21 +147,7 @@ type stamps struct {
 func watchStamps(t *testing.T, ns string) *stamps {
 	t.Helper()
 	s := &stamps{seq: map[string][]string{}}
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := wc.Watch(t.Context(), &appsv1.DeploymentList{}, client.InNamespace(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for ev := range w.ResultChan() {
-			if d, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type != watch.Deleted {
-				s.add(d.Name, framework.TemplateHash(d))
-			}
-		}
-	}()
+	env.WatchDeployments(t, ns, func(d *appsv1.Deployment) { s.add(d.Name, framework.TemplateHash(d)) })
 	return s
 }
 

@@ -12,6 +12,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -291,4 +292,25 @@ func (e *Env) Revisions(t testing.TB, ns, owner string) int {
 		}
 	}
 	return n
+}
+
+// WatchDeployments calls seen with every Deployment of ns the API server
+// reports added or modified, from now until the test ends.
+func (e *Env) WatchDeployments(t testing.TB, ns string, seen func(*appsv1.Deployment)) {
+	t.Helper()
+	wc, err := client.NewWithWatch(e.Config, client.Options{Scheme: e.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(t.Context(), &appsv1.DeploymentList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			if d, ok := ev.Object.(*appsv1.Deployment); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+				seen(d)
+			}
+		}
+	}()
 }

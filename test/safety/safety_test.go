@@ -13,7 +13,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
@@ -135,24 +134,7 @@ type concurrency struct {
 func watchConcurrency(t *testing.T, ns string, initial map[string]string) *concurrency {
 	t.Helper()
 	c := &concurrency{initial: initial, since: map[string]int64{}, rolling: map[string]bool{}, done: map[string]bool{}}
-	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := wc.Watch(t.Context(), &appsv1.DeploymentList{}, client.InNamespace(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for ev := range w.ResultChan() {
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
-				continue
-			}
-			if d, ok := ev.Object.(*appsv1.Deployment); ok {
-				c.observe(d)
-			}
-		}
-	}()
+	env.WatchDeployments(t, ns, c.observe)
 	return c
 }
 
