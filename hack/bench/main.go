@@ -69,9 +69,11 @@ const (
 	scHostile = "hostile"
 	// scApplyWarnings: what --apply-warnings adds to a ConfigMap UPDATE (applywarnings.go).
 	scApplyWarnings = "applywarnings"
+	// scManyRefs: another tenant's admissions while one sends templates of 5,000 references (manyrefs.go).
+	scManyRefs = "manyrefs"
 )
 
-var allScenarios = []string{scMemory, scLatency, scFanout, scWebhook, scStartup, scSweep, scHostile, scApplyWarnings}
+var allScenarios = []string{scMemory, scLatency, scFanout, scWebhook, scManyRefs, scStartup, scSweep, scHostile, scApplyWarnings}
 
 // rolloutFlags switch off configstamp's deliberate delays (see the notes printed with the results).
 var rolloutFlags = []string{"--max-concurrent-rollouts=0", "--debounce=0"}
@@ -249,7 +251,7 @@ func run(ctx context.Context, cfg *config) error {
 	res.notes = append(res.notes, scaleNotes(cfg)...)
 	res.notes = append(res.notes, provenance(cfg.configstampBin))
 	needMain := cfg.scenarios[scMemory] || cfg.scenarios[scLatency] || cfg.scenarios[scFanout] ||
-		cfg.scenarios[scWebhook] || cfg.scenarios[scStartup]
+		cfg.scenarios[scWebhook] || cfg.scenarios[scManyRefs] || cfg.scenarios[scStartup]
 	if needMain {
 		if err := runMain(ctx, cfg, res); err != nil {
 			return err
@@ -317,6 +319,7 @@ func runMain(ctx context.Context, cfg *config, res *results) (err error) {
 		{scLatency, runLatency},
 		{scFanout, runFanout},
 		{scWebhook, runWebhook},
+		{scManyRefs, runManyRefs},
 	}
 	for _, s := range steps {
 		if !cfg.scenarios[s.name] {
