@@ -80,6 +80,9 @@ type plan struct {
 	priority int
 	window   time.Duration
 	causes   []rollout.Change
+	// supersedes is the resourceVersion of a workload whose own rollout is
+	// under way ("" otherwise): the new change replaces it (see roll).
+	supersedes string
 }
 
 // Reconcile is a short sequence of steps: load the workload; follow the
@@ -95,12 +98,17 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if obj == nil || err != nil {
 		return reconcile.Result{}, err
 	}
-	if res, busy, err := r.follow(ctx, key, obj); busy || err != nil {
-		return res, err
+	following, busy, err := r.follow(ctx, key, obj)
+	if busy || err != nil {
+		return following, err
 	}
+	rolling := following.RequeueAfter > 0 // its own rollout is under way
 	p, err := r.compute(ctx, obj)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if p == nil && rolling {
+		return following, nil
 	}
 	if p == nil { // neither opted in nor matched by a rollout selector: not ours
 		r.settled(key)
@@ -109,6 +117,12 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	action, wait, err := r.decide(ctx, obj, p)
 	if err != nil || wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, err
+	}
+	if rolling {
+		if action != Rollout { // nothing new: keep following the rollout under way
+			return following, nil
+		}
+		p.supersedes = obj.GetResourceVersion()
 	}
 	switch action {
 	case Nothing:
@@ -119,6 +133,9 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, r.record(ctx, obj, p)
 	}
 	if res, open, err := r.gate(ctx, key, obj, p); !open || err != nil {
+		if rolling && res.RequeueAfter > following.RequeueAfter {
+			res = following // the rollout under way is judged by its deadline meanwhile
+		}
 		return res, err
 	}
 	return reconcile.Result{}, r.roll(ctx, key, obj, p)
@@ -162,9 +179,11 @@ func (r *WorkloadReconciler) settled(k rollout.Key) {
 
 // follow judges the rollout configstamp started on obj, if its record is
 // open, and closes the record once it completed or failed (exactly once: a
-// closed record is never judged again). busy: still rolling; no other rollout
-// starts on this workload meanwhile. A failed workload that has recovered
-// (complete again, e.g. rolled back) lifts the halt it carries.
+// closed record is never judged again). A rollout still under way asks for a
+// recheck by its deadline (RequeueAfter > 0); a change arriving meanwhile
+// supersedes it (Reconcile). busy: the record could not be closed (a stale
+// read); try again. A failed workload that has recovered (complete again,
+// e.g. rolled back) lifts the halt it carries.
 func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj client.Object) (reconcile.Result, bool, error) {
 	rec, err := rollout.Verify(obj, r.Resolver.Keys)
 	if err != nil {
@@ -184,7 +203,8 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj cl
 	j := rollout.Judge(obj, rec.Started, r.Scheduler.Policy.ProgressDeadline, time.Now())
 	switch j.Verdict {
 	case rollout.Pending:
-		return reconcile.Result{RequeueAfter: j.Recheck}, true, nil
+		// Still rolling: a change that comes now supersedes it (Reconcile).
+		return reconcile.Result{RequeueAfter: j.Recheck}, false, nil
 	case rollout.Done:
 		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, rec.Complete())); stale || err != nil {
 			return reconcile.Result{RequeueAfter: staleRecheck}, true, err
@@ -413,6 +433,10 @@ func (r *WorkloadReconciler) gate(ctx context.Context, key rollout.Key, obj clie
 	if wait := r.Scheduler.Debounce(key, p.comp.Hash, p.window, p.priority); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, false, nil
 	}
+	if p.supersedes != "" { // its rollout holds a slot already, and keeps it
+		r.Scheduler.Forget(key)
+		return reconcile.Result{}, true, nil
+	}
 	wait, err := r.Scheduler.Acquire(ctx, key, p.priority, !rollout.NothingToWaitFor(obj))
 	if err != nil || wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, false, err
@@ -455,7 +479,10 @@ func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj clie
 	if r.Scheduler.Policy.Tracks() {
 		maps.Copy(meta, rollout.StartRecord(time.Now(), p.causes, instant).Annotations(obj.GetUID(), p.comp.Hasher))
 	}
-	if err := r.patch(ctx, obj, meta, p.comp.Hash); err != nil {
+	if err := r.patchAt(ctx, obj, p.supersedes, meta, p.comp.Hash); err != nil {
+		if p.supersedes != "" && apierrors.IsConflict(err) {
+			return nil // read before the rollout it would supersede changed: the update that follows asks again
+		}
 		r.Scheduler.Release(key)
 		return err
 	}
@@ -493,9 +520,14 @@ func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj clie
 	if what == "" {
 		what = "referenced data"
 	}
-	log.FromContext(ctx).Info("rolling out for changed configuration", "changed", names, "hash", stamped, "previous", previous)
+	log.FromContext(ctx).Info("rolling out for changed configuration", "changed", names, "hash", stamped, "previous", previous,
+		"supersedes", p.supersedes != "")
+	then := ""
+	if p.supersedes != "" {
+		then = "; this rollout supersedes the one under way, keeping its slot"
+	}
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
-		"%s changed: pod template stamped with %s=%s", what, stamp.AnnotationHash, stamped)
+		"%s changed: pod template stamped with %s=%s%s", what, stamp.AnnotationHash, stamped, then)
 	return nil
 }
 
@@ -527,18 +559,27 @@ func (r *WorkloadReconciler) closeRecord(ctx context.Context, obj client.Object,
 // and, when templateHash is set, the pod template's stamp: only these fields,
 // so GitOps tools and kubectl apply do not fight over anything else.
 func (r *WorkloadReconciler) patch(ctx context.Context, obj client.Object, meta map[string]any, templateHash string) error {
+	return r.patchAt(ctx, obj, "", meta, templateHash)
+}
+
+// patchAt is patch on the workload's version resourceVersion only ("": any).
+func (r *WorkloadReconciler) patchAt(ctx context.Context, obj client.Object, resourceVersion string, meta map[string]any, templateHash string) error {
 	var template map[string]any
 	if templateHash != "" {
 		template = stampPatch(r.Kind.TemplateFields(), templateHash)
 	}
-	return patchAnnotations(ctx, r.Client, obj, meta, template)
+	return patchAnnotations(ctx, r.Client, obj, resourceVersion, meta, template)
 }
 
 // patchAnnotations merge-patches obj's metadata annotations (nil deletes
-// one) and the other fields of extra (nil: none). A workload gone meanwhile
-// is no error.
-func patchAnnotations(ctx context.Context, c client.Client, obj client.Object, meta, extra map[string]any) error {
-	patch := map[string]any{"metadata": map[string]any{"annotations": meta}}
+// one) and the other fields of extra (nil: none), on version resourceVersion
+// of obj only unless it is "". A workload gone meanwhile is no error.
+func patchAnnotations(ctx context.Context, c client.Client, obj client.Object, resourceVersion string, meta, extra map[string]any) error {
+	metadata := map[string]any{"annotations": meta}
+	if resourceVersion != "" {
+		metadata["resourceVersion"] = resourceVersion
+	}
+	patch := map[string]any{"metadata": metadata}
 	maps.Copy(patch, extra)
 	raw, err := json.Marshal(patch)
 	if err != nil {

@@ -446,3 +446,54 @@ func TestUpgradeTakesOverRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestNewChangeSupersedesTheRollout: a Deployment whose rollout never ends
+// (its pods are never scheduled) is rolling a change when a newer one comes.
+// The newer change is stamped at once, well before the deadline of the
+// rollout under way, which keeps its slot (budget 1) and its record now names
+// the newer change; the superseded rollout neither fails nor halts: the one
+// RolloutFailed, at the newer rollout's own deadline, names the newer change.
+func TestNewChangeSupersedesTheRollout(t *testing.T) {
+	ns := env.Namespace(t, "adv-supersede", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "cfg")
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil),
+		framework.Deployment(ns, "slow", framework.OptIn, unschedulable(spec)))
+	s := watchStamps(t, ns)
+	framework.Eventually(t, 30*time.Second, func() (bool, string) { return len(s.of("slow")) == 1, "slow not stamped at CREATE" })
+
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil))
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		r := rollout.Read(deployment(t, ns, "slow").Annotations)
+		return r.State == rollout.Rolling && len(s.of("slow")) == 2, fmt.Sprintf("slow: %q, stamps %v", r.State, s.of("slow"))
+	})
+	first := rollout.Read(deployment(t, ns, "slow").Annotations)
+
+	changed := time.Now()
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "3"}, nil))
+	framework.Eventually(t, progressDeadline+30*time.Second, func() (bool, string) {
+		return len(s.of("slow")) == 3, fmt.Sprintf("slow: stamps %v", s.of("slow"))
+	})
+	superseded := time.Since(changed)
+	second := rollout.Read(deployment(t, ns, "slow").Annotations)
+	t.Logf("the newer change was stamped %v after it was applied, %v into the rollout it superseded (deadline %v)",
+		superseded.Round(time.Millisecond), time.Since(first.Started).Round(time.Second), progressDeadline)
+	if superseded > 5*time.Second {
+		t.Fatalf("the newer change waited %v for the rollout under way to end", superseded)
+	}
+	if second.State != rollout.Rolling || second.Cause == first.Cause || second.Halted != "" {
+		t.Fatalf("record after the newer change %+v, was %+v: want rolling for the newer change", second, first)
+	}
+	if v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use"); err != nil || v != 1 {
+		t.Errorf("%v slots in use (%v), want the one slow keeps", v, err)
+	}
+	slow := deployment(t, ns, "slow")
+	env.WaitEvent(t, slow, "ConfigChanged", "supersedes the one under way")
+	framework.Eventually(t, progressDeadline+30*time.Second, func() (bool, string) {
+		return rollout.Read(deployment(t, ns, "slow").Annotations).State == rollout.Failed, "the newer rollout has not failed at its deadline yet"
+	})
+	env.WaitEvent(t, slow, "RolloutFailed", second.Cause)
+	if n := env.CountEvents(t, slow, "RolloutFailed"); n != 1 {
+		t.Errorf("%d RolloutFailed events, want 1 (the superseded rollout must not fail on its own)", n)
+	}
+}
