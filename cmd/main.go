@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +31,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/fence"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/workload"
 	"github.com/configstamp/configstamp/webhook"
@@ -269,20 +271,28 @@ func run() error {
 	}()
 	tlsOpts := tlsOptions(o.enableHTTP2)
 
+	// The leader's writers are fenced by its own lease clock (controllers/fence).
+	var lease *fence.Lease
+	if o.leaderElect {
+		if lease, err = fence.New(cfg, o.namespace, o.leaderElectionID, o.renewDeadline); err != nil {
+			return fmt.Errorf("while creating the leader election lock: %w", err)
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Cache:  controllers.CacheOptions(o.scope),
 		// The extra kinds are read as unstructured objects: from the cache too.
-		Client:                  client.Options{Cache: &client.CacheOptions{Unstructured: true}},
-		Metrics:                 metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, setupLog),
-		HealthProbeBindAddress:  o.probeAddr,
-		PprofBindAddress:        o.pprofAddr,
-		LeaderElection:          o.leaderElect,
-		LeaderElectionID:        o.leaderElectionID,
-		LeaderElectionNamespace: o.namespace,
-		LeaseDuration:           &o.leaseDuration,
-		RenewDeadline:           &o.renewDeadline,
-		RetryPeriod:             &o.retryPeriod,
+		Client:                              client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Metrics:                             metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, setupLog),
+		HealthProbeBindAddress:              o.probeAddr,
+		PprofBindAddress:                    o.pprofAddr,
+		LeaderElection:                      o.leaderElect,
+		LeaderElectionID:                    o.leaderElectionID,
+		LeaderElectionNamespace:             o.namespace,
+		LeaderElectionResourceLockInterface: lockOf(lease),
+		LeaseDuration:                       &o.leaseDuration,
+		RenewDeadline:                       &o.renewDeadline,
+		RetryPeriod:                         &o.retryPeriod,
 		// The reconciler's work is idempotent; a new leader may start at once.
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &o.gracefulShutdownFor,
@@ -298,7 +308,7 @@ func run() error {
 		return err
 	}
 	if err := controllers.Setup(mgr, controllers.Options{Policy: o.rollout, Keys: keys, Namespace: o.namespace,
-		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope}); err != nil {
+		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease}); err != nil {
 		return err
 	}
 	// The webhook reads sources live (consistent reads), not from the cache,
@@ -359,6 +369,14 @@ func run() error {
 		return errKindsServed
 	}
 	return nil
+}
+
+// lockOf is the lease as the manager's lock: nil without leader election.
+func lockOf(l *fence.Lease) resourcelock.Interface {
+	if l == nil {
+		return nil
+	}
+	return l
 }
 
 // whoami returns the user name configstamp's requests carry, as the API server

@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers/fence"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -29,6 +30,9 @@ type Options struct {
 	// namespaces are neither stamped nor rolled (the cache, CacheOptions, holds
 	// only its namespaces; the reconciler also checks the namespace's labels).
 	Scope *workload.Scope
+	// Lease, with leader election, fences the leader's writes (records,
+	// stamps): none once its lease may be another replica's.
+	Lease *fence.Lease
 }
 
 // Setup adds the reconciler of every workload kind, sharing one Scheduler and
@@ -48,7 +52,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 	}
 	nudger := NewNudger()
-	adopter := &Adopter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Scope: o.Scope,
+	// The leader's writers: fenced by its lease when there is one.
+	writer := mgr.GetClient()
+	if o.Lease != nil {
+		writer = fence.Client(writer, o.Lease)
+	}
+	adopter := &Adopter{Client: writer, Reader: mgr.GetAPIReader(), Scope: o.Scope,
 		Resolver:  &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
 		Namespace: o.Namespace, KeySecret: o.KeySecret, Done: make(chan struct{}), Log: mgr.GetLogger().WithName("records")}
 	if err := mgr.Add(adopter); err != nil {
@@ -57,7 +66,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	for _, kind := range workload.Kinds {
 		rollout.InitSeries(kind.Name)
 		r := &WorkloadReconciler{
-			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kind: kind,
+			Client: writer, APIReader: mgr.GetAPIReader(), Kind: kind,
 			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
 			Recorder:                mgr.GetEventRecorder("configstamp"),
 			Scheduler:               scheduler,

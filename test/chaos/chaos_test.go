@@ -44,7 +44,7 @@ var replicaArgs = []string{
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(framework.Main(m, &env, framework.Config{Full: true, Replicas: 2, Args: replicaArgs}))
+	os.Exit(framework.Main(m, &env, framework.Config{Full: true, Replicas: 2, Args: replicaArgs, AuditLog: true}))
 }
 
 // fault is one way for a wave to go wrong.
@@ -72,6 +72,7 @@ type row struct {
 func faults() []fault {
 	return []fault{
 		{name: "leader SIGKILL", inject: killLeader, restore: restartKilled},
+		{name: "leader cut off from the API server", inject: cutLeader, restore: onlyTheLeaderWrote},
 		{name: "kube-apiserver SIGKILL+restart", inject: crashAPIServer},
 		{name: "etcd compaction+defrag", inject: compactEtcd},
 		{name: "webhook outage (both replicas down)", custom: webhookOutage},

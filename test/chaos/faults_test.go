@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -177,4 +178,109 @@ func stopWriter(t *testing.T, r *run) {
 		}
 	}
 	r.waitComplete(t, r.objs, 3*time.Minute)
+}
+
+// cutLeader cuts the leader off from the API server, as a network partition
+// of its node would: its API proxy drops every byte both ways, and the API
+// server's webhook calls go to the other replica only. client-go gives the
+// lease up after --leader-elect-renew-deadline, configstamp then exits, and a
+// follower takes the lease only once --leader-elect-lease-duration has passed
+// since the last renewal. The cut is healed as soon as the other replica
+// leads: a replica still acting as leader would write now, and
+// onlyTheLeaderWrote finds it in the audit log.
+func cutLeader(t *testing.T, r *run) {
+	l := leader(t)
+	cutAt := time.Now()
+	l.API.Cut()
+	env.Balancer.SetBackends(webhookAddrs(l)...)
+	var next *framework.Process
+	var exited time.Duration
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		if exited == 0 && l.Exited() {
+			exited = time.Since(cutAt)
+		}
+		for _, p := range env.Replicas {
+			if p == l || p.Exited() {
+				continue
+			}
+			if v, err := p.Metrics("leader_election_master_status"); err == nil && v == 1 {
+				next = p
+				return true, ""
+			}
+		}
+		return false, "no other replica leads"
+	})
+	t.Logf("leader %s cut off from the API server; %s leads %v later; the cut one exited after %v (0: not yet)",
+		l.LogPath, next.LogPath, time.Since(cutAt).Round(time.Millisecond), exited.Round(time.Millisecond))
+	l.API.Heal()
+	env.Balancer.SetBackends(webhookAddrs(nil)...)
+	r.state["cut"], r.state["cutAt"] = l, cutAt
+}
+
+// webhookAddrs are the replicas' webhook addresses, but that of except.
+func webhookAddrs(except *framework.Process) []string {
+	var out []string
+	for _, p := range env.Replicas {
+		if p != except {
+			out = append(out, fmt.Sprintf("127.0.0.1:%d", p.WebhookPort))
+		}
+	}
+	return out
+}
+
+// leaseName is configstamp's leader election Lease (--leader-election-id).
+const leaseName = "configstamp.configstamp.io"
+
+// workloadResources are what configstamp patches to roll a workload.
+var workloadResources = map[string]bool{"deployments": true, "statefulsets": true, "daemonsets": true}
+
+// onlyTheLeaderWrote reads the API server's audit log of the whole suite, in
+// the order requests were received: every write configstamp's replicas made to
+// a workload came from the replica whose lease write was the last to succeed
+// before it. After cutLeader, the other replica took the lease and went on
+// with the wave.
+func onlyTheLeaderWrote(t *testing.T, r *run) {
+	cut, cutAt := r.state["cut"].(*framework.Process), r.state["cutAt"].(time.Time)
+	replica := map[string]bool{}
+	for _, p := range env.Replicas {
+		replica[p.SourceIP] = true
+	}
+	events := env.AuditEvents(t)
+	slices.SortStableFunc(events, func(a, b framework.AuditEvent) int { return a.RequestReceived.Compare(b.RequestReceived) })
+	holder, checked, afterTakeover := "", 0, 0
+	var lastRenewal, tookOver time.Time
+	for _, ev := range events {
+		if !ev.Write() || len(ev.SourceIPs) == 0 || !replica[ev.SourceIPs[0]] || ev.ResponseStatus.Code >= 300 {
+			continue
+		}
+		from := ev.SourceIPs[0]
+		switch {
+		case ev.ObjectRef.Resource == "leases" && ev.ObjectRef.Name == leaseName:
+			if ev.RequestReceived.Before(cutAt) && from == cut.SourceIP {
+				lastRenewal = ev.RequestReceived
+			}
+			if tookOver.IsZero() && ev.RequestReceived.After(cutAt) && from != cut.SourceIP {
+				tookOver = ev.RequestReceived
+			}
+			holder = from
+		case workloadResources[ev.ObjectRef.Resource]:
+			checked++
+			if from != holder {
+				t.Errorf("%s %s/%s/%s at %s came from %s, but %s held the lease", ev.Verb, ev.ObjectRef.Resource,
+					ev.ObjectRef.Namespace, ev.ObjectRef.Name, ev.RequestReceived.Format(time.StampMicro), from, holder)
+			}
+			if !tookOver.IsZero() {
+				afterTakeover++
+			}
+		}
+	}
+	if tookOver.IsZero() {
+		t.Fatalf("the audit log shows no other replica taking the lease after the cut")
+	}
+	if afterTakeover == 0 {
+		t.Errorf("the new leader wrote no workload after it took the lease: the check saw nothing of the wave's end")
+	}
+	t.Logf("audit: %d workload writes by the replicas, each from the lease holder (%d after the takeover); "+
+		"the cut leader's last renewal %v before the cut, the lease taken over %v after it",
+		checked, afterTakeover, cutAt.Sub(lastRenewal).Round(time.Millisecond), tookOver.Sub(cutAt).Round(time.Millisecond))
 }

@@ -17,6 +17,24 @@ type AuditEvent struct {
 	UserAgent       string          `json:"userAgent"`
 	ObjectRef       *AuditObjectRef `json:"objectRef"`
 	RequestReceived time.Time       `json:"requestReceivedTimestamp"`
+	SourceIPs       []string        `json:"sourceIPs"`
+	ResponseStatus  struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// Write reports whether the request asked to change something.
+func (ev AuditEvent) Write() bool {
+	switch ev.Verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
+}
+
+// From reports whether the request came from the address ip.
+func (ev AuditEvent) From(ip string) bool {
+	return len(ev.SourceIPs) > 0 && ev.SourceIPs[0] == ip
 }
 
 // AuditObjectRef is the object an audited request is about.

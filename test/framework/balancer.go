@@ -2,7 +2,6 @@ package framework
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -12,24 +11,73 @@ import (
 // replicas' webhook ports, as a Service is in front of their pods: each new
 // connection goes to the next backend that accepts it, so a dead replica is
 // skipped and the webhook stays up while one replica runs. TLS passes through.
+//
+// With one backend it is also the proxy between one replica and the API
+// server (NewProxy), which a fault can Cut: a network partition of that
+// replica's node.
 type Balancer struct {
 	ln       net.Listener
+	dialer   net.Dialer
 	mu       sync.Mutex
 	backends []string
 	next     int
-	conns    map[net.Conn]struct{}
-	closed   bool
+	// conns are the proxied connections, each true once it lost bytes to a Cut.
+	conns  map[net.Conn]bool
+	closed bool
+	cut    bool
 }
 
 // NewBalancer listens on a free loopback port.
 func NewBalancer() (*Balancer, error) {
+	return newBalancer(nil)
+}
+
+// NewProxy listens on a free loopback port and forwards every connection to
+// backend from the loopback address from (127.0.0.11, say): the API server's
+// audit log then names from as the source of the requests that passed here.
+func NewProxy(backend string, from net.IP) (*Balancer, error) {
+	b, err := newBalancer(&net.TCPAddr{IP: from})
+	if err != nil {
+		return nil, err
+	}
+	b.SetBackends(backend)
+	return b, nil
+}
+
+func newBalancer(local net.Addr) (*Balancer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	b := &Balancer{ln: ln, conns: map[net.Conn]struct{}{}}
+	b := &Balancer{ln: ln, conns: map[net.Conn]bool{}, dialer: net.Dialer{Timeout: time.Second, LocalAddr: local}}
 	go b.serve()
 	return b, nil
+}
+
+// Cut blackholes the proxy: from now on every byte either way is dropped, on
+// the connections open now and on new ones, as packets are in a network
+// partition. Nothing sent while cut is ever delivered.
+func (b *Balancer) Cut() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cut = true
+	for c := range b.conns {
+		b.conns[c] = true
+	}
+}
+
+// Heal ends the partition: the connections that lost bytes are closed (their
+// streams are broken, as TCP would find after a partition), new ones pass.
+func (b *Balancer) Heal() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cut = false
+	for c, lost := range b.conns {
+		if lost {
+			_ = c.Close()
+			delete(b.conns, c)
+		}
+	}
 }
 
 // Addr is the balancer's host:port.
@@ -76,7 +124,7 @@ func (b *Balancer) dial() (net.Conn, error) {
 	for i := range backends {
 		addr := backends[(start+i)%len(backends)]
 		var c net.Conn
-		if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
+		if c, err = b.dialer.Dial("tcp", addr); err == nil {
 			return c, nil
 		}
 	}
@@ -90,7 +138,7 @@ func (b *Balancer) track(cs ...net.Conn) bool {
 		return false
 	}
 	for _, c := range cs {
-		b.conns[c] = struct{}{}
+		b.conns[c] = b.cut
 	}
 	return true
 }
@@ -118,7 +166,7 @@ func (b *Balancer) proxy(client net.Conn) {
 	defer b.untrack(client, backend)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		b.copy(dst, src)
 		if tc, ok := dst.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
 		}
@@ -128,4 +176,36 @@ func (b *Balancer) proxy(client net.Conn) {
 	go pipe(client, backend)
 	<-done
 	<-done
+}
+
+// copy forwards src to dst until either ends, dropping what arrives while the
+// proxy is cut.
+func (b *Balancer) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !b.dropping(src, dst) {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// dropping reports whether the proxy is cut, marking the pair as having lost bytes.
+func (b *Balancer) dropping(cs ...net.Conn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.cut {
+		return false
+	}
+	for _, c := range cs {
+		if _, ok := b.conns[c]; ok {
+			b.conns[c] = true
+		}
+	}
+	return true
 }

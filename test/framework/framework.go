@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/test/localcp"
@@ -217,6 +218,9 @@ func start(cfg Config) (*Env, error) {
 			return e, err
 		}
 		p.webhookURL = "https://" + e.Balancer.Addr()
+		if err := e.proxyAPI(p, i); err != nil {
+			return e, err
+		}
 		e.Replicas = append(e.Replicas, p)
 	}
 	e.Configstamp = e.Replicas[0]
@@ -306,6 +310,12 @@ type Process struct {
 	// authentication (its --metrics-secure, as last given).
 	secureMetrics bool
 	client        *http.Client
+	// API, for each of several replicas, is the proxy its API server traffic
+	// passes (a fault may Cut it); SourceIP the address the API server sees
+	// its requests come from. kubeconfig, when set, points at API.
+	API        *Balancer
+	SourceIP   string
+	kubeconfig string
 }
 
 func freePort() (int, error) {
@@ -405,8 +415,12 @@ func (p *Process) startOnce(ctx context.Context) error {
 	// The metrics address is on loopback: plain HTTP without authentication
 	// unless the suite asks for the in-cluster setting.
 	mode = append(mode, "--metrics-secure="+strconv.FormatBool(p.env.secureMetrics))
+	kubeconfig := p.kubeconfig
+	if kubeconfig == "" {
+		kubeconfig = p.env.configstampKubeconfig()
+	}
 	args := append([]string{
-		"--kubeconfig=" + p.env.configstampKubeconfig(), "--namespace=" + OwnNamespace,
+		"--kubeconfig=" + kubeconfig, "--namespace=" + OwnNamespace,
 		fmt.Sprintf("--webhook-port=%d", p.WebhookPort),
 		"--health-probe-bind-address=" + p.ProbeAddr, "--metrics-bind-address=" + p.MetricsAddr,
 		"--graceful-shutdown-timeout=5s",
@@ -452,6 +466,27 @@ func (p *Process) startOnce(ctx context.Context) error {
 		return fmt.Errorf("waiting for configstamp %s: %w", probe, err)
 	}
 	return nil
+}
+
+// proxyAPI puts replica i's API server traffic through a proxy of its own,
+// from the loopback address 127.0.0.(11+i): a fault can cut that replica off,
+// and the audit log tells the replicas' requests apart (AuditEvent.SourceIPs).
+func (e *Env) proxyAPI(p *Process, i int) error {
+	from := net.IPv4(127, 0, 0, byte(11+i))
+	proxy, err := NewProxy(strings.TrimPrefix(e.CP.APIServerURL, "https://"), from)
+	if err != nil {
+		return err
+	}
+	kc, err := clientcmd.LoadFromFile(e.configstampKubeconfig())
+	if err != nil {
+		return err
+	}
+	for _, cluster := range kc.Clusters {
+		cluster.Server = "https://" + proxy.Addr()
+	}
+	p.API, p.SourceIP = proxy, from.String()
+	p.kubeconfig = strings.TrimSuffix(p.LogPath, ".log") + ".kubeconfig"
+	return clientcmd.WriteToFile(*kc, p.kubeconfig)
 }
 
 func (e *Env) configstampKubeconfig() string {
