@@ -29,8 +29,8 @@ import (
 // canList (nil: no check) tries to list a served kind: one configstamp cannot
 // list (RBAC not granted yet, a broken conversion webhook) would keep its
 // cache from syncing, and so every replica from becoming ready. It is left
-// out with an error in the log, and the other kinds are handled; grant the
-// access and restart configstamp to handle it.
+// out with an error in the log, among missing, and the other kinds are
+// handled; servedLater restarts configstamp once it can list it.
 func installedKinds(ctx context.Context, mapper meta.RESTMapper, cfg []workload.KindConfig, canList func(context.Context, workload.KindConfig) error,
 	log logr.Logger) (installed []workload.Kind, missing []workload.KindConfig, err error) {
 	for _, c := range cfg {
@@ -50,8 +50,9 @@ func installedKinds(ctx context.Context, mapper meta.RESTMapper, cfg []workload.
 		}
 		if canList != nil {
 			if err := canList(ctx, c); err != nil {
-				log.Error(err, "cannot list an extra workload kind: not handled (grant list, then restart configstamp)",
+				log.Error(err, "cannot list an extra workload kind: not handled until it can (configstamp then restarts)",
 					"group", c.Group, "version", c.Version, "kind", c.Kind)
+				missing = append(missing, c)
 				continue
 			}
 		}
@@ -68,8 +69,9 @@ func installedKinds(ctx context.Context, mapper meta.RESTMapper, cfg []workload.
 var errKindsServed = errors.New("a kind of --kinds-config not served at start is served now: restarting to handle it")
 
 // servedLater watches, every interval, for the kinds of missing to be served
-// (their CRD installed after configstamp started) and calls restart once one
-// is. Every replica runs it: each must serve the new kind's webhook rules.
+// (their CRD installed after configstamp started) and listable (canList, when
+// set: RBAC granted, a conversion webhook repaired), and calls restart once
+// one is. Every replica runs it: each must serve the new kind's webhook rules.
 // A CRD that flaps (installed, removed, installed) must not restart every
 // replica again and again, all at once: a kind counts as served only after
 // stableChecks checks in a row, and each replica then waits a random part of
@@ -81,6 +83,8 @@ type servedLater struct {
 	interval  time.Duration
 	restart   func()
 	log       logr.Logger
+	// canList, when set, must also succeed for a kind to count as served.
+	canList func(context.Context, workload.KindConfig) error
 	// stableChecks is how many checks in a row must see a kind served (0: 3).
 	stableChecks int
 	// jitter returns the wait before restarting (nil: uniform in [0, interval)).
@@ -99,7 +103,7 @@ func (s *servedLater) Start(ctx context.Context) error {
 		case <-t.C:
 		}
 		for i, c := range s.missing {
-			if !s.served(c) {
+			if !s.ready(ctx, c) {
 				seen[i] = 0
 				continue
 			}
@@ -115,7 +119,7 @@ func (s *servedLater) Start(ctx context.Context) error {
 				return nil
 			case <-time.After(wait):
 			}
-			if !s.served(c) { // it went again meanwhile: start over
+			if !s.ready(ctx, c) { // it went again meanwhile: start over
 				seen[i] = 0
 				continue
 			}
@@ -125,6 +129,11 @@ func (s *servedLater) Start(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// ready reports whether c is served and, with canList, listable.
+func (s *servedLater) ready(ctx context.Context, c workload.KindConfig) bool {
+	return s.served(c) && (s.canList == nil || s.canList(ctx, c) == nil)
 }
 
 // served reports whether the API server serves c's resource in its group and

@@ -115,7 +115,7 @@ func TestServedLaterIgnoresAFlappingCRD(t *testing.T) {
 
 // A served kind configstamp cannot list is left out, with an error logged,
 // and the other kinds are handled: its cache would never sync and keep every
-// replica from becoming ready.
+// replica from becoming ready. It is waited for like a kind not served yet.
 func TestUnlistableKindDoesNotBlockTheOthers(t *testing.T) {
 	cfg, err := workload.ParseKindsConfig([]byte(`kinds:
 - {group: example.com, version: v1, kind: Widget, resource: widgets, templatePath: spec.template}
@@ -137,7 +137,35 @@ func TestUnlistableKindDoesNotBlockTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(installed) != 1 || installed[0].Name != "Widget" || len(missing) != 0 {
-		t.Fatalf("installed %v, missing %v; want Widget only, nothing to wait for", installed, missing)
+	if len(installed) != 1 || installed[0].Name != "Widget" || len(missing) != 1 || missing[0].Kind != "Gadget" {
+		t.Fatalf("installed %v, missing %v; want Widget handled, Gadget waited for", installed, missing)
+	}
+}
+
+// A kind that is served but cannot be listed restarts nothing, however long;
+// once configstamp can list it (access granted), it restarts to handle it.
+func TestUnlistableKindTakenUpOnceListable(t *testing.T) {
+	cfg, err := workload.ParseKindsConfig([]byte(`kinds: [{group: example.com, version: v1, kind: Widget, resource: widgets, templatePath: spec.template}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &flappingDiscovery{} // served at every check
+	var lists atomic.Int32
+	var restarts atomic.Int32
+	s := &servedLater{discovery: d, missing: cfg, interval: time.Millisecond, log: logr.Discard(),
+		jitter:  func(time.Duration) time.Duration { return 0 },
+		restart: func() { restarts.Add(1) },
+		canList: func(_ context.Context, c workload.KindConfig) error {
+			if lists.Add(1) <= 20 {
+				return apierrors.NewForbidden(schema.GroupResource{Group: c.Group, Resource: c.Resource}, "", errors.New("no list granted"))
+			}
+			return nil
+		}}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if restarts.Load() != 1 || lists.Load() < 24 {
+		t.Fatalf("%d restarts after %d list attempts; want 1, only after the 20 refused ones, 3 steady checks and the one after the jitter",
+			restarts.Load(), lists.Load())
 	}
 }

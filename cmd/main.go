@@ -352,7 +352,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("while creating a discovery client: %w", err)
 		}
-		if err := mgr.Add(&servedLater{discovery: dc, missing: missing, interval: o.kindsRecheck, log: setupLog,
+		if err := mgr.Add(&servedLater{discovery: dc, missing: missing, interval: o.kindsRecheck, log: setupLog, canList: canList,
 			restart: func() { restarting.Store(true); restart() }}); err != nil {
 			return fmt.Errorf("while adding the kinds watcher: %w", err)
 		}

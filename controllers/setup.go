@@ -68,7 +68,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		r := &WorkloadReconciler{
 			Client: writer, APIReader: mgr.GetAPIReader(), Kind: kind,
 			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
-			Recorder:                mgr.GetEventRecorder("configstamp"),
+			Recorder:                rollout.CountWarnings(mgr.GetEventRecorder("configstamp")),
 			Scheduler:               scheduler,
 			Nudger:                  nudger,
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,

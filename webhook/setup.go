@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -31,7 +32,7 @@ const Path = "/mutate-workloads"
 // installation's (see Stamper.Scope).
 func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
-	recorder := mgr.GetEventRecorder("configstamp-webhook")
+	recorder := rollout.CountWarnings(mgr.GetEventRecorder("configstamp-webhook"))
 	apps := func(kind string) schema.GroupKind { return schema.GroupKind{Group: appsv1.GroupName, Kind: kind} }
 	handlers := byKind{
 		apps("Deployment"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{

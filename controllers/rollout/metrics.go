@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -40,6 +43,10 @@ var (
 		func(_, debouncing, _ int) int { return debouncing })
 	pendingWorkloads = schedulerGauge("configstamp_rollouts_pending", "Workloads configstamp may still roll: announced, debouncing or waiting (0: nothing left to do).",
 		func(_, _, pending int) int { return pending })
+	warnings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "configstamp_warnings_total",
+		Help: "Warning events configstamp emitted, by reason (InvalidValue: a bad value ignored, nothing blocked; RolloutFailed; RolloutHalted; ...).",
+	}, []string{"reason"})
 	debouncedChanges = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "configstamp_debounced_changes_total", Help: "Changes folded into a pending rollout by the debounce window.",
 	})
@@ -77,7 +84,7 @@ func schedulerGauge(name, help string, pick func(waiting, debouncing, pending in
 var current atomic.Pointer[Scheduler]
 
 func init() {
-	metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, Resumed, rolloutsHalted, haltedWorkloads,
+	metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
 		waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
 	// Every kind's series from the start, at 0: increase() and rate() see the
 	// first failure as an increase (a series that first appears at 1 shows
@@ -94,4 +101,18 @@ func InitSeries(kind string) {
 	for _, c := range []*prometheus.CounterVec{StartedTotal, CompletedTotal, FailedTotal} {
 		c.WithLabelValues(kind)
 	}
+}
+
+// CountWarnings is rec counting each Warning event it emits in
+// configstamp_warnings_total, by reason: one metric for every bad value
+// configstamp ignored (reported as an event, never a blocked admission).
+func CountWarnings(rec events.EventRecorder) events.EventRecorder { return warningCounter{rec} }
+
+type warningCounter struct{ events.EventRecorder }
+
+func (w warningCounter) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	if eventtype == corev1.EventTypeWarning {
+		warnings.WithLabelValues(reason).Inc()
+	}
+	w.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
 }

@@ -252,6 +252,14 @@ func TestTooManyReferencesReadsNothing(t *testing.T) {
 	}
 	spec.Volumes = []corev1.Volume{{Name: "all", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: sources}}}}
 	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	warnings := func() float64 {
+		v, err := env.Configstamp.Metrics("configstamp_warnings_total", `reason="InvalidValue"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before, reconciles := warnings(), env.Configstamp.ReconcileCounts(t)
 	if stderr := env.Apply(t, dep); !strings.Contains(stderr, "references more than 256 ConfigMaps and Secrets") {
 		t.Fatalf("no warning about the references beyond the cap; kubectl said:\n%s", stderr)
 	}
@@ -260,6 +268,11 @@ func TestTooManyReferencesReadsNothing(t *testing.T) {
 		t.Errorf("stamped %q although its references are over the cap", h)
 	}
 	env.WaitEvent(t, dep, "InvalidValue", "references more than 256")
+	// One warning at admission, one when reconciled: no retry storm.
+	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": reconciles["deployment"]})
+	if n := warnings() - before; n < 1 || n > 2 {
+		t.Errorf("configstamp_warnings_total{reason=InvalidValue} rose by %v, want 1 or 2 (the admission and one reconcile)", n)
+	}
 	if gets := auditGets(t, ns); len(gets) != 0 {
 		t.Errorf("configstamp read %d ConfigMaps of a template over the cap: %v", len(gets), gets[:min(len(gets), 5)])
 	}
