@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +20,7 @@ import (
 	"k8s.io/client-go/discovery"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/yaml"
 
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -167,5 +172,45 @@ func TestUnlistableKindTakenUpOnceListable(t *testing.T) {
 	if restarts.Load() != 1 || lists.Load() < 24 {
 		t.Fatalf("%d restarts after %d list attempts; want 1, only after the 20 refused ones, 3 steady checks and the one after the jitter",
 			restarts.Load(), lists.Load())
+	}
+}
+
+// For the namespaced install, --print-rbac gives a Role and a RoleBinding with
+// the subject config/namespaced/watched-role binds, and no cluster-wide right.
+func TestKindsRBACNamespaced(t *testing.T) {
+	cfg, err := workload.ParseKindsConfig([]byte(`kinds: [{group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := kindsRBAC(cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched, err := os.ReadFile("../config/namespaced/watched-role/role.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	var got, want rbacv1.RoleBinding
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, meta.Kind)
+		if meta.Kind == "RoleBinding" {
+			_ = yaml.Unmarshal([]byte(doc), &got)
+		}
+	}
+	for _, doc := range strings.Split(string(watched), "\n---\n") {
+		if strings.Contains(doc, "kind: RoleBinding") {
+			_ = yaml.Unmarshal([]byte(doc), &want)
+		}
+	}
+	if strings.Join(kinds, ",") != "Role,RoleBinding" {
+		t.Fatalf("printed %v, want a Role and a RoleBinding only", kinds)
+	}
+	if len(want.Subjects) != 1 || !slices.Equal(got.Subjects, want.Subjects) || got.RoleRef.Kind != "Role" {
+		t.Fatalf("binding subjects %v (role %v), want watched-role's %v", got.Subjects, got.RoleRef, want.Subjects)
 	}
 }

@@ -136,7 +136,7 @@ func parseFlags() *options {
 	fs.BoolVar(&o.applyWarnings, "apply-warnings", false, "Serve the apply-time warning webhook (ConfigMap/Secret UPDATE: an admission warning naming the workloads the change rolls; never denies). Self mode registers its ValidatingWebhookConfiguration (named --webhook-config-name) and deletes it without the flag; in cert-manager mode apply one as the README shows.")
 	fs.StringVar(&o.kindsConfig, "kinds-config", "", "YAML file naming extra workload kinds with a pod template (Argo Rollouts, other CRDs): group, version, kind, resource, templatePath and where their status tells progress (config/kinds). A kind whose CRD is not installed at start is skipped.")
 	fs.DurationVar(&o.kindsRecheck, "kinds-recheck-interval", 30*time.Second, "How often to check whether a kind of --kinds-config whose CRD was not installed at start is served now; once served at 3 checks in a row, configstamp exits (after a random part of an interval) to be restarted and handle it. 0: never.")
-	fs.BoolVar(&o.printRBAC, "print-rbac", false, "Print the ClusterRole and ClusterRoleBinding the kinds of --kinds-config need (get, list, watch, patch of exactly those) and exit.")
+	fs.BoolVar(&o.printRBAC, "print-rbac", false, "Print the ClusterRole and ClusterRoleBinding the kinds of --kinds-config need (get, list, watch, patch of exactly those) and exit; with --watch-namespaces, a Role and RoleBinding for config/namespaced/watched-role instead.")
 	flag.Parse()
 	return o
 }
@@ -200,7 +200,7 @@ func run() error {
 		return err
 	}
 	if o.printRBAC {
-		return printKindsRBAC(os.Stdout, kinds)
+		return printKindsRBAC(os.Stdout, kinds, len(o.watchNamespaces) > 0)
 	}
 	logger, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
