@@ -11,7 +11,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/configstamp/configstamp/certs"
@@ -47,7 +46,7 @@ func metricsOptions(addr string, secure bool, certDir string, tlsOpts []func(*tl
 		}
 		return opts
 	}
-	opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	opts.FilterProvider = metricsAuth
 	opts.TLSOpts = tlsOpts
 	opts.CertDir = certDir
 	return opts
