@@ -33,6 +33,9 @@ type fixture struct {
 	deployments int
 	size        int // bytes of data per ConfigMap/Secret
 	keys        int
+	// noop: the Deployments are not opted in to configstamp but labelled for
+	// the no-op webhook (floorPass).
+	noop bool
 }
 
 // sharedKey is the key of a shared ConfigMap that every Deployment references.
@@ -111,9 +114,12 @@ func (f *fixture) deployment(i int) *appsv1.Deployment {
 			LocalObjectReference: corev1.LocalObjectReference{Name: f.configMapName(i)}}}}},
 		TerminationGracePeriodSeconds: ptr.To[int64](0),
 	}
+	labels := map[string]string{stamp.LabelEnabled: "true"}
+	if f.noop {
+		labels = map[string]string{noopLabel: "true"}
+	}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace(i), Name: name,
-			Labels: map[string]string{stamp.LabelEnabled: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace(i), Name: name, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](0),
 			Selector: &metav1.LabelSelector{MatchLabels: pod},

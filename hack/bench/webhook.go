@@ -8,43 +8,95 @@ import (
 )
 
 // runWebhook creates Deployments, a few at a time, and reads the admission
-// latency of configstamp's webhook as kube-apiserver measures it. A first,
-// sequential pass shows the latency without contention for the machine's cores.
+// latency of configstamp's webhook as kube-apiserver measures it, next to
+// the floor: the same CREATEs through a webhook that admits them unchanged
+// (noopWebhook), at the same concurrency. A first, sequential pass shows the
+// latency without contention for the machine's cores.
 func runWebhook(ctx context.Context, cfg *config, e *env, res *results) error {
-	if err := webhookPass(ctx, cfg, e, res, "bench-webhook-seq", min(50, cfg.webhookCreates), 1); err != nil {
+	stop, err := noopWebhook(ctx, e)
+	if err != nil {
 		return err
 	}
-	return webhookPass(ctx, cfg, e, res, "bench-webhook", cfg.webhookCreates, cfg.webhookParallel)
+	defer stop()
+	type pass struct {
+		ns          string
+		n, parallel int
+	}
+	passes := []pass{{"bench-webhook-seq", min(50, cfg.webhookCreates), 1}, {"bench-webhook", cfg.webhookCreates, cfg.webhookParallel}}
+	if cfg.webhookParallel != 100 {
+		passes = append(passes, pass{"bench-webhook-100", cfg.webhookCreates, 100})
+	}
+	for _, p := range passes {
+		hook, err := webhookPass(ctx, cfg, e, res, p.ns, p.n, p.parallel)
+		if err != nil {
+			return err
+		}
+		floor, err := floorPass(ctx, cfg, e, p.ns+"-floor", p.n, p.parallel)
+		if err != nil {
+			return err
+		}
+		res.add(scWebhook, fmt.Sprintf("%d at a time: admission p50 / p99, configstamp vs a no-op webhook (the floor), API server's histogram", p.parallel),
+			fmt.Sprintf("%s / %s vs %s / %s: p99 %.2fx the floor (goal <= 1.5x)", fmtSeconds(hook.quantile(0.5)), fmtSeconds(hook.quantile(0.99)),
+				fmtSeconds(floor.quantile(0.5)), fmtSeconds(floor.quantile(0.99)), hook.quantile(0.99)/floor.quantile(0.99)))
+	}
+	return nil
 }
 
-func webhookPass(ctx context.Context, cfg *config, e *env, res *results, ns string, n, parallel int) error {
+// floorPass creates n Deployments like webhookPass's, parallel at a time, that
+// only the no-op webhook admits, and returns its admission latencies.
+func floorPass(ctx context.Context, cfg *config, e *env, ns string, n, parallel int) (histogram, error) {
+	f := &fixture{namespaces: []string{ns}, configMaps: n, secrets: n, shared: 1, deployments: n, size: cfg.size, keys: cfg.keys, noop: true}
+	if _, err := f.createSources(ctx, e, cfg.workers); err != nil {
+		return histogram{}, err
+	}
+	const metric = "apiserver_admission_webhook_admission_duration_seconds"
+	noop := func(l map[string]string) bool { return l["name"] == noopWebhookName && l["operation"] == "CREATE" }
+	before, err := e.apiserverMetrics(ctx)
+	if err != nil {
+		return histogram{}, err
+	}
+	if _, err := f.createDeployments(ctx, e, parallel); err != nil {
+		return histogram{}, err
+	}
+	after, err := e.apiserverMetrics(ctx)
+	if err != nil {
+		return histogram{}, err
+	}
+	h := after.histogramOf(metric, noop).minus(before.histogramOf(metric, noop))
+	if h.count < float64(n) {
+		return histogram{}, fmt.Errorf("the no-op webhook admitted %.0f of %d Deployments", h.count, n)
+	}
+	return h, nil
+}
+
+func webhookPass(ctx context.Context, cfg *config, e *env, res *results, ns string, n, parallel int) (histogram, error) {
 	f := &fixture{namespaces: []string{ns}, configMaps: n, secrets: n, shared: 1, deployments: n, size: cfg.size, keys: cfg.keys}
 	if _, err := f.createSources(ctx, e, cfg.workers); err != nil {
-		return err
+		return histogram{}, err
 	}
 	before, err := e.apiserverMetrics(ctx)
 	if err != nil {
-		return err
+		return histogram{}, err
 	}
 	hookBefore, err := e.configstamp.webhookLatency()
 	if err != nil {
-		return err
+		return histogram{}, err
 	}
 	cpuBefore := e.cpuTimes()
 	from := time.Now()
 	latencies, err := f.createDeployments(ctx, e, parallel)
 	if err != nil {
-		return err
+		return histogram{}, err
 	}
 	to := time.Now()
 	cpuAfter := e.cpuTimes()
 	after, err := e.apiserverMetrics(ctx)
 	if err != nil {
-		return err
+		return histogram{}, err
 	}
 	hookAfter, err := e.configstamp.webhookLatency()
 	if err != nil {
-		return err
+		return histogram{}, err
 	}
 	at := fmt.Sprintf("%d at a time", parallel)
 	e.windowPer(scWebhook+", "+at, from, to, n, "creation")
@@ -68,10 +120,10 @@ func webhookPass(ctx context.Context, cfg *config, e *env, res *results, ns stri
 	res.add(scWebhook, at+": webhook calls failed open (timeout/error)", fmt.Sprintf("%.0f", failOpen))
 	unstamped, err := f.waitRecorded(ctx, e, 2*time.Minute)
 	if err != nil {
-		return err
+		return histogram{}, err
 	}
 	res.add(scWebhook, at+": Deployments created without a template stamp", fmt.Sprint(unstamped))
-	return nil
+	return h, nil
 }
 
 func configstampWebhook(l map[string]string) bool {
