@@ -1,16 +1,19 @@
 package controllers
 
-// Action is what the reconciler does to one workload.
-type Action int
+import "github.com/configstamp/configstamp/controllers/rollout"
+
+// Action is what a workload's data asks for (rollout.Need): the wave's rules
+// (rollout.Scheduler.Decide) then decide when.
+type Action = rollout.Need
 
 const (
 	// Nothing: the workload is up to date.
-	Nothing Action = iota
+	Nothing = rollout.NeedNothing
 	// Record: write the metadata record only (a baseline, a re-baseline after a
 	// key change, or bookkeeping); no rollout.
-	Record
+	Record = rollout.NeedRecord
 	// Rollout: stamp the template and the record in one patch; exactly one rollout.
-	Rollout
+	Rollout = rollout.NeedRollout
 )
 
 // Facts is what Decide weighs: what the workload carries and what the data

@@ -99,9 +99,15 @@ func (w *haltWorld) setFailed(t *testing.T, edit func(d *appsv1.Deployment)) {
 	}
 }
 
+// gate asks the wave's rules about "waiting", which needs a rollout of the
+// change: open when it may be stamped now.
 func (w *haltWorld) gate(t *testing.T) (reconcile.Result, bool, error) {
-	key := rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "waiting"}
-	return w.r.gate(t.Context(), key, w.waiting, &plan{comp: &workload.Computation{}, causes: []rollout.Change{w.change}})
+	causes := []rollout.Change{w.change}
+	o := rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "waiting"}, Object: w.waiting,
+		Ours: true, Need: rollout.NeedRollout, Hash: "v1-new", Causes: causes,
+		Halted: func(ctx context.Context) (string, error) { return w.r.haltedBy(ctx, "ns", causes) }}
+	d, err := w.r.Scheduler.Decide(t.Context(), o)
+	return reconcile.Result{RequeueAfter: d.After}, d.Verb == rollout.Stamp, err
 }
 
 // A workload waiting on a halted change asks again later even if the wake-up
@@ -240,9 +246,18 @@ func TestStaleReadClosesNothing(t *testing.T) {
 	r := &WorkloadReconciler{Client: c, Kind: workload.Kinds[0], Recorder: events.NewFakeRecorder(10),
 		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
 		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys), Nudger: NewNudger()}
-	res, busy, err := r.follow(t.Context(), rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, stale)
-	if err != nil || !busy || res.RequeueAfter <= 0 {
-		t.Fatalf("follow on a stale read = %+v busy %v err %v; want to ask again", res, busy, err)
+	rec, err := rollout.Verify(stale, testKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Object: stale, Record: rec}}
+	decision, err := r.Scheduler.Decide(t.Context(), o.Observation)
+	if err != nil || decision.Verb != rollout.Close {
+		t.Fatalf("Decide on the read = %+v, %v; want to close the completed rollout", decision, err)
+	}
+	res, err := r.act(t.Context(), o, decision)
+	if err != nil || res.RequeueAfter <= 0 {
+		t.Fatalf("closing from a stale read = %+v err %v; want to ask again", res, err)
 	}
 	stored := &appsv1.Deployment{}
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), stored); err != nil {
@@ -293,9 +308,10 @@ func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), obj); err != nil {
 				t.Fatal(err)
 			}
-			p := &plan{comp: &workload.Computation{Result: stamp.Result{Hash: "v1-second"}},
-				causes: []rollout.Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "cfg"}, Content: "00aa"}}}
-			if err := r.roll(t.Context(), rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, obj, p); err != nil {
+			o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Object: obj,
+				Causes: []rollout.Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "cfg"}, Content: "00aa"}}},
+				comp: &workload.Computation{Result: stamp.Result{Hash: "v1-second"}}}
+			if err := r.roll(t.Context(), o, rollout.Decision{Verb: rollout.Stamp}); err != nil {
 				t.Fatal(err)
 			}
 			var got []string

@@ -37,10 +37,6 @@ const (
 	ReasonStampDropped = "StampDropped"
 )
 
-// haltedRecheck is how often a workload waiting on a halted change looks
-// again, in case the wake-up of the lift was missed.
-const haltedRecheck = 30 * time.Second
-
 // FieldManager is the field manager of every write configstamp makes.
 const FieldManager = "configstamp"
 
@@ -79,66 +75,32 @@ type plan struct {
 	comp     *workload.Computation
 	priority int
 	window   time.Duration
-	causes   []rollout.Change
-	// supersedes is the resourceVersion of a workload whose own rollout is
-	// under way ("" otherwise): the new change replaces it (see roll).
-	supersedes string
 }
 
-// Reconcile is a short sequence of steps: load the workload; follow the
-// rollout configstamp started on it, if one is open; compute the hash of its
-// data; decide (nothing, record, roll); gate a rollout (halt, debounce,
-// budget, rate); patch.
+// observed is one workload as the reconciler saw it: what the wave's rules
+// decide on (rollout.Observation), and the computation a stamp or a record writes.
+type observed struct {
+	rollout.Observation
+	comp *workload.Computation
+}
+
+// Reconcile observes the workload (the workload, its record, the hash of its
+// data, what it needs), asks the rollout package for the one decision all the
+// wave's rules make of that (rollout.Scheduler.Decide), and acts on it with
+// one patch and its events.
 func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if !r.adopted() {
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	key := rollout.Key{Kind: r.Kind.Name, Namespace: req.Namespace, Name: req.Name}
-	obj, err := r.load(ctx, key)
-	if obj == nil || err != nil {
+	o, err := r.observe(ctx, rollout.Key{Kind: r.Kind.Name, Namespace: req.Namespace, Name: req.Name})
+	if o == nil || err != nil {
 		return reconcile.Result{}, err
 	}
-	following, busy, err := r.follow(ctx, key, obj)
-	if busy || err != nil {
-		return following, err
-	}
-	rolling := following.RequeueAfter > 0 // its own rollout is under way
-	p, err := r.compute(ctx, obj)
+	d, err := r.Scheduler.Decide(ctx, o.Observation)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if p == nil && rolling {
-		return following, nil
-	}
-	if p == nil { // neither opted in nor matched by a rollout selector: not ours
-		r.settled(key)
-		return reconcile.Result{}, nil
-	}
-	action, wait, err := r.decide(ctx, obj, p)
-	if err != nil || wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, err
-	}
-	if rolling {
-		if action != Rollout { // nothing new: keep following the rollout under way
-			return following, nil
-		}
-		p.supersedes = obj.GetResourceVersion()
-	}
-	switch action {
-	case Nothing:
-		r.settled(key)
-		return reconcile.Result{}, nil
-	case Record:
-		r.settled(key)
-		return reconcile.Result{}, r.record(ctx, obj, p)
-	}
-	if res, open, err := r.gate(ctx, key, obj, p); !open || err != nil {
-		if rolling && res.RequeueAfter > following.RequeueAfter {
-			res = following // the rollout under way is judged by its deadline meanwhile
-		}
-		return res, err
-	}
-	return reconcile.Result{}, r.roll(ctx, key, obj, p)
+	return r.act(ctx, o, d)
 }
 
 // adopted reports whether the previous release's records were taken over
@@ -155,36 +117,21 @@ func (r *WorkloadReconciler) adopted() bool {
 	}
 }
 
-// load reads the workload from the cache; nil when it is gone or going.
-func (r *WorkloadReconciler) load(ctx context.Context, key rollout.Key) (client.Object, error) {
+// observe reads the workload from the cache and what the rules decide on;
+// nil while it is being deleted. A workload gone has no Object.
+func (r *WorkloadReconciler) observe(ctx context.Context, key rollout.Key) (*observed, error) {
+	o := &observed{Observation: rollout.Observation{Key: key}}
 	obj := r.Kind.New()
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.settled(key)
-			r.Scheduler.Release(key)
+			return o, nil
 		}
-		return nil, client.IgnoreNotFound(err)
+		return nil, err
 	}
 	if !obj.GetDeletionTimestamp().IsZero() {
 		return nil, nil
 	}
-	return obj, nil
-}
-
-// settled: k needs no rollout now.
-func (r *WorkloadReconciler) settled(k rollout.Key) {
-	r.Scheduler.Forget(k)
-	r.Scheduler.ClearHalted(k)
-}
-
-// follow judges the rollout configstamp started on obj, if its record is
-// open, and closes the record once it completed or failed (exactly once: a
-// closed record is never judged again). A rollout still under way asks for a
-// recheck by its deadline (RequeueAfter > 0); a change arriving meanwhile
-// supersedes it (Reconcile). busy: the record could not be closed (a stale
-// read); try again. A failed workload that has recovered (complete again,
-// e.g. rolled back) lifts the halt it carries.
-func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj client.Object) (reconcile.Result, bool, error) {
+	o.Object = obj
 	rec, err := rollout.Verify(obj, r.Resolver.Keys)
 	if err != nil {
 		// Written or altered by someone else (or sealed with a key long
@@ -192,37 +139,51 @@ func (r *WorkloadReconciler) follow(ctx context.Context, key rollout.Key, obj cl
 		// annotation, the documented resume, lands here too.
 		log.FromContext(ctx).V(1).Info("rollout record not sealed by configstamp; ignored", "why", err.Error())
 	}
-	if rec.State == rollout.Failed && rec.Halted != "" {
-		if complete, _ := rollout.Complete(obj); complete {
-			return reconcile.Result{}, false, r.recovered(ctx, obj, rec)
-		}
+	o.Record = rec
+	p, err := r.compute(ctx, obj)
+	if p == nil || err != nil { // neither opted in nor matched by a rollout selector: not ours
+		return o, err
 	}
-	if !rec.Open() {
-		return reconcile.Result{}, false, nil
+	o.comp, o.Ours, o.Hash, o.Priority, o.Window = p.comp, true, p.comp.Hash, p.priority, p.window
+	if o.Need, o.CacheBehind, err = r.need(ctx, obj, p.comp); err != nil {
+		return nil, err
 	}
-	j := rollout.Judge(obj, rec.Started, r.Scheduler.Policy.ProgressDeadline, time.Now())
-	switch j.Verdict {
-	case rollout.Pending:
-		// Still rolling: a change that comes now supersedes it (Reconcile).
-		return reconcile.Result{RequeueAfter: j.Recheck}, false, nil
-	case rollout.Done:
-		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, rec.Complete())); stale || err != nil {
-			return reconcile.Result{RequeueAfter: staleRecheck}, true, err
-		}
-		rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
-		log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(rec.Started).Round(time.Second).String())
-	case rollout.Failure:
-		// The failure and its halt are one patch, and the slot is given back
-		// only after it (the cache shows the record closed and the halt at once).
-		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, rec.Fail(r.Scheduler.Policy.HaltOnFailure))); stale || err != nil {
-			return reconcile.Result{RequeueAfter: staleRecheck}, true, err
-		}
-		rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
-		r.reportFailure(ctx, obj, rec, j.Reason)
+	if o.Need == rollout.NeedRollout {
+		o.Causes = r.causes(obj, p.comp)
 	}
-	r.Scheduler.Release(key)
-	r.Nudger.Wake(r.Scheduler.Next(ctx, 2)...) // a slot is free: the next in line need not wait for their recheck
-	return reconcile.Result{}, false, nil
+	o.Halted = func(ctx context.Context) (string, error) { return r.haltedBy(ctx, obj.GetNamespace(), o.Causes) }
+	return o, nil
+}
+
+// act carries out d with one patch, and tells what happened with events.
+func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Decision) (reconcile.Result, error) {
+	obj, res := o.Object, reconcile.Result{RequeueAfter: d.After}
+	if d.Halted != "" {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutHalted, "Wait",
+			"not rolling out: the change %s failed on another workload; the halt lifts when what that workload references of the source changes again, "+
+				"or when that workload recovers, is deleted, or loses its %s annotation", d.Halted, rollout.AnnotationHalted)
+	}
+	switch d.Verb {
+	case rollout.Resume:
+		return res, r.recovered(ctx, obj, *d.Record)
+	case rollout.Close:
+		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record)); stale || err != nil {
+			return reconcile.Result{RequeueAfter: staleRecheck}, err
+		}
+		if d.Failure != "" {
+			rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
+			r.reportFailure(ctx, obj, o.Record, d.Failure)
+		} else {
+			rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
+			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(o.Record.Started).Round(time.Second).String())
+		}
+		r.Nudger.Wake(d.Wake...) // a slot is free: the next in line need not wait for their recheck
+	case rollout.Baseline:
+		return res, r.record(ctx, obj, o.comp)
+	case rollout.Stamp:
+		return res, r.roll(ctx, o, d)
+	}
+	return res, nil
 }
 
 // sealed is rec as annotations, sealed with the key it was made with (which
@@ -319,11 +280,11 @@ func deref(ps ...*stamp.Problem) []stamp.Problem {
 	return out
 }
 
-// decide applies Decide to obj. wait > 0: the stamp was written from a live
-// read newer than this cache (a ConfigMap and a workload applied together);
-// ask again once the cache caught up.
-func (r *WorkloadReconciler) decide(ctx context.Context, obj client.Object, p *plan) (Action, time.Duration, error) {
-	a, comp := obj.GetAnnotations(), p.comp
+// need applies Decide (the no-surprise-rollout rule) to obj and comp.
+// cacheBehind: the stamp was written from a live read newer than this cache
+// (a ConfigMap and a workload applied together); ask again once it caught up.
+func (r *WorkloadReconciler) need(ctx context.Context, obj client.Object, comp *workload.Computation) (rollout.Need, bool, error) {
+	a := obj.GetAnnotations()
 	f := Facts{
 		Stamped: workload.PodTemplate(obj).Annotations[stamp.AnnotationHash], Recorded: a[stamp.AnnotationAppliedHash],
 		RecordedKey: a[stamp.AnnotationKeyID], Computed: comp.Hash, Key: comp.KeyID,
@@ -334,24 +295,21 @@ func (r *WorkloadReconciler) decide(ctx context.Context, obj client.Object, p *p
 			f.RecordedUnderKey = h.Compute(obj.GetNamespace(), comp.Refs, comp.Data).Hash
 		}
 	}
-	action := Decide(f)
-	if action == Nothing {
-		return action, 0, nil
+	need := Decide(f)
+	if need == rollout.NeedNothing {
+		return need, false, nil
 	}
 	recorded := stamp.ParseVersions(a[stamp.AnnotationSourceVersions])
 	if stale, _ := stamp.CompareVersions(recorded, comp.Versions); stale {
 		behind, err := r.cacheBehind(ctx, obj.GetNamespace(), recorded, comp.Versions)
 		if err != nil || behind {
 			log.FromContext(ctx).V(1).Info("cache behind the recorded source versions; waiting")
-			return action, 200 * time.Millisecond, err
+			return need, behind, err
 		}
 		// The record names versions this cluster never had (a restore, a
 		// migration from another etcd): the data read now is the newest there is.
 	}
-	if action == Rollout {
-		p.causes = r.causes(obj, comp)
-	}
-	return action, 0, nil
+	return need, false, nil
 }
 
 // cacheBehind tells a cache that lags behind a live-read stamp from a record
@@ -417,83 +375,39 @@ func sourcesRecord(comp *workload.Computation) string {
 }
 
 // record writes the record only (a baseline, a re-baseline, bookkeeping).
-func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, p *plan) error {
+func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, comp *workload.Computation) error {
 	stamped := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]
-	err := r.patch(ctx, obj, recordAnnotations(p.comp), "")
-	log.FromContext(ctx).V(1).Info("recorded hash", "hash", p.comp.Hash, "baseline", stamped == "")
+	err := r.patch(ctx, obj, recordAnnotations(comp), "")
+	log.FromContext(ctx).V(1).Info("recorded hash", "hash", comp.Hash, "baseline", stamped == "")
 	return err
-}
-
-// gate lets a rollout start only when its change is not halted, its debounce
-// window has passed and the scheduler gives it a slot. open: roll now.
-func (r *WorkloadReconciler) gate(ctx context.Context, key rollout.Key, obj client.Object, p *plan) (reconcile.Result, bool, error) {
-	if res, halted, err := r.checkHalt(ctx, key, obj, p); halted || err != nil {
-		return res, false, err
-	}
-	if wait := r.Scheduler.Debounce(key, p.comp.Hash, p.window, p.priority); wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, false, nil
-	}
-	if p.supersedes != "" { // its rollout holds a slot already, and keeps it
-		r.Scheduler.Forget(key)
-		return reconcile.Result{}, true, nil
-	}
-	wait, err := r.Scheduler.Acquire(ctx, key, p.priority, !rollout.NothingToWaitFor(obj))
-	if err != nil || wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, false, err
-	}
-	// The slot may be free because a rollout of this very change just
-	// failed: its close and its halt reach the cache in one update, which may
-	// have landed after the look above. Look again now that the slot is ours.
-	if res, halted, err := r.checkHalt(ctx, key, obj, p); halted || err != nil {
-		r.Scheduler.Release(key)
-		return res, false, err
-	}
-	return reconcile.Result{}, true, nil
-}
-
-// checkHalt reports whether one of p's changes is halted, and tells the
-// scheduler (and the workload, once, with an event) that key waits on it.
-func (r *WorkloadReconciler) checkHalt(ctx context.Context, key rollout.Key, obj client.Object, p *plan) (reconcile.Result, bool, error) {
-	halted, err := r.haltedBy(ctx, obj.GetNamespace(), p.causes)
-	if err != nil || halted == "" {
-		r.Scheduler.ClearHalted(key)
-		return reconcile.Result{}, false, err
-	}
-	if r.Scheduler.NoteHalted(key, halted, p.priority) {
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutHalted, "Wait",
-			"not rolling out: the change %s failed on another workload; the halt lifts when what that workload references of the source changes again, "+
-				"or when that workload recovers, is deleted, or loses its %s annotation", halted, rollout.AnnotationHalted)
-	}
-	// Lifting a halt wakes its waiters at once (haltLifted); a lift that
-	// lands between the index read above and NoteHalted would be missed,
-	// so a halted workload also asks again now and then.
-	return reconcile.Result{RequeueAfter: haltedRecheck}, true, nil
 }
 
 // roll stamps the template and writes the record and the rollout's start in
 // one patch: exactly one rollout.
-func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj client.Object, p *plan) error {
+// The slot Decide granted goes back (Release) when the stamp did not happen.
+func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.Decision) error {
+	obj, key, comp := o.Object, o.Key, o.comp
 	previous := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]
-	meta := recordAnnotations(p.comp)
-	instant := rollout.NothingToWaitFor(obj)
-	if r.Scheduler.Policy.Tracks() {
-		maps.Copy(meta, rollout.StartRecord(time.Now(), p.causes, instant).Annotations(obj.GetUID(), p.comp.Hasher))
+	meta := recordAnnotations(comp)
+	if d.Record != nil {
+		maps.Copy(meta, d.Record.Annotations(obj.GetUID(), comp.Hasher))
 	}
-	if err := r.patchAt(ctx, obj, p.supersedes, meta, p.comp.Hash); err != nil {
-		if p.supersedes != "" && apierrors.IsConflict(err) {
+	version := ""
+	if d.Supersedes {
+		version = obj.GetResourceVersion()
+	}
+	if err := r.patchAt(ctx, obj, version, meta, comp.Hash); err != nil {
+		if d.Supersedes && apierrors.IsConflict(err) {
 			return nil // read before the rollout it would supersede changed: the update that follows asks again
 		}
 		r.Scheduler.Release(key)
 		return err
 	}
-	if instant || !r.Scheduler.Policy.Tracks() {
-		r.Scheduler.Release(key) // nothing to follow: no slot held
-	}
-	stamped := p.comp.Hash
-	if kept := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]; kept != p.comp.Hash {
+	stamped := comp.Hash
+	if kept := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]; kept != comp.Hash {
 		// The webhook's consistent read disagreed with this cache (it lags
 		// behind a write the webhook already saw) and stamped what it read.
-		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", p.comp.Hash, "kept", kept)
+		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", comp.Hash, "kept", kept)
 		if kept == "" {
 			// The patch succeeded, yet the template carries no stamp: the API
 			// server pruned it (a CRD whose schema drops unknown fields of the
@@ -512,8 +426,8 @@ func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj clie
 		stamped = kept // a newer hash than this cache knows: it rolled, with the open record written above
 	}
 	rollout.StartedTotal.WithLabelValues(r.Kind.Name).Inc()
-	names := make([]string, len(p.causes))
-	for i, c := range p.causes {
+	names := make([]string, len(o.Causes))
+	for i, c := range o.Causes {
 		names[i] = c.Ref.String()
 	}
 	what := strings.Join(names, ", ")
@@ -521,9 +435,9 @@ func (r *WorkloadReconciler) roll(ctx context.Context, key rollout.Key, obj clie
 		what = "referenced data"
 	}
 	log.FromContext(ctx).Info("rolling out for changed configuration", "changed", names, "hash", stamped, "previous", previous,
-		"supersedes", p.supersedes != "")
+		"supersedes", d.Supersedes)
 	then := ""
-	if p.supersedes != "" {
+	if d.Supersedes {
 		then = "; this rollout supersedes the one under way, keeping its slot"
 	}
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
