@@ -41,6 +41,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := o.Policy.Validate(); err != nil {
 		return err
 	}
+	rollout.RegisterMetrics()
 	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys)
 	if o.Scope != nil {
 		scheduler.InScope = func(ctx context.Context, namespace string) bool {
@@ -64,7 +65,6 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("while adding the record takeover: %w", err)
 	}
 	for _, kind := range workload.Kinds {
-		rollout.InitSeries(kind.Name)
 		r := &WorkloadReconciler{
 			Client: writer, APIReader: mgr.GetAPIReader(), Kind: kind,
 			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},

@@ -351,27 +351,23 @@ func (r *WorkloadReconciler) causes(obj client.Object, comp *workload.Computatio
 	return out
 }
 
-// recordAnnotations is the record of comp on the workload's metadata, the
-// same the webhook writes: sources and source-versions only within
-// stamp.MaxRecordBytes (else removed), so that configstamp never pushes a
-// workload over the API server's limit on annotations.
+// recordAnnotations is comp's record (workload.Computation.Record, the same
+// the webhook writes) as a merge patch of the workload's annotations: an
+// empty value removes the annotation.
 func recordAnnotations(comp *workload.Computation) map[string]any {
-	out := map[string]any{
-		stamp.AnnotationAppliedHash:    comp.Hash,
-		stamp.AnnotationSources:        nil,
-		stamp.AnnotationSourceVersions: nil,
-		stamp.AnnotationKeyID:          comp.KeyID,
-	}
-	if src, ver, ok := stamp.FormatRecord(comp.Sources, comp.Versions); ok {
-		out[stamp.AnnotationSources], out[stamp.AnnotationSourceVersions] = src, ver
+	out := map[string]any{}
+	for k, v := range comp.Record() {
+		out[k] = nil
+		if v != "" {
+			out[k] = v
+		}
 	}
 	return out
 }
 
-// sourcesRecord is the value recordAnnotations gives AnnotationSources ("" when none).
+// sourcesRecord is the value the record gives AnnotationSources ("" when none).
 func sourcesRecord(comp *workload.Computation) string {
-	src, _, _ := stamp.FormatRecord(comp.Sources, comp.Versions)
-	return src
+	return comp.Record()[stamp.AnnotationSources]
 }
 
 // record writes the record only (a baseline, a re-baseline, bookkeeping).

@@ -32,6 +32,7 @@ const Path = "/mutate-workloads"
 // installation's (see Stamper.Scope).
 func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
+	rollout.RegisterMetrics() // configstamp_warnings_total
 	recorder := rollout.CountWarnings(mgr.GetEventRecorder("configstamp-webhook"))
 	apps := func(kind string) schema.GroupKind { return schema.GroupKind{Group: appsv1.GroupName, Kind: kind} }
 	handlers := byKind{

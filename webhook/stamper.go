@@ -120,14 +120,13 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	if meta == nil {
 		meta = map[string]string{}
 	}
-	meta[stamp.AnnotationAppliedHash] = comp.Hash
-	if sources, versions, ok := stamp.FormatRecord(comp.Sources, comp.Versions); ok {
-		meta[stamp.AnnotationSources], meta[stamp.AnnotationSourceVersions] = sources, versions
-	} else { // too many sources to record within the budget: no record (see FormatRecord)
-		delete(meta, stamp.AnnotationSources)
-		delete(meta, stamp.AnnotationSourceVersions)
+	for k, v := range comp.Record() {
+		if v == "" { // too many sources to record within the budget (see FormatRecord)
+			delete(meta, k)
+		} else {
+			meta[k] = v
+		}
 	}
-	meta[stamp.AnnotationKeyID] = comp.KeyID
 	obj.SetAnnotations(meta)
 	logger.V(1).Info("stamped", "hash", comp.Hash)
 	return nil

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,17 +84,24 @@ func schedulerGauge(name, help string, pick func(waiting, debouncing, pending in
 // current is the Scheduler the slots and pending gauges read (the process has one).
 var current atomic.Pointer[Scheduler]
 
-func init() {
-	metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
-		waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
+// RegisterMetrics registers the rollout metrics with controller-runtime's
+// registry, once: the manager's /metrics serves them. Importing this package
+// registers nothing (the kubectl plugin reads records with it).
+func RegisterMetrics() {
+	registerOnce.Do(func() {
+		metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
+			waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
+	})
 	// Every kind's series from the start, at 0: increase() and rate() see the
 	// first failure as an increase (a series that first appears at 1 shows
 	// none, and the alert on failed rollouts would miss it), and a dashboard
-	// shows 0 rather than no data. Three kinds: three series per counter.
+	// shows 0 rather than no data.
 	for _, k := range workload.Kinds {
 		InitSeries(k.Name)
 	}
 }
+
+var registerOnce sync.Once
 
 // InitSeries makes kind's rollout counters' series, at 0 (the extra kinds of
 // --kinds-config are registered after init).

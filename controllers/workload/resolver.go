@@ -85,6 +85,20 @@ type SubjectProblem struct {
 	stamp.Problem
 }
 
+// Record is c's data record on a workload's metadata, the one both the
+// webhook and the reconciler write: the applied hash and key id, and the
+// sources with their versions only within stamp.MaxRecordBytes (else "" for
+// both: remove them), so that configstamp never pushes a workload over the
+// API server's limit on annotations.
+func (c *Computation) Record() map[string]string {
+	out := map[string]string{stamp.AnnotationAppliedHash: c.Hash, stamp.AnnotationKeyID: c.KeyID,
+		stamp.AnnotationSources: "", stamp.AnnotationSourceVersions: ""}
+	if src, ver, ok := stamp.FormatRecord(c.Sources, c.Versions); ok {
+		out[stamp.AnnotationSources], out[stamp.AnnotationSourceVersions] = src, ver
+	}
+	return out
+}
+
 // TooManyReferences is Compute's error for a workload that references more
 // than stamp.MaxReferences ConfigMaps and Secrets: nothing was read, and
 // configstamp neither stamps nor rolls it (a bad value: warn and admit).
