@@ -33,6 +33,7 @@ import (
 	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/fence"
 	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 	"github.com/configstamp/configstamp/webhook"
 )
@@ -190,6 +191,9 @@ func restConfig(o *options) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// run is configstamp's start, a step a function: flags; the one-shot
+// commands; logging and scope; clients; the extra kinds; the hash key and the
+// certificates; the manager; the reconcilers and the webhook; checks; start.
 func run() error {
 	o := parseFlags()
 	if *showVersion {
@@ -202,45 +206,25 @@ func run() error {
 	if o.printRBAC {
 		return printKindsRBAC(os.Stdout, kinds, len(o.watchNamespaces) > 0)
 	}
-	logger, err := newLogger(o.logFormat, o.logLevel)
+	logger, err := setupLogging(o)
 	if err != nil {
 		return err
 	}
-	// One scope for the webhook and the reconciler, decided once.
-	if o.scope, err = workload.NewScope(o.namespace, o.watchNamespaces, o.excludeNamespaces, o.namespaceSelector); err != nil {
-		return err
-	}
-	ctrl.SetLogger(logger)
-	klog.SetLogger(logger)
 	setupLog := logger.WithName("setup")
-	if err := tuneMemory(setupLog); err != nil {
-		return err
-	}
-
 	cfg, err := restConfig(o)
 	if err != nil {
 		return err
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-
 	ctx := ctrl.SetupSignalHandler()
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("while creating a client: %w", err)
 	}
-
 	// The extra kinds are decided once, before the caches, reconcilers and
 	// webhook rules that iterate workload.Kinds are made.
-	canList := func(ctx context.Context, c workload.KindConfig) error {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(c.GVK().GroupVersion().WithKind(c.Kind + "List"))
-		opts := []client.ListOption{client.Limit(1)}
-		if watched := o.scope.Watched(); len(watched) > 0 { // the namespaced install may list only there
-			opts = append(opts, client.InNamespace(watched[0]))
-		}
-		return direct.List(ctx, list, opts...)
-	}
+	canList := lister(o, direct)
 	extra, missing, err := installedKinds(ctx, direct.RESTMapper(), kinds, canList, setupLog)
 	if err != nil {
 		return err
@@ -254,7 +238,6 @@ func run() error {
 	if err != nil {
 		return err
 	}
-
 	// The certificate mode is decided here, once; below, only the provider.
 	webhookCerts, webhookHost, err := certProvider(o, direct, logger.WithName("certs"))
 	if err != nil {
@@ -269,41 +252,10 @@ func run() error {
 			setupLog.Error(err, "cleaning up the certificate files")
 		}
 	}()
-	tlsOpts := tlsOptions(o.enableHTTP2)
-
-	// The leader's writers are fenced by its own lease clock (controllers/fence).
-	var lease *fence.Lease
-	if o.leaderElect {
-		if lease, err = fence.New(cfg, o.namespace, o.leaderElectionID, o.renewDeadline); err != nil {
-			return fmt.Errorf("while creating the leader election lock: %w", err)
-		}
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme,
-		Cache:  controllers.CacheOptions(o.scope),
-		// The extra kinds are read as unstructured objects: from the cache too.
-		Client:                              client.Options{Cache: &client.CacheOptions{Unstructured: true}},
-		Metrics:                             metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, setupLog),
-		HealthProbeBindAddress:              o.probeAddr,
-		PprofBindAddress:                    o.pprofAddr,
-		LeaderElection:                      o.leaderElect,
-		LeaderElectionID:                    o.leaderElectionID,
-		LeaderElectionNamespace:             o.namespace,
-		LeaderElectionResourceLockInterface: lockOf(lease),
-		LeaseDuration:                       &o.leaseDuration,
-		RenewDeadline:                       &o.renewDeadline,
-		RetryPeriod:                         &o.retryPeriod,
-		// The reconciler's work is idempotent; a new leader may start at once.
-		LeaderElectionReleaseOnCancel: true,
-		GracefulShutdownTimeout:       &o.gracefulShutdownFor,
-		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
-			Host: webhookHost, Port: o.webhookPort, CertDir: certDir, TLSOpts: tlsOpts,
-		}),
-	})
+	mgr, lease, err := newManager(o, cfg, scheme, webhookHost, certDir, setupLog)
 	if err != nil {
-		return fmt.Errorf("while creating the manager: %w", err)
+		return err
 	}
-
 	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
@@ -311,42 +263,18 @@ func run() error {
 		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease}); err != nil {
 		return err
 	}
-	// The webhook reads sources live (consistent reads), not from the cache,
-	// through its own client: the reconciler's rate limit must not delay admissions.
-	liveCfg := rest.CopyConfig(cfg)
-	liveCfg.QPS = float32(o.webhookQPS)
-	liveReader, err := client.New(liveCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("while creating the webhook's client: %w", err)
-	}
-	live := &workload.Resolver{Sources: liveReader, Index: mgr.GetCache(), Keys: keys, Parallel: true}
-	self, err := whoami(ctx, direct)
+	self, err := setupWebhook(ctx, o, mgr, cfg, scheme, keys, direct)
 	if err != nil {
 		return err
 	}
-	if err := webhook.Setup(mgr, live, self, o.scope); err != nil {
-		return fmt.Errorf("while setting up the webhook: %w", err)
-	}
-	if o.applyWarnings {
-		webhook.SetupWarnings(mgr, o.scope)
-	}
-
 	// Self mode registers the webhook configuration and renews the
 	// certificates on every replica; both modes add a ready check.
 	if err := webhookCerts.Start(ctx, mgr); err != nil {
 		return err
 	}
-
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("while adding the health check: %w", err)
+	if err := addChecks(mgr); err != nil {
+		return err
 	}
-	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		return fmt.Errorf("while adding the webhook ready check: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr)); err != nil {
-		return fmt.Errorf("while adding the cache ready check: %w", err)
-	}
-
 	if len(missing) > 0 && o.kindsRecheck > 0 {
 		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 		if err != nil {
@@ -367,6 +295,117 @@ func run() error {
 	}
 	if restarting.Load() {
 		return errKindsServed
+	}
+	return nil
+}
+
+// setupLogging makes the logger (zap through zapr, for controller-runtime and
+// klog too), decides the scope once for the webhook and the reconciler, and
+// tunes the Go runtime's memory settings.
+func setupLogging(o *options) (logr.Logger, error) {
+	logger, err := newLogger(o.logFormat, o.logLevel)
+	if err != nil {
+		return logr.Logger{}, err
+	}
+	if o.scope, err = workload.NewScope(o.namespace, o.watchNamespaces, o.excludeNamespaces, o.namespaceSelector); err != nil {
+		return logr.Logger{}, err
+	}
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+	return logger, tuneMemory(logger.WithName("setup"))
+}
+
+// lister tries to list one object of an extra kind, where configstamp may
+// (the namespaced install only in its watched namespaces).
+func lister(o *options, direct client.Client) func(context.Context, workload.KindConfig) error {
+	return func(ctx context.Context, c workload.KindConfig) error {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(c.GVK().GroupVersion().WithKind(c.Kind + "List"))
+		opts := []client.ListOption{client.Limit(1)}
+		if watched := o.scope.Watched(); len(watched) > 0 {
+			opts = append(opts, client.InNamespace(watched[0]))
+		}
+		return direct.List(ctx, list, opts...)
+	}
+}
+
+// newManager makes the manager: its cache (scope, slimmed objects), metrics
+// and probe servers, webhook server, and leader election through a lease
+// whose clock fences the leader's writes (controllers/fence).
+func newManager(o *options, cfg *rest.Config, scheme *runtime.Scheme, webhookHost, certDir string, log logr.Logger) (ctrl.Manager, *fence.Lease, error) {
+	var lease *fence.Lease
+	if o.leaderElect {
+		var err error
+		if lease, err = fence.New(cfg, o.namespace, o.leaderElectionID, o.renewDeadline); err != nil {
+			return nil, nil, fmt.Errorf("while creating the leader election lock: %w", err)
+		}
+	}
+	tlsOpts := tlsOptions(o.enableHTTP2)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme,
+		Cache:  controllers.CacheOptions(o.scope),
+		// The extra kinds are read as unstructured objects: from the cache too.
+		Client:                              client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Metrics:                             metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, log),
+		HealthProbeBindAddress:              o.probeAddr,
+		PprofBindAddress:                    o.pprofAddr,
+		LeaderElection:                      o.leaderElect,
+		LeaderElectionID:                    o.leaderElectionID,
+		LeaderElectionNamespace:             o.namespace,
+		LeaderElectionResourceLockInterface: lockOf(lease),
+		LeaseDuration:                       &o.leaseDuration,
+		RenewDeadline:                       &o.renewDeadline,
+		RetryPeriod:                         &o.retryPeriod,
+		// The reconciler's work is idempotent; a new leader may start at once.
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &o.gracefulShutdownFor,
+		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
+			Host: webhookHost, Port: o.webhookPort, CertDir: certDir, TLSOpts: tlsOpts,
+		}),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("while creating the manager: %w", err)
+	}
+	return mgr, lease, nil
+}
+
+// setupWebhook adds the mutating webhook (and the apply-time warnings when
+// asked) and returns the user configstamp's requests carry. The webhook reads
+// sources live (consistent reads), not from the cache, through its own
+// client: the reconciler's rate limit must not delay admissions.
+func setupWebhook(ctx context.Context, o *options, mgr ctrl.Manager, cfg *rest.Config, scheme *runtime.Scheme, keys *stamp.Keyring,
+	direct client.Client) (string, error) {
+	liveCfg := rest.CopyConfig(cfg)
+	liveCfg.QPS = float32(o.webhookQPS)
+	liveReader, err := client.New(liveCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return "", fmt.Errorf("while creating the webhook's client: %w", err)
+	}
+	live := &workload.Resolver{Sources: liveReader, Index: mgr.GetCache(), Keys: keys, Parallel: true}
+	self, err := whoami(ctx, direct)
+	if err != nil {
+		return "", err
+	}
+	if err := webhook.Setup(mgr, live, self, o.scope); err != nil {
+		return "", fmt.Errorf("while setting up the webhook: %w", err)
+	}
+	if o.applyWarnings {
+		webhook.SetupWarnings(mgr, o.scope)
+	}
+	return self, nil
+}
+
+// addChecks adds the liveness check and the readiness checks: the webhook
+// server started, the caches synced.
+func addChecks(mgr ctrl.Manager) error {
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("while adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("while adding the webhook ready check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr)); err != nil {
+		return fmt.Errorf("while adding the cache ready check: %w", err)
 	}
 	return nil
 }
