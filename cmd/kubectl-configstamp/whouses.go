@@ -87,6 +87,14 @@ type whoUsesResult struct {
 	Workloads []user `json:"workloads"`
 }
 
+// sourceState is what who-uses reads of the target in one namespace.
+type sourceState struct {
+	annotations map[string]string
+	exists      bool
+}
+
+// runWhoUses lists the workloads that reference a ConfigMap or Secret: find
+// them, say what the target is, print them.
 func runWhoUses(ctx context.Context, o *options, args []string) error {
 	target, err := parseSourceArg(args[0])
 	if err != nil {
@@ -96,95 +104,124 @@ func runWhoUses(ctx context.Context, o *options, args []string) error {
 		return err
 	}
 	ns := o.ns()
-	ws, err := o.listWorkloads(ctx, ns)
+	res, states, err := findUsers(ctx, o, target, ns)
 	if err != nil {
 		return err
+	}
+	if done, err := o.machine(res); done {
+		return err
+	}
+	line, err := targetSummary(ctx, o, target, ns, len(res.Workloads), states)
+	if err != nil {
+		return err
+	}
+	o.printf("%s\n", line)
+	if len(res.Workloads) > 0 {
+		printUsers(o, res, ns)
+	}
+	return nil
+}
+
+// findUsers returns the workloads of ns ("" every namespace) that reference
+// target, and what was read of target in each of their namespaces.
+func findUsers(ctx context.Context, o *options, target stamp.ObjectRef, ns string) (whoUsesResult, map[string]sourceState, error) {
+	res := whoUsesResult{Kind: string(target.Kind), Name: target.Name, Namespace: ns, Workloads: []user{}}
+	ws, err := o.listWorkloads(ctx, ns)
+	if err != nil {
+		return res, nil, err
 	}
 	selectors, err := o.selectorSources(ctx, ns)
 	if err != nil {
-		return err
+		return res, nil, err
 	}
 	nsl := &namespaceLabels{o: o}
-	// The target's annotations per namespace (ignore, its own selector).
-	type state struct {
-		annotations map[string]string
-		exists      bool
-	}
-	states := map[string]state{}
-	res := whoUsesResult{Kind: string(target.Kind), Name: target.Name, Namespace: ns, Workloads: []user{}}
+	states := map[string]sourceState{} // the target's annotations per namespace (ignore, its own selector)
 	for _, w := range ws {
 		wns := w.meta.Namespace
 		st, ok := states[wns]
 		if !ok {
 			a, exists, err := o.sourceAnnotations(ctx, wns, target)
 			if err != nil {
-				return err
+				return res, nil, err
 			}
-			st = state{a, exists}
+			st = sourceState{a, exists}
 			states[wns] = st
 		}
-		u := user{Namespace: wns, Kind: w.kind, Name: w.meta.Name, References: []referenceUse{}}
-		var keys []string
-		var keysSet bool
-		for _, r := range w.references() {
-			if r.Ref != target {
-				continue
-			}
-			u.References = append(u.References, referenceUse{Via: string(r.Via), Where: r.Where, AllKeys: r.Keys == nil, Keys: r.Keys})
-			keys, keysSet = mergeKeys(keys, keysSet, r.Keys)
+		if u, ok := userOf(ctx, w, target, selectors, st, nsl); ok {
+			res.Workloads = append(res.Workloads, u)
 		}
-		selected := false
-		for _, s := range selectors {
-			if s.namespace != wns {
-				continue
-			}
-			sel, ok := w.selectedBy(s.annotations)
-			if !ok {
-				continue
-			}
-			selected = true
-			if s.ref == target {
-				u.References = append(u.References, referenceUse{Via: string(stamp.ViaSelector), Where: sel, AllKeys: true})
-				keys, keysSet = mergeKeys(keys, keysSet, nil)
-			}
-		}
-		if len(u.References) == 0 {
+	}
+	return res, states, nil
+}
+
+// userOf is how workload w references target, directly or through a
+// rollout selector (ok false: it does not).
+func userOf(ctx context.Context, w workload, target stamp.ObjectRef, selectors []sourceMeta, st sourceState, nsl *namespaceLabels) (user, bool) {
+	wns := w.meta.Namespace
+	u := user{Namespace: wns, Kind: w.kind, Name: w.meta.Name, References: []referenceUse{}}
+	var keys []string
+	var keysSet bool
+	for _, r := range w.references() {
+		if r.Ref != target {
 			continue
 		}
-		ignored, _ := stamp.Ignored(st.annotations)
-		u.OptedIn = w.optedIn(nsl.get(ctx, wns))
-		u.Rolls = (u.OptedIn || selected) && !ignored
-		u.AllKeys, u.Keys = keys == nil, keys
-		res.Workloads = append(res.Workloads, u)
+		u.References = append(u.References, referenceUse{Via: string(r.Via), Where: r.Where, AllKeys: r.Keys == nil, Keys: r.Keys})
+		keys, keysSet = mergeKeys(keys, keysSet, r.Keys)
 	}
-	if done, err := o.machine(res); done {
-		return err
+	selected := false
+	for _, s := range selectors {
+		if s.namespace != wns {
+			continue
+		}
+		sel, ok := w.selectedBy(s.annotations)
+		if !ok {
+			continue
+		}
+		selected = true
+		if s.ref == target {
+			u.References = append(u.References, referenceUse{Via: string(stamp.ViaSelector), Where: sel, AllKeys: true})
+			keys, keysSet = mergeKeys(keys, keysSet, nil)
+		}
 	}
+	if len(u.References) == 0 {
+		return u, false
+	}
+	ignored, _ := stamp.Ignored(st.annotations)
+	u.OptedIn = w.optedIn(nsl.get(ctx, wns))
+	u.Rolls = (u.OptedIn || selected) && !ignored
+	u.AllKeys, u.Keys = keys == nil, keys
+	return u, true
+}
 
+// targetSummary is the line that says how many workloads reference target
+// and, in one namespace, whether it exists or is ignored.
+func targetSummary(ctx context.Context, o *options, target stamp.ObjectRef, ns string, n int, states map[string]sourceState) (string, error) {
 	where := ns + "/" + target.Name
 	if ns == "" {
 		where = target.Name + " in every namespace"
 	}
-	line := fmt.Sprintf("%s %s: %d workload(s) reference it", target.Kind, where, len(res.Workloads))
-	if ns != "" {
-		st := states[ns]
-		if _, ok := states[ns]; !ok {
-			a, exists, err := o.sourceAnnotations(ctx, ns, target)
-			if err != nil {
-				return err
-			}
-			st = state{a, exists}
-		}
-		if !st.exists {
-			line += "; it does not exist (counted as absent: its creation rolls them once)"
-		} else if ignored, _ := stamp.Ignored(st.annotations); ignored {
-			line += "; it is ignored (" + stamp.AnnotationIgnore + "), so no change of it rolls anything"
-		}
+	line := fmt.Sprintf("%s %s: %d workload(s) reference it", target.Kind, where, n)
+	if ns == "" {
+		return line, nil
 	}
-	o.printf("%s\n", line)
-	if len(res.Workloads) == 0 {
-		return nil
+	st, ok := states[ns]
+	if !ok {
+		a, exists, err := o.sourceAnnotations(ctx, ns, target)
+		if err != nil {
+			return "", err
+		}
+		st = sourceState{a, exists}
 	}
+	if !st.exists {
+		line += "; it does not exist (counted as absent: its creation rolls them once)"
+	} else if ignored, _ := stamp.Ignored(st.annotations); ignored {
+		line += "; it is ignored (" + stamp.AnnotationIgnore + "), so no change of it rolls anything"
+	}
+	return line, nil
+}
+
+// printUsers prints the table of the workloads that reference the target.
+func printUsers(o *options, res whoUsesResult, ns string) {
 	head := []string{"WORKLOAD", "OPTED-IN", "ROLLS", "VIA", "KEYS"}
 	if ns == "" {
 		head = append([]string{"NAMESPACE"}, head...)
@@ -217,7 +254,6 @@ func runWhoUses(ctx context.Context, o *options, args []string) error {
 		rows = append(rows, row)
 	}
 	o.table(rows)
-	return nil
 }
 
 // dedupe drops repeated strings, keeping the first order.
