@@ -357,6 +357,8 @@ func (o *options) liveSource(ctx context.Context, ns string, ref stamp.ObjectRef
 	return s, nil
 }
 
+// runPlan says, before a ConfigMap or Secret manifest is applied, which
+// workloads its change would roll: read the manifest, plan each object, print.
 func runPlan(ctx context.Context, o *options, _ []string) error {
 	if o.filename == "" {
 		return usagef("plan needs -f FILE (a ConfigMap or Secret manifest; - reads standard input)")
@@ -364,50 +366,16 @@ func runPlan(ctx context.Context, o *options, _ []string) error {
 	if o.allNamespaces {
 		return usagef("plan works in the namespace of each object: -A does not apply")
 	}
-	var r io.Reader = os.Stdin
-	if o.filename != "-" {
-		f, err := os.Open(o.filename)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = f.Close() }()
-		r = f
-	}
-	files, skipped, err := readManifest(r)
+	files, skipped, err := o.readPlanFile()
 	if err != nil {
 		return err
-	}
-	if len(files) == 0 {
-		return fmt.Errorf("%s holds no ConfigMap or Secret", o.filename)
 	}
 	if err := o.connect(); err != nil {
 		return err
 	}
-	nsl := &namespaceLabels{o: o}
-	results := []planResult{}
-	for _, file := range files {
-		if file.namespace == "" {
-			file.namespace = o.defaultNamespace
-		} else if o.namespace != "" && o.namespace != file.namespace {
-			return fmt.Errorf("the namespace from the provided object %q does not match the namespace %q", file.namespace, o.namespace)
-		}
-		live, err := o.liveSource(ctx, file.namespace, file.ref)
-		if err != nil {
-			return err
-		}
-		next, err := applied(live, file)
-		if err != nil {
-			return err
-		}
-		ws, err := o.listWorkloads(ctx, file.namespace)
-		if err != nil {
-			return err
-		}
-		others, err := o.selectorSources(ctx, file.namespace)
-		if err != nil {
-			return err
-		}
-		results = append(results, planFor(live, next, ws, others, func(ns string) map[string]string { return nsl.get(ctx, ns) }))
+	results, err := planFiles(ctx, o, files)
+	if err != nil {
+		return err
 	}
 	for _, s := range skipped {
 		_, _ = fmt.Fprintf(o.errOut, "warning: %s skipped: plan reads ConfigMaps and Secrets\n", s)
@@ -419,38 +387,94 @@ func runPlan(ctx context.Context, o *options, _ []string) error {
 		if i > 0 {
 			o.printf("\n")
 		}
-		rolls := 0
-		for _, e := range res.Workloads {
-			if e.Rolls {
-				rolls++
-			}
-		}
-		what := "changes keys: " + strings.Join(res.ChangedKeys, ", ")
-		switch {
-		case !res.Exists:
-			what = "would be created"
-		case len(res.ChangedKeys) == 0 && res.MetadataChanged:
-			what = "changes metadata only"
-		case len(res.ChangedKeys) == 0:
-			what = "no change"
-		}
-		o.printf("%s %s/%s %s: %d workload(s) would roll, %d would not\n", res.Kind, res.Namespace, res.Name, what, rolls, len(res.Workloads)-rolls)
-		if len(res.Workloads) == 0 {
-			continue
-		}
-		rows := [][]cell{header("WORKLOAD", "ROLLS", "WHY")}
-		for _, e := range res.Workloads {
-			r := c("no")
-			if e.Rolls {
-				r = coloured("yes", yellow)
-			}
-			why := e.Reason
-			if len(e.Keys) > 0 {
-				why += ": " + strings.Join(e.Keys, ", ")
-			}
-			rows = append(rows, []cell{c(strings.ToLower(e.Kind) + "/" + e.Name), r, c(why)})
-		}
-		o.table(rows)
+		printPlan(o, res)
 	}
 	return nil
+}
+
+// readPlanFile reads the ConfigMaps and Secrets of -f (- : standard input)
+// and names what else it holds.
+func (o *options) readPlanFile() ([]*source, []string, error) {
+	var r io.Reader = os.Stdin
+	if o.filename != "-" {
+		f, err := os.Open(o.filename)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer func() { _ = f.Close() }()
+		r = f
+	}
+	files, skipped, err := readManifest(r)
+	if err == nil && len(files) == 0 {
+		err = fmt.Errorf("%s holds no ConfigMap or Secret", o.filename)
+	}
+	return files, skipped, err
+}
+
+// planFiles plans each object against its live version and the workloads of
+// its namespace.
+func planFiles(ctx context.Context, o *options, files []*source) ([]planResult, error) {
+	nsl := &namespaceLabels{o: o}
+	results := []planResult{}
+	for _, file := range files {
+		if file.namespace == "" {
+			file.namespace = o.defaultNamespace
+		} else if o.namespace != "" && o.namespace != file.namespace {
+			return nil, fmt.Errorf("the namespace from the provided object %q does not match the namespace %q", file.namespace, o.namespace)
+		}
+		live, err := o.liveSource(ctx, file.namespace, file.ref)
+		if err != nil {
+			return nil, err
+		}
+		next, err := applied(live, file)
+		if err != nil {
+			return nil, err
+		}
+		ws, err := o.listWorkloads(ctx, file.namespace)
+		if err != nil {
+			return nil, err
+		}
+		others, err := o.selectorSources(ctx, file.namespace)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, planFor(live, next, ws, others, func(ns string) map[string]string { return nsl.get(ctx, ns) }))
+	}
+	return results, nil
+}
+
+// printPlan prints one object's plan: a line, then the workloads.
+func printPlan(o *options, res planResult) {
+	rolls := 0
+	for _, e := range res.Workloads {
+		if e.Rolls {
+			rolls++
+		}
+	}
+	what := "changes keys: " + strings.Join(res.ChangedKeys, ", ")
+	switch {
+	case !res.Exists:
+		what = "would be created"
+	case len(res.ChangedKeys) == 0 && res.MetadataChanged:
+		what = "changes metadata only"
+	case len(res.ChangedKeys) == 0:
+		what = "no change"
+	}
+	o.printf("%s %s/%s %s: %d workload(s) would roll, %d would not\n", res.Kind, res.Namespace, res.Name, what, rolls, len(res.Workloads)-rolls)
+	if len(res.Workloads) == 0 {
+		return
+	}
+	rows := [][]cell{header("WORKLOAD", "ROLLS", "WHY")}
+	for _, e := range res.Workloads {
+		r := c("no")
+		if e.Rolls {
+			r = coloured("yes", yellow)
+		}
+		why := e.Reason
+		if len(e.Keys) > 0 {
+			why += ": " + strings.Join(e.Keys, ", ")
+		}
+		rows = append(rows, []cell{c(strings.ToLower(e.Kind) + "/" + e.Name), r, c(why)})
+	}
+	o.table(rows)
 }

@@ -122,11 +122,28 @@ func view(e *corev1.Event) eventView {
 	return eventView{Type: e.Type, Reason: e.Reason, Count: max(count, 1), Last: last.UTC(), From: from, Message: e.Message}
 }
 
+// runWhy explains one workload: read what configstamp wrote on it and about
+// it, then print it.
 func runWhy(ctx context.Context, o *options, args []string) error {
 	w, ns, err := o.oneWorkload(ctx, args[0], "why reads")
 	if err != nil {
 		return err
 	}
+	res, err := explain(ctx, o, w, ns)
+	if err != nil {
+		return err
+	}
+	if done, err := o.machine(res); done {
+		return err
+	}
+	printWhy(o, w, ns, res)
+	printWhyEvents(o, res.Events)
+	return nil
+}
+
+// explain reads w's stamp, record, sources, selectors, events and the halt it
+// may wait on.
+func explain(ctx context.Context, o *options, w workload, ns string) (whyResult, error) {
 	nsl := &namespaceLabels{o: o}
 	rec := rollout.Read(w.meta.Annotations)
 	res := whyResult{Namespace: ns, Kind: w.kind, Name: w.meta.Name, OptedIn: w.optedIn(nsl.get(ctx, ns)),
@@ -138,7 +155,7 @@ func runWhy(ctx context.Context, o *options, args []string) error {
 	slices.Sort(res.Sources)
 	selectors, err := o.selectorSources(ctx, ns)
 	if err != nil {
-		return err
+		return res, err
 	}
 	res.SelectedBy = []string{}
 	for _, src := range selectors {
@@ -151,25 +168,22 @@ func runWhy(ctx context.Context, o *options, args []string) error {
 		res.Started = &t
 	}
 	if res.Events, err = o.events(ctx, ns, string(w.meta.UID)); err != nil {
-		return err
+		return res, err
 	}
 	if res.WaitingOn, err = o.waitingOn(ctx, ns, rec, res.Events); err != nil {
-		return err
+		return res, err
 	}
 	res.Summary = summary(res)
-	if done, err := o.machine(res); done {
-		return err
-	}
+	return res, nil
+}
 
+// printWhy prints the explanation's table.
+func printWhy(o *options, w workload, ns string, res whyResult) {
 	stateColour := map[string]string{"rolling": yellow, "completed": green, "failed": red}[res.State]
-	stampText := res.Stamp
-	if stampText == "" {
-		stampText = "none"
-	}
 	rows := [][]cell{
 		{c(w.kind + ":"), c(ns + "/" + w.meta.Name)},
 		{c("Opted in:"), c(optedInText(res))},
-		{c("Stamp:"), c(stampText)},
+		{c("Stamp:"), c(cmp.Or(res.Stamp, "none"))},
 		{c("Sources:"), c(cmp.Or(strings.Join(res.Sources, ", "), "none recorded"))},
 	}
 	if res.Started != nil {
@@ -189,11 +203,15 @@ func runWhy(ctx context.Context, o *options, args []string) error {
 	}
 	rows = append(rows, []cell{c("Now:"), c(res.Summary)})
 	o.table(rows)
+}
 
-	shown := res.Events
+// printWhyEvents prints configstamp's events about the workload (every
+// event with -o wide).
+func printWhyEvents(o *options, events []eventView) {
+	shown := events
 	if !o.wide() {
 		shown = nil
-		for _, e := range res.Events {
+		for _, e := range events {
 			if e.From == reporter {
 				shown = append(shown, e)
 			}
@@ -205,7 +223,7 @@ func runWhy(ctx context.Context, o *options, args []string) error {
 	}
 	if len(shown) == 0 {
 		o.printf("\n%s: none.\n", what)
-		return nil
+		return
 	}
 	o.printf("\n%s:\n", what)
 	erows := [][]cell{header("LAST SEEN", "TYPE", "REASON", "COUNT", "MESSAGE")}
@@ -224,7 +242,6 @@ func runWhy(ctx context.Context, o *options, args []string) error {
 		erows = append(erows, append(row, c(e.Message)))
 	}
 	o.table(erows)
-	return nil
 }
 
 // waitingOn finds a halt the workload waits on: its latest configstamp event
