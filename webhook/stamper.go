@@ -10,6 +10,7 @@ import (
 	"errors"
 	"reflect"
 
+	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -57,51 +58,15 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	logger := log.FromContext(ctx).WithValues("kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)
 	dryRun := req.DryRun != nil && *req.DryRun
 	tmpl := workload.PodTemplate(obj)
-	if tmpl == nil || !obj.GetDeletionTimestamp().IsZero() {
+	if tmpl == nil || !obj.GetDeletionTimestamp().IsZero() || !s.optedIn(ctx, obj, req.Namespace, dryRun, logger) {
 		return nil
 	}
-	namespace := req.Namespace
-
-	ns := &corev1.Namespace{}
-	err = s.Cache.Get(ctx, client.ObjectKey{Name: namespace}, ns)
-	if apierrors.IsNotFound(err) {
-		// Created by the same `kubectl apply` a moment ago: the cache may lag.
-		err = s.Resolver.Sources.Get(ctx, client.ObjectKey{Name: namespace}, ns)
-	}
-	if err != nil {
-		logger.Error(err, "while reading namespace; admitting unchanged")
+	if req.Operation == admissionv1.Update && s.unchanged(obj, req, logger) {
 		return nil
 	}
-	if !s.Scope.InScope(namespace, ns.Labels) {
-		logger.V(1).Info("namespace out of scope; admitting unchanged")
-		return nil
-	}
-	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)
-	for _, p := range problems {
-		s.report(ctx, obj, namespace, p, dryRun)
-	}
-	if !enabled {
-		return nil
-	}
-
-	if req.Operation == admissionv1.Update {
-		old := s.newObject()
-		if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
-			logger.Error(err, "while decoding the old object; admitting unchanged")
-			return nil
-		}
-		if keep := keepStamp(old, obj); keep {
-			return nil
-		}
-		if s.Self != "" && req.UserInfo.Username == s.Self && freshProposal(old, obj) {
-			logger.V(1).Info("accepted the reconciler's stamp without reads")
-			return nil
-		}
-	}
-
-	comp, err := s.Resolver.Compute(ctx, namespace, obj.GetAnnotations(), tmpl)
+	comp, err := s.Resolver.Compute(ctx, req.Namespace, obj.GetAnnotations(), tmpl)
 	if tooMany := (*workload.TooManyReferences)(nil); errors.As(err, &tooMany) {
-		s.report(ctx, obj, namespace, tooMany.Problem(), dryRun)
+		s.report(ctx, obj, req.Namespace, tooMany.Problem(), dryRun)
 		return nil
 	}
 	if err != nil {
@@ -110,7 +75,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	}
 	for _, p := range comp.Problems {
 		if p.Source == nil {
-			s.report(ctx, obj, namespace, p.Problem, dryRun)
+			s.report(ctx, obj, req.Namespace, p.Problem, dryRun)
 		}
 	}
 	if !workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, comp.Hash) {
@@ -130,6 +95,50 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	obj.SetAnnotations(meta)
 	logger.V(1).Info("stamped", "hash", comp.Hash)
 	return nil
+}
+
+// optedIn reports whether obj, in namespace, is configstamp's to stamp: the
+// namespace in scope and the workload (or its namespace) opted in. Bad
+// opt-in values are reported.
+func (s *Stamper[T]) optedIn(ctx context.Context, obj T, namespace string, dryRun bool, logger logr.Logger) bool {
+	ns := &corev1.Namespace{}
+	err := s.Cache.Get(ctx, client.ObjectKey{Name: namespace}, ns)
+	if apierrors.IsNotFound(err) {
+		// Created by the same `kubectl apply` a moment ago: the cache may lag.
+		err = s.Resolver.Sources.Get(ctx, client.ObjectKey{Name: namespace}, ns)
+	}
+	if err != nil {
+		logger.Error(err, "while reading namespace; admitting unchanged")
+		return false
+	}
+	if !s.Scope.InScope(namespace, ns.Labels) {
+		logger.V(1).Info("namespace out of scope; admitting unchanged")
+		return false
+	}
+	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)
+	for _, p := range problems {
+		s.report(ctx, obj, namespace, p, dryRun)
+	}
+	return enabled
+}
+
+// unchanged reports whether an UPDATE needs no hash computed: its template is
+// otherwise unchanged (keepStamp restores what it dropped), or it is the
+// reconciler's own fresh stamp.
+func (s *Stamper[T]) unchanged(obj T, req admission.Request, logger logr.Logger) bool {
+	old := s.newObject()
+	if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+		logger.Error(err, "while decoding the old object; admitting unchanged")
+		return true
+	}
+	if keepStamp(old, obj) {
+		return true
+	}
+	if s.Self != "" && req.UserInfo.Username == s.Self && freshProposal(old, obj) {
+		logger.V(1).Info("accepted the reconciler's stamp without reads")
+		return true
+	}
+	return false
 }
 
 // keepStamp handles an UPDATE whose pod template is otherwise unchanged: it
