@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	ratelimit "golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // runFanout changes the one ConfigMap key that every Deployment of a namespace
@@ -78,5 +82,47 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 		return err
 	}
 	res.add(scFanout, "webhook calls failed open (timeout/error, API server counter)", fmt.Sprintf("%.0f", failOpenAfter-failOpenBefore))
+
+	floor, err := fanoutFloor(ctx, cfg, e, n)
+	if err != nil {
+		return err
+	}
+	res.add(scFanout, fmt.Sprintf("the floor: a bare client patching %d such templates (not opted in), %d at a time, %d QPS", n, fanoutWorkers, fanoutQPS),
+		fmtDuration(floor))
+	res.add(scFanout, "all templates restamped / the floor (goal <= 1.2x)", fmt.Sprintf("%.2fx", last.Sub(answered).Seconds()/floor.Seconds()))
 	return nil
+}
+
+// configstamp's defaults for its fan-out: --max-concurrent-reconciles and
+// --kube-api-qps / --kube-api-burst.
+const (
+	fanoutWorkers = 16
+	fanoutQPS     = 300
+	fanoutBurst   = 600
+)
+
+// fanoutFloor creates n Deployments like the fan-out's, not opted in (so no
+// webhook sees them), then patches one annotation of each pod template with
+// configstamp's concurrency and client rate, and returns how long that took
+// (first request to last response): what the same fan-out costs the API
+// server without configstamp's work.
+func fanoutFloor(ctx context.Context, cfg *config, e *env, n int) (time.Duration, error) {
+	f := &fixture{namespaces: []string{"bench-fanout-floor"}, configMaps: n, secrets: n, shared: 1, deployments: n,
+		size: cfg.size, keys: cfg.keys, noop: true}
+	if _, err := f.createSources(ctx, e, cfg.workers); err != nil {
+		return 0, err
+	}
+	if _, err := f.createDeployments(ctx, e, cfg.deployWorkers); err != nil {
+		return 0, err
+	}
+	limit := ratelimit.NewLimiter(fanoutQPS, fanoutBurst)
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"metadata":{"annotations":{"bench.example/stamp":"v2"}}}}}`))
+	began := time.Now()
+	err := parallel(ctx, "floor patches", n, fanoutWorkers, func(ctx context.Context, i int) error {
+		if err := limit.Wait(ctx); err != nil {
+			return err
+		}
+		return e.client.Patch(ctx, f.deployment(i), patch)
+	})
+	return time.Since(began), err
 }

@@ -34,6 +34,7 @@ type config struct {
 	configstampBin  string
 	outDir          string
 	full            bool
+	scale           bool
 	namespaces      int
 	configMaps      int
 	secrets         int
@@ -111,6 +112,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&cfg.configstampBin, "configstamp", "", "configstamp binary (default: $CONFIGSTAMP_BIN/configstamp, else bin/configstamp of the repository)")
 	fs.StringVar(&cfg.outDir, "out", "_output/bench", "directory for results.md, logs and the control plane state")
 	fs.BoolVar(&cfg.full, "full", false, "the issue's scale for the memory scenario: 10,000 ConfigMaps + 10,000 Secrets, 1,000 Deployments (explicit flags still win)")
+	fs.BoolVar(&cfg.scale, "scale", false, "10x the default fixture: 100 namespaces, 10,000 ConfigMaps + 10,000 Secrets, 5,000 Deployments, a fan-out of 1,000 (explicit flags still win)")
 	fs.IntVar(&cfg.namespaces, "namespaces", 10, "memory scenario: namespaces")
 	fs.IntVar(&cfg.configMaps, "configmaps", 2000, "memory scenario: ConfigMaps, one per Deployment first (-full: 10000)")
 	fs.IntVar(&cfg.secrets, "secrets", 2000, "memory scenario: Secrets, one per Deployment first (-full: 10000)")
@@ -138,9 +140,17 @@ func parseFlags(args []string) (*config, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.scale {
+		for name, v := range map[string]*int{"namespaces": &cfg.namespaces, "configmaps": &cfg.configMaps, "secrets": &cfg.secrets,
+			"deployments": &cfg.deployments, "fanout": &cfg.fanout} {
+			if !set[name] {
+				*v = map[string]int{"namespaces": 100, "configmaps": 10000, "secrets": 10000, "deployments": 5000, "fanout": 1000}[name]
+			}
+		}
+	}
 	if cfg.full {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		for name, v := range map[string]*int{"configmaps": &cfg.configMaps, "secrets": &cfg.secrets} {
 			if !set[name] {
 				*v = 10000
@@ -364,6 +374,9 @@ func scaleNotes(cfg *config) []string {
 	scale := "default scale"
 	if cfg.full {
 		scale = "the issue's scale (-full)"
+	}
+	if cfg.scale {
+		scale = "10x the default (-scale)"
 	}
 	return []string{
 		fmt.Sprintf("Scale: %s. Memory scenario: %d namespaces, %d ConfigMaps + %d Secrets of %s each (%d keys) plus 10 shared ConfigMaps per namespace, "+
