@@ -43,7 +43,7 @@ lint: vet golangci-lint ## gofmt check, go vet and golangci-lint (.golangci.yml)
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: test
-test: build controlplane controller-gen lint ## Unit, integration and end-to-end tests (starts local control planes).
+test: build controlplane argo-rollouts controller-gen lint ## Unit, integration and end-to-end tests (starts local control planes).
 	$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
 
 .PHONY: test-unit

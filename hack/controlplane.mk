@@ -81,3 +81,14 @@ $(CP_BIN)/kwok-stages.yaml: $(CP_BIN)/kwok
 
 clean-controlplane: ## Remove the control plane binaries.
 	rm -f $(CP_ALL)
+
+# Argo Rollouts' controller, for test/argo (configstamp's --kinds-config with
+# the real controller). The version is test/argo's argoModule.
+ARGO_ROLLOUTS_VERSION := v1.8.3
+ARGO_ROLLOUTS := $(CP_BIN)/argo-rollouts-controller-$(ARGO_ROLLOUTS_VERSION)
+
+.PHONY: argo-rollouts
+argo-rollouts: $(ARGO_ROLLOUTS) ## Build Argo Rollouts' controller from its Go module into ./bin (cached; test/argo runs it).
+
+$(ARGO_ROLLOUTS):
+	$(CP_TOOLS)/../argo-rollouts.sh $(ARGO_ROLLOUTS_VERSION) $@

@@ -1,0 +1,327 @@
+// Package argo runs configstamp's Argo Rollouts support against Argo's real
+// controller: the rollouts-controller of the argo-rollouts Go module, built
+// from the module proxy as the control plane is, on the full local control
+// plane (kube-controller-manager, scheduler, kwok). configstamp runs with the
+// kinds file users apply, config/kinds/argo-rollouts/kinds.yaml. Where
+// test/kinds writes a Rollout's status by hand, here Argo writes it: the
+// canary steps, the pause, the abort.
+package argo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+var env *framework.Env
+
+// argoModule is the argo-rollouts release whose CRDs and controller the suite runs.
+const argoModule = "github.com/argoproj/argo-rollouts@v1.8.3"
+
+func TestMain(m *testing.M) {
+	kinds, err := filepath.Abs(filepath.Join("..", "..", "config", "kinds", "argo-rollouts", "kinds.yaml"))
+	if err == nil {
+		_, err = os.Stat(kinds)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "argo:", err)
+		os.Exit(1)
+	}
+	os.Exit(framework.Main(m, &env, framework.Config{
+		Full: true,
+		// One slot, no debounce; configstamp's own deadline longer than
+		// Argo's progressDeadlineSeconds, so that Argo's abort is what fails
+		// a rollout here.
+		Args: []string{"--kinds-config=" + kinds, "--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=3m"},
+		// configstamp reads the kinds whose CRD is installed when it starts.
+		BeforeStart:      startArgo,
+		ExtraControllers: []string{"rollout"},
+	}))
+}
+
+// startArgo installs Argo Rollouts' CRDs from argoModule (server-side: the
+// files are too large for the last-applied annotation) and runs its
+// controller as a process of this suite (it dies with it) with the admin
+// kubeconfig. The controller is bin/'s, built by `make argo-rollouts`
+// (hack/argo-rollouts.sh, which this runs when it is missing).
+func startArgo(ctx context.Context, e *framework.Env) error {
+	began := time.Now()
+	dir, err := argoSource(ctx)
+	if err != nil {
+		return err
+	}
+	if _, stderr, err := e.KubectlErr("", "apply", "--server-side", "-k", filepath.Join(dir, "manifests", "crds")); err != nil {
+		return fmt.Errorf("applying Argo's CRDs: %w\n%s", err, stderr)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		out, _, err := e.KubectlErr("", "get", "crd", "rollouts.argoproj.io", "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+		return err == nil && out == "True", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the Rollout CRD: %w", err)
+	}
+	version := strings.Split(argoModule, "@")[1]
+	bin := filepath.Join(e.Root, "bin", "argo-rollouts-controller-"+version)
+	if _, err := os.Stat(bin); err != nil {
+		build := exec.CommandContext(ctx, filepath.Join(e.Root, "hack", "argo-rollouts.sh"), version, bin)
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("building Argo's controller: %w\n%s", err, out)
+		}
+	}
+	ports := make([]string, 2)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		ports[i] = strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+		_ = l.Close()
+	}
+	log, err := os.Create(filepath.Join(e.Dir(), "argo-rollouts.log"))
+	if err != nil {
+		return err
+	}
+	ctl := exec.Command(bin, "--kubeconfig="+e.Kubeconfig, "--leader-elect=false", "--metricsport="+ports[0], "--healthzPort="+ports[1])
+	ctl.Stdout, ctl.Stderr = log, log
+	ctl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := ctl.Start(); err != nil {
+		return fmt.Errorf("starting Argo's controller: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "argo: CRDs and controller of %s up in %v (log %s)\n", argoModule, time.Since(began).Round(time.Millisecond), log.Name())
+	return nil
+}
+
+// argoSource downloads argoModule through the Go module proxy, outside
+// configstamp's module (whose go.mod stays as it is), and returns its directory.
+func argoSource(ctx context.Context) (string, error) {
+	tmp, err := os.MkdirTemp("", "configstamp-argo-")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", argoModule)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	out, err := cmd.Output()
+	var mod struct{ Dir, Error string }
+	if jsonErr := json.Unmarshal(out, &mod); jsonErr != nil && err == nil {
+		err = jsonErr
+	}
+	if err != nil || mod.Error != "" || mod.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: %w %s\n%s", argoModule, err, mod.Error, out)
+	}
+	return mod.Dir, nil
+}
+
+// canary is a Rollout as a user writes it: replicas 2, canary steps (50%,
+// a pause of 2 s, 100%), a pod template that mounts the ConfigMap cm, opted
+// in, with a rollout priority and Argo's progress deadline.
+func canary(ns, name, cm string, priority, deadline int) string {
+	return fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata:
+  name: %[2]s
+  namespace: %[1]s
+  labels: {configstamp.io/enabled: "true"}
+  annotations: {configstamp.io/rollout-priority: "%[4]d"}
+spec:
+  replicas: 2
+  progressDeadlineSeconds: %[5]d
+  progressDeadlineAbort: true
+  selector:
+    matchLabels: {app: %[2]s}
+  strategy:
+    canary:
+      steps:
+      - setWeight: 50
+      - pause: {duration: 2s}
+  template:
+    metadata:
+      labels: {app: %[2]s}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: app
+        image: registry.example/app:1
+        volumeMounts:
+        - {name: config, mountPath: /config}
+      volumes:
+      - name: config
+        configMap: {name: %[3]s}
+`, ns, name, cm, priority, deadline)
+}
+
+func rolloutObj(ns, name string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("argoproj.io/v1alpha1")
+	u.SetKind("Rollout")
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+// status is what Argo reports of a Rollout, and its template's stamp.
+type status struct {
+	phase, message, stamp string
+	step, steps           int64
+	// current: Argo's status is about the Rollout's current generation.
+	current bool
+}
+
+func read(t *testing.T, ns, name string) (*unstructured.Unstructured, status) {
+	t.Helper()
+	u := rolloutObj(ns, name)
+	env.Get(t, u)
+	var s status
+	s.phase, _, _ = unstructured.NestedString(u.Object, "status", "phase")
+	s.message, _, _ = unstructured.NestedString(u.Object, "status", "message")
+	s.stamp, _, _ = unstructured.NestedString(u.Object, "spec", "template", "metadata", "annotations", stamp.AnnotationHash)
+	s.step, _, _ = unstructured.NestedInt64(u.Object, "status", "currentStepIndex")
+	steps, _, _ := unstructured.NestedSlice(u.Object, "spec", "strategy", "canary", "steps")
+	s.steps = int64(len(steps))
+	observed, _, _ := unstructured.NestedString(u.Object, "status", "observedGeneration")
+	s.current = observed == strconv.FormatInt(u.GetGeneration(), 10)
+	return u, s
+}
+
+// waitHealthy waits until Argo reports the Rollout's current generation
+// Healthy with its canary through every step, carrying stamp (any stamp when "").
+func waitHealthy(t *testing.T, ns, name, stamp string) status {
+	t.Helper()
+	var s status
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		_, s = read(t, ns, name)
+		return s.current && s.phase == "Healthy" && s.step == s.steps && s.stamp != "" && (stamp == "" || s.stamp == stamp),
+			fmt.Sprintf("%s: phase %q (%s), step %d of %d, stamp %q, status of the current generation %v", name, s.phase, s.message, s.step, s.steps, s.stamp, s.current)
+	})
+	return s
+}
+
+// TestCanaryRollsOncePerChange: a Rollout with canary steps that mounts a
+// ConfigMap is stamped at CREATE; each change of the ConfigMap restamps it
+// once, Argo walks the canary (50%, pause, 100%) to Healthy, and exactly one
+// new ReplicaSet appears per change; configstamp follows the rollout to
+// completed.
+func TestCanaryRollsOncePerChange(t *testing.T) {
+	ns := env.Namespace(t, "argo-canary", nil)
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"k": "v0"}, nil))
+	env.Kubectl(t, canary(ns, "web", "cfg", 0, 60), "apply", "-f", "-")
+	s := waitHealthy(t, ns, "web", "")
+	if n := len(env.ReplicaSets(t, ns, "web")); n != 1 {
+		t.Fatalf("%d ReplicaSets after the create, want 1 (stamped at CREATE, no second rollout)", n)
+	}
+	web := rolloutObj(ns, "web")
+	for i := 1; i <= 3; i++ {
+		changed := time.Now()
+		env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"k": "v" + strconv.Itoa(i)}, nil))
+		var stamped time.Duration
+		var now status
+		framework.Eventually(t, time.Minute, func() (bool, string) {
+			_, now = read(t, ns, "web")
+			stamped = time.Since(changed)
+			return now.stamp != s.stamp, "not restamped"
+		})
+		// Through its steps: Argo pauses the new stamp's canary at step 1
+		// (50%), then goes on to Healthy.
+		paused := false
+		framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+			_, s = read(t, ns, "web")
+			if s.current && s.stamp == now.stamp && s.phase == "Paused" && s.step == 1 {
+				paused = true
+			}
+			return paused && s.current && s.phase == "Healthy" && s.step == s.steps && s.stamp == now.stamp,
+				fmt.Sprintf("phase %q (%s), step %d of %d, paused at step 1 seen %v", s.phase, s.message, s.step, s.steps, paused)
+		})
+		framework.Eventually(t, time.Minute, func() (bool, string) {
+			env.Get(t, web)
+			r := rollout.Read(web.GetAnnotations())
+			return r.State == rollout.Completed, fmt.Sprintf("configstamp's record %q, want completed", r.State)
+		})
+		rs := env.ReplicaSets(t, ns, "web")
+		t.Logf("change %d: stamped %v after it, Healthy through %d canary steps %v after it; %d ReplicaSets",
+			i, stamped.Round(time.Millisecond), s.steps, time.Since(changed).Round(time.Millisecond), len(rs))
+		if len(rs) != i+1 {
+			t.Errorf("change %d: %d ReplicaSets, want %d (one rollout per change)", i, len(rs), i+1)
+		}
+	}
+}
+
+// TestAbortedCanaryHaltsTheChange: budget 1; two canary Rollouts, "first"
+// (priority 10, Argo's progressDeadlineSeconds 10 with abort) and "second"
+// (priority 0), mount one ConfigMap. With the node cordoned, the change's
+// canary pods never schedule: Argo aborts "first" at its progress deadline
+// (Degraded), configstamp records the failure and halts the change, and
+// "second" is never stamped with it. Uncordoned, and resumed as documented
+// (the halted annotation removed), "second" rolls once through its canary.
+func TestAbortedCanaryHaltsTheChange(t *testing.T) {
+	ns := env.Namespace(t, "argo-abort", nil)
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"k": "good"}, nil))
+	env.Kubectl(t, canary(ns, "first", "shared", 10, 10)+"---\n"+canary(ns, "second", "shared", 0, 600), "apply", "-f", "-")
+	waitHealthy(t, ns, "first", "")
+	before := waitHealthy(t, ns, "second", "").stamp
+
+	nodes, _ := env.Kubectl(t, "", "get", "nodes", "-o", "name")
+	for _, n := range strings.Fields(nodes) {
+		env.Kubectl(t, "", "cordon", n)
+	}
+	t.Cleanup(func() {
+		for _, n := range strings.Fields(nodes) {
+			_, _, _ = env.KubectlErr("", "uncordon", n)
+		}
+	})
+	changed := time.Now()
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"k": "bad"}, nil))
+	first := rolloutObj(ns, "first")
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		_, s := read(t, ns, "first")
+		env.Get(t, first)
+		r := rollout.Read(first.GetAnnotations())
+		return s.phase == "Degraded" && r.State == rollout.Failed && r.Halted != "",
+			fmt.Sprintf("first: phase %q (%s), configstamp's record %q halted %q", s.phase, s.message, r.State, r.Halted)
+	})
+	failed := time.Since(changed)
+	env.WaitEvent(t, first, controllers.ReasonRolloutFailed, "failed")
+	// Nothing configstamp adds delays "second" (no debounce): 20 s past the
+	// failure, it still carries its old stamp.
+	hold := time.Now()
+	for time.Since(hold) < 20*time.Second {
+		if _, s := read(t, ns, "second"); s.stamp != before {
+			t.Fatalf("second was stamped with the aborted change %v after the failure: %q", time.Since(hold).Round(time.Millisecond), s.stamp)
+		}
+		<-time.After(500 * time.Millisecond)
+	}
+	t.Logf("first aborted by Argo (Degraded) and halted by configstamp %v after the change; second held for 20 s", failed.Round(time.Millisecond))
+
+	for _, n := range strings.Fields(nodes) {
+		env.Kubectl(t, "", "uncordon", n)
+	}
+	env.Kubectl(t, "", "-n", ns, "annotate", "rollout", "first", rollout.AnnotationHalted+"-")
+	resumed := time.Now()
+	var now status
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		_, now = read(t, ns, "second")
+		return now.stamp != before, "second not stamped after the resume"
+	})
+	t.Logf("after the resume, second stamped in %v", time.Since(resumed).Round(time.Millisecond))
+	waitHealthy(t, ns, "second", now.stamp)
+	if n := len(env.ReplicaSets(t, ns, "second")); n != 2 {
+		t.Errorf("second has %d ReplicaSets, want 2 (one rollout of the change)", n)
+	}
+}
