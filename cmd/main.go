@@ -32,6 +32,7 @@ import (
 
 	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/fence"
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -77,6 +78,7 @@ type options struct {
 	namespaceSelector   string
 	scope               *workload.Scope
 	applyWarnings       bool
+	pin                 bool
 	kindsConfig         string
 	printRBAC           bool
 	kindsRecheck        time.Duration
@@ -134,6 +136,7 @@ func parseFlags() *options {
 	fs.Var(&o.watchNamespaces, "watch-namespaces", "Comma-separated namespaces this installation acts in (webhook and reconciler); the cache holds only these, and a Role in each suffices (config/namespaced). Empty: every namespace but the excluded ones.")
 	fs.Var(&o.excludeNamespaces, "exclude-namespaces", "Comma-separated namespaces this installation never acts in, webhook and reconciler alike; their objects are not cached. --namespace and kube-system are always excluded.")
 	fs.StringVar(&o.namespaceSelector, "namespace-selector", "", `Label selector (kubectl syntax, e.g. "team=payments,env in (prod)") a namespace's labels must match to be in scope. Filters what is acted on, not what is cached.`)
+	fs.BoolVar(&o.pin, "pin", false, "Pin the workloads that ask for it (annotation configstamp.io/pin=\"true\" on the workload or its Namespace): their pod templates reference immutable snapshots of their ConfigMaps and Secrets, which configstamp creates (needs create and patch on ConfigMaps and Secrets: the kustomize component config/components/pin). Without it the annotation is ignored with a warning.")
 	fs.BoolVar(&o.applyWarnings, "apply-warnings", false, "Serve the apply-time warning webhook (ConfigMap/Secret UPDATE: an admission warning naming the workloads the change rolls; never denies). Self mode registers its ValidatingWebhookConfiguration (named --webhook-config-name) and deletes it without the flag; in cert-manager mode apply one as the README shows.")
 	fs.StringVar(&o.kindsConfig, "kinds-config", "", "YAML file naming extra workload kinds with a pod template (Argo Rollouts, other CRDs): group, version, kind, resource, templatePath and where their status tells progress (config/kinds). A kind whose CRD is not installed at start is skipped.")
 	fs.DurationVar(&o.kindsRecheck, "kinds-recheck-interval", 30*time.Second, "How often to check whether a kind of --kinds-config whose CRD was not installed at start is served now; once served at 3 checks in a row, configstamp exits (after a random part of an interval) to be restarted and handle it. 0: never.")
@@ -386,7 +389,11 @@ func setupWebhook(ctx context.Context, o *options, mgr ctrl.Manager, cfg *rest.C
 	if err != nil {
 		return "", err
 	}
-	if err := webhook.Setup(mgr, live, self, o.scope); err != nil {
+	var snapshots *pin.Snapshots
+	if o.pin {
+		snapshots = &pin.Snapshots{Reader: liveReader, Writer: liveReader}
+	}
+	if err := webhook.Setup(mgr, live, self, o.scope, snapshots); err != nil {
 		return "", fmt.Errorf("while setting up the webhook: %w", err)
 	}
 	if o.applyWarnings {

@@ -15,6 +15,7 @@ import (
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -49,7 +50,7 @@ func indexWorkloadSources(obj client.Object) []string {
 	if tmpl == nil {
 		return nil
 	}
-	refs, _ := stamp.WorkloadRefs(obj.GetAnnotations(), &tmpl.Spec)
+	refs, _ := stamp.WorkloadRefs(obj.GetAnnotations(), pin.SourceSpec(tmpl))
 	return refs.IndexValues()
 }
 

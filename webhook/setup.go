@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -29,22 +30,23 @@ const Path = "/mutate-workloads"
 // Setup registers the webhook on the manager's webhook server. resolver must
 // read sources live; the cache is used for Namespaces and selector discovery.
 // self is configstamp's own user name (see Stamper.Self). scope is the
-// installation's (see Stamper.Scope).
-func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope) error {
+// installation's (see Stamper.Scope). snapshots, when set, pins the workloads that
+// ask for it (see Stamper.Snapshots).
+func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope, snapshots *pin.Snapshots) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
 	rollout.RegisterMetrics() // configstamp_warnings_total
 	recorder := rollout.CountWarnings(mgr.GetEventRecorder("configstamp-webhook"))
 	apps := func(kind string) schema.GroupKind { return schema.GroupKind{Group: appsv1.GroupName, Kind: kind} }
 	handlers := byKind{
 		apps("Deployment"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots}).Handler,
 		apps("StatefulSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.StatefulSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots}).Handler,
 		apps("DaemonSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.DaemonSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots}).Handler,
 	}
 	custom := admission.WithDefaulter(mgr.GetScheme(), &Stamper[*unstructured.Unstructured]{
-		Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope}).Handler
+		Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots}).Handler
 	for _, k := range workload.Kinds {
 		if k.Unstructured() {
 			handlers[k.GVK.GroupKind()] = custom

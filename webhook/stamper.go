@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -40,6 +41,9 @@ type Stamper[T client.Object] struct {
 	// admitted unchanged, whatever sent it here (a namespaceSelector edited by
 	// hand, the static manifest of cert-manager mode). Nil: every namespace.
 	Scope *workload.Scope
+	// Snapshots makes the snapshots of pinned workloads (--pin). Nil: pinning
+	// is off, and configstamp.io/pin is ignored with a warning.
+	Snapshots *pin.Snapshots
 }
 
 var _ admission.Defaulter[client.Object] = &Stamper[client.Object]{}
@@ -58,13 +62,27 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	logger := log.FromContext(ctx).WithValues("kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)
 	dryRun := req.DryRun != nil && *req.DryRun
 	tmpl := workload.PodTemplate(obj)
-	if tmpl == nil || !obj.GetDeletionTimestamp().IsZero() || !s.optedIn(ctx, obj, req.Namespace, dryRun, logger) {
+	if tmpl == nil || !obj.GetDeletionTimestamp().IsZero() {
 		return nil
 	}
-	if req.Operation == admissionv1.Update && s.unchanged(obj, req, logger) {
+	enabled, ns := s.optedIn(ctx, obj, req.Namespace, dryRun, logger)
+	if !enabled {
 		return nil
 	}
-	comp, err := s.Resolver.Compute(ctx, req.Namespace, obj.GetAnnotations(), tmpl)
+	sent := tmpl.Annotations[stamp.AnnotationHash]
+	wanted := s.pinWanted(ctx, obj, ns, req.Namespace, dryRun)
+	pinning := s.Snapshots != nil && (wanted || pin.Pinned(tmpl) != nil)
+	settled := !pinning || wanted == (pin.Pinned(tmpl) != nil) // nothing to pin or unpin
+	if req.Operation == admissionv1.Update && settled && s.unchanged(obj, req, logger, !pinning) {
+		return nil
+	}
+	var sources client.Reader = s.Resolver.Sources
+	var memo *pin.Memo
+	if pinning {
+		memo = pin.NewMemo(sources) // the snapshots copy exactly what the stamp hashes
+		sources = memo
+	}
+	comp, err := s.Resolver.ComputeFrom(ctx, sources, req.Namespace, obj.GetAnnotations(), tmpl)
 	if tooMany := (*workload.TooManyReferences)(nil); errors.As(err, &tooMany) {
 		s.report(ctx, obj, req.Namespace, tooMany.Problem(), dryRun)
 		return nil
@@ -77,6 +95,15 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 		if p.Source == nil {
 			s.report(ctx, obj, req.Namespace, p.Problem, dryRun)
 		}
+	}
+	if pinning {
+		tmpl.Spec = *pin.SourceSpec(tmpl)
+		if err := s.pin(ctx, pinRequest{obj: obj, req: req, comp: comp, memo: memo, wanted: wanted, dryRun: dryRun}); err != nil {
+			return s.pinFailed(ctx, obj, req, err, dryRun, logger)
+		}
+	}
+	if req.Operation == admissionv1.Update && req.UserInfo.Username != s.Self {
+		s.warnIfUndone(ctx, obj, req, sent, comp.Hash, dryRun)
 	}
 	if !workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, comp.Hash) {
 		return nil // no template to stamp: no record either
@@ -99,8 +126,8 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 
 // optedIn reports whether obj, in namespace, is configstamp's to stamp: the
 // namespace in scope and the workload (or its namespace) opted in. Bad
-// opt-in values are reported.
-func (s *Stamper[T]) optedIn(ctx context.Context, obj T, namespace string, dryRun bool, logger logr.Logger) bool {
+// opt-in values are reported. The namespace is returned for its other settings.
+func (s *Stamper[T]) optedIn(ctx context.Context, obj T, namespace string, dryRun bool, logger logr.Logger) (bool, *corev1.Namespace) {
 	ns := &corev1.Namespace{}
 	err := s.Cache.Get(ctx, client.ObjectKey{Name: namespace}, ns)
 	if apierrors.IsNotFound(err) {
@@ -109,23 +136,24 @@ func (s *Stamper[T]) optedIn(ctx context.Context, obj T, namespace string, dryRu
 	}
 	if err != nil {
 		logger.Error(err, "while reading namespace; admitting unchanged")
-		return false
+		return false, nil
 	}
 	if !s.Scope.InScope(namespace, ns.Labels) {
 		logger.V(1).Info("namespace out of scope; admitting unchanged")
-		return false
+		return false, nil
 	}
 	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)
 	for _, p := range problems {
 		s.report(ctx, obj, namespace, p, dryRun)
 	}
-	return enabled
+	return enabled, ns
 }
 
 // unchanged reports whether an UPDATE needs no hash computed: its template is
 // otherwise unchanged (keepStamp restores what it dropped), or it is the
-// reconciler's own fresh stamp.
-func (s *Stamper[T]) unchanged(obj T, req admission.Request, logger logr.Logger) bool {
+// reconciler's own fresh stamp (trusted only when trustFresh: a pinned
+// workload's new stamp needs its snapshots, made from a read).
+func (s *Stamper[T]) unchanged(obj T, req admission.Request, logger logr.Logger, trustFresh bool) bool {
 	old := s.newObject()
 	if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
 		logger.Error(err, "while decoding the old object; admitting unchanged")
@@ -134,7 +162,7 @@ func (s *Stamper[T]) unchanged(obj T, req admission.Request, logger logr.Logger)
 	if keepStamp(old, obj) {
 		return true
 	}
-	if s.Self != "" && req.UserInfo.Username == s.Self && freshProposal(old, obj) {
+	if trustFresh && s.Self != "" && req.UserInfo.Username == s.Self && freshProposal(old, obj) {
 		logger.V(1).Info("accepted the reconciler's stamp without reads")
 		return true
 	}
@@ -212,7 +240,13 @@ func (s *Stamper[T]) newObject() T {
 
 // report returns p as an admission warning and, unless dry-run, a Warning event.
 func (s *Stamper[T]) report(ctx context.Context, obj client.Object, namespace string, p stamp.Problem, dryRun bool) {
-	addWarning(ctx, p.String())
+	s.warn(ctx, obj, namespace, workload.ReasonInvalidValue, "Ignore", p.String(), dryRun)
+}
+
+// warn returns msg as an admission warning and, unless dry-run, a Warning
+// event with reason and action.
+func (s *Stamper[T]) warn(ctx context.Context, obj client.Object, namespace, reason, action, msg string, dryRun bool) {
+	addWarning(ctx, msg)
 	if dryRun || s.Recorder == nil {
 		return
 	}
@@ -220,7 +254,7 @@ func (s *Stamper[T]) report(ctx context.Context, obj client.Object, namespace st
 	if ref.GetNamespace() == "" {
 		ref.SetNamespace(namespace)
 	}
-	s.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", p.String())
+	s.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, action, "%s", msg)
 }
 
 // warnings collects admission warnings through the request context.

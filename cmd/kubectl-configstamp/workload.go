@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	cswl "github.com/configstamp/configstamp/controllers/workload"
 )
@@ -54,7 +55,7 @@ func (w workload) ref() string { return strings.ToLower(w.kind) + "/" + w.meta.N
 
 // references are the workload's template and extra-* references (not selectors).
 func (w workload) references() []stamp.Reference {
-	refs, _ := stamp.WorkloadReferences(w.meta.Annotations, &w.template.Spec)
+	refs, _ := stamp.WorkloadReferences(w.meta.Annotations, pin.SourceSpec(w.template))
 	return refs
 }
 

@@ -168,16 +168,24 @@ func boolProblem(field, value string) (bool, *Problem) {
 // when it parses; otherwise the namespace's LabelEnabled decides; otherwise false.
 // A present but unparseable value (including "") is a Problem and treated as absent.
 func Enabled(workloadLabels, namespaceLabels map[string]string) (bool, []Problem) {
+	return Setting("label", LabelEnabled, workloadLabels, namespaceLabels)
+}
+
+// Setting reads a boolean setting of a workload that its Namespace may set
+// for every workload in it: the workload's value, if it is a valid boolean,
+// wins over the namespace's; neither valid is false. what names the kind of
+// field ("label", "annotation") in the problems a bad value gives.
+func Setting(what, key string, workload, namespace map[string]string) (bool, []Problem) {
 	var problems []Problem
-	if v, ok := workloadLabels[LabelEnabled]; ok {
-		b, p := boolProblem("label "+LabelEnabled, v)
+	if v, ok := workload[key]; ok {
+		b, p := boolProblem(what+" "+key, v)
 		if p == nil {
 			return b, nil
 		}
 		problems = append(problems, *p)
 	}
-	if v, ok := namespaceLabels[LabelEnabled]; ok {
-		b, p := boolProblem("namespace label "+LabelEnabled, v)
+	if v, ok := namespace[key]; ok {
+		b, p := boolProblem("namespace "+what+" "+key, v)
 		if p == nil {
 			return b, problems
 		}

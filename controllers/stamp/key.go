@@ -174,3 +174,10 @@ func (k *Keyring) ByID(id string) *Hasher {
 	}
 	return nil
 }
+
+// Hashers returns the Hasher in force, then the previous ones, newest first.
+func (k *Keyring) Hashers() []*Hasher {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return append([]*Hasher{k.current}, k.previous...)
+}

@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
@@ -27,7 +28,7 @@ func SelectedBy(templateLabels, sourceAnnotations map[string]string) bool {
 // rollout selector matches the template (selected).
 func ReferencesTo(annotations map[string]string, tmpl *corev1.PodTemplateSpec, ref stamp.ObjectRef, sourceAnnotations map[string]string) (refs *stamp.Refs, selected bool) {
 	refs = stamp.NewRefs()
-	all, _ := stamp.WorkloadReferences(annotations, &tmpl.Spec)
+	all, _ := stamp.WorkloadReferences(annotations, pin.SourceSpec(tmpl))
 	for _, r := range all {
 		if r.Ref == ref {
 			r.Add(refs)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
@@ -115,9 +116,16 @@ func (e *TooManyReferences) Problem() stamp.Problem {
 }
 
 // Compute resolves the references of a workload in namespace, with the given
-// metadata annotations and pod template, and hashes their data.
+// metadata annotations and pod template, and hashes their data. A pinned
+// template counts as referencing the sources of its snapshots (pin.SourceSpec).
 func (r *Resolver) Compute(ctx context.Context, namespace string, annotations map[string]string, tmpl *corev1.PodTemplateSpec) (*Computation, error) {
-	refs, problems := stamp.WorkloadRefs(annotations, &tmpl.Spec)
+	return r.ComputeFrom(ctx, r.Sources, namespace, annotations, tmpl)
+}
+
+// ComputeFrom is Compute reading the sources from sources instead of r.Sources
+// (a pin.Memo, that keeps what the hash was computed on).
+func (r *Resolver) ComputeFrom(ctx context.Context, sources client.Reader, namespace string, annotations map[string]string, tmpl *corev1.PodTemplateSpec) (*Computation, error) {
+	refs, problems := stamp.WorkloadRefs(annotations, pin.SourceSpec(tmpl))
 	comp := &Computation{}
 	for _, p := range problems {
 		comp.Problems = append(comp.Problems, SubjectProblem{Problem: p})
@@ -160,7 +168,7 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 					if err := ctx.Err(); err != nil { // both were ready: read nothing more
 						reads[i].err = fmt.Errorf("while waiting to read %s: %w", objects[i], err)
 					} else {
-						reads[i].src, reads[i].version, reads[i].problem, reads[i].err = r.source(ctx, namespace, objects[i])
+						reads[i].src, reads[i].version, reads[i].problem, reads[i].err = source(ctx, sources, namespace, objects[i])
 					}
 					<-slots
 				}
@@ -169,10 +177,10 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 		wg.Wait()
 	} else {
 		for i, ref := range objects {
-			reads[i].src, reads[i].version, reads[i].problem, reads[i].err = r.source(ctx, namespace, ref)
+			reads[i].src, reads[i].version, reads[i].problem, reads[i].err = source(ctx, sources, namespace, ref)
 		}
 	}
-	sources := make(map[stamp.ObjectRef]stamp.Source, len(objects))
+	data := make(map[stamp.ObjectRef]stamp.Source, len(objects))
 	comp.Versions = make(map[stamp.ObjectRef]string, len(objects))
 	for i, ref := range objects {
 		if reads[i].err != nil {
@@ -181,19 +189,19 @@ func (r *Resolver) Compute(ctx context.Context, namespace string, annotations ma
 		if reads[i].problem != nil {
 			comp.Problems = append(comp.Problems, SubjectProblem{Source: &ref, Problem: *reads[i].problem})
 		}
-		sources[ref] = reads[i].src // an ignored source is left out by Compute
+		data[ref] = reads[i].src // an ignored source is left out by Compute
 		comp.Versions[ref] = reads[i].version
 	}
-	comp.Data = sources
+	comp.Data = data
 	comp.Refs = refs
 	comp.Hasher = r.Keys.Current()
 	comp.KeyID = comp.Hasher.KeyID()
-	comp.Result = comp.Hasher.Compute(namespace, refs, sources)
+	comp.Result = comp.Hasher.Compute(namespace, refs, data)
 	return comp, nil
 }
 
 // source reads one referenced object. A missing object is an absent source.
-func (r *Resolver) source(ctx context.Context, namespace string, ref stamp.ObjectRef) (stamp.Source, string, *stamp.Problem, error) {
+func source(ctx context.Context, sources client.Reader, namespace string, ref stamp.ObjectRef) (stamp.Source, string, *stamp.Problem, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}
 	var obj client.Object
 	switch ref.Kind {
@@ -204,7 +212,7 @@ func (r *Resolver) source(ctx context.Context, namespace string, ref stamp.Objec
 	default:
 		return stamp.Source{}, "", nil, fmt.Errorf("unknown source kind %q", ref.Kind)
 	}
-	if err := r.Sources.Get(ctx, key, obj); err != nil {
+	if err := sources.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return stamp.AbsentSource(ref), stamp.VersionAbsent, nil, nil
 		}

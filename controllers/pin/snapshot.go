@@ -1,0 +1,182 @@
+package pin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// Snapshot returns the snapshot of src named name: an immutable object of the
+// same kind (a Secret keeps its type) in the same namespace, with all of
+// src's data, labelled as configstamp's and naming its source.
+func Snapshot(src client.Object, name string) client.Object {
+	meta := metav1.ObjectMeta{
+		Name: name, Namespace: src.GetNamespace(),
+		Labels:      map[string]string{LabelSnapshot: "true", LabelManagedBy: Manager},
+		Annotations: map[string]string{SnapshotOf: src.GetName()},
+	}
+	if len(validation.IsValidLabelValue(src.GetName())) == 0 {
+		meta.Labels[SnapshotOf] = src.GetName()
+	}
+	immutable := true
+	switch o := src.(type) {
+	case *corev1.ConfigMap:
+		return &corev1.ConfigMap{ObjectMeta: meta, Immutable: &immutable,
+			Data: maps.Clone(o.Data), BinaryData: maps.Clone(o.BinaryData)}
+	case *corev1.Secret:
+		return &corev1.Secret{ObjectMeta: meta, Immutable: &immutable, Type: o.Type, Data: maps.Clone(o.Data)}
+	}
+	return nil
+}
+
+// Same reports whether have is configstamp's snapshot of the source want
+// copies (Snapshot(src, ...)): the same labels that make it configstamp's,
+// the same source, immutable, the same data. Anything else under that name is
+// someone else's and never used or overwritten.
+func Same(have, want client.Object) bool {
+	if have.GetLabels()[LabelSnapshot] != "true" || have.GetLabels()[LabelManagedBy] != Manager ||
+		have.GetAnnotations()[SnapshotOf] != want.GetAnnotations()[SnapshotOf] {
+		return false
+	}
+	switch h := have.(type) {
+	case *corev1.ConfigMap:
+		w := want.(*corev1.ConfigMap)
+		return h.Immutable != nil && *h.Immutable && equality.Semantic.DeepEqual(h.Data, w.Data) &&
+			equality.Semantic.DeepEqual(h.BinaryData, w.BinaryData)
+	case *corev1.Secret:
+		w := want.(*corev1.Secret)
+		return h.Immutable != nil && *h.Immutable && h.Type == w.Type && equality.Semantic.DeepEqual(h.Data, w.Data)
+	}
+	return false
+}
+
+// ErrTaken is Ensure's error for a name held by an object that is not
+// configstamp's snapshot of that content.
+var ErrTaken = errors.New("the name is taken by an object that is not configstamp's snapshot of this content")
+
+// Snapshots creates snapshots. Reader must read the API server (not a cache:
+// a cached ConfigMap holds digests, not data).
+type Snapshots struct {
+	Reader client.Reader
+	Writer client.Writer
+}
+
+// Ensure makes sure that the snapshot want (Snapshot) exists: it finds
+// configstamp's identical snapshot under that name (made for another workload,
+// or earlier), or creates it. It reads before it creates, so that an existing
+// snapshot is used even when a ResourceQuota would refuse a new object. owner,
+// when set, is added to its owners, so that Kubernetes' garbage collector
+// deletes it with the last of them.
+func (s *Snapshots) Ensure(ctx context.Context, want client.Object, owner *metav1.OwnerReference) error {
+	have := want.DeepCopyObject().(client.Object)
+	err := s.Reader.Get(ctx, client.ObjectKeyFromObject(want), have)
+	if apierrors.IsNotFound(err) {
+		if owner != nil {
+			want.SetOwnerReferences([]metav1.OwnerReference{*owner})
+		}
+		if err = s.Writer.Create(ctx, want); !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		err = s.Reader.Get(ctx, client.ObjectKeyFromObject(want), have) // made a moment ago by another admission
+	}
+	if err != nil {
+		return err
+	}
+	if !Same(have, want) {
+		return fmt.Errorf("%s %s/%s: %w", kindOf(want), want.GetNamespace(), want.GetName(), ErrTaken)
+	}
+	if owner == nil || owned(have, owner) {
+		return nil
+	}
+	return s.addOwner(ctx, have, owner)
+}
+
+// Own adds owner to the owners of configstamp's snapshot name of kind in
+// namespace: a snapshot made at a workload's CREATE, before the workload had a
+// UID, gets its owner at the workload's next UPDATE. A missing object, or one
+// that is not configstamp's snapshot, is left alone.
+func (s *Snapshots) Own(ctx context.Context, kind stamp.Kind, namespace, name string, owner *metav1.OwnerReference) error {
+	var have client.Object = &corev1.ConfigMap{}
+	if kind == stamp.KindSecret {
+		have = &corev1.Secret{}
+	}
+	err := s.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, have)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil || have.GetLabels()[LabelSnapshot] != "true" || have.GetLabels()[LabelManagedBy] != Manager || owned(have, owner) {
+		return err
+	}
+	return s.addOwner(ctx, have, owner)
+}
+
+// addOwner patches have's owners only; the resourceVersion makes it a
+// compare-and-swap.
+func (s *Snapshots) addOwner(ctx context.Context, have client.Object, owner *metav1.OwnerReference) error {
+	patch := client.MergeFromWithOptions(have.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	have.SetOwnerReferences(append(have.GetOwnerReferences(), *owner))
+	return s.Writer.Patch(ctx, have, patch)
+}
+
+func owned(obj client.Object, owner *metav1.OwnerReference) bool {
+	for _, o := range obj.GetOwnerReferences() {
+		if o.UID == owner.UID {
+			return true
+		}
+	}
+	return false
+}
+
+func kindOf(obj client.Object) stamp.Kind {
+	if _, ok := obj.(*corev1.Secret); ok {
+		return stamp.KindSecret
+	}
+	return stamp.KindConfigMap
+}
+
+// Memo is a client.Reader that keeps a copy of every ConfigMap and Secret it
+// reads, so that a snapshot copies exactly the data a stamp was computed on.
+type Memo struct {
+	client.Reader
+	mu   sync.Mutex
+	objs map[stamp.ObjectRef]client.Object
+}
+
+// NewMemo returns a Memo reading through r.
+func NewMemo(r client.Reader) *Memo {
+	return &Memo{Reader: r, objs: map[stamp.ObjectRef]client.Object{}}
+}
+
+// Get reads through and keeps what it read.
+func (m *Memo) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := m.Reader.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if _, ok := obj.(*corev1.ConfigMap); !ok {
+		if _, ok := obj.(*corev1.Secret); !ok {
+			return nil
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.objs[stamp.ObjectRef{Kind: kindOf(obj), Name: key.Name}] = obj.DeepCopyObject().(client.Object)
+	return nil
+}
+
+// Object returns what was read of ref, or nil.
+func (m *Memo) Object(ref stamp.ObjectRef) client.Object {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.objs[ref]
+}

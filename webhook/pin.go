@@ -1,0 +1,185 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+// ReasonPinFailed is the Warning event of a snapshot configstamp could not
+// make; configstamp_warnings_total{reason="PinFailed"} counts them.
+const ReasonPinFailed = "PinFailed"
+
+// pinRequest is what the pin step of one admission works on.
+type pinRequest struct {
+	obj    client.Object
+	req    admission.Request
+	comp   *workload.Computation
+	memo   *pin.Memo
+	wanted bool
+	dryRun bool
+}
+
+// pin makes the template of p.obj, whose spec is already its source view,
+// reference snapshots of every pinnable source it mounts or reads (p.wanted),
+// or its sources again (unpinned). Each new snapshot exists before the
+// template names it; under dry-run none is created and the names are those a
+// real request would give.
+func (s *Stamper[T]) pin(ctx context.Context, p pinRequest) error {
+	tmpl := workload.PodTemplate(p.obj)
+	pins := pin.Pins{}
+	if p.wanted {
+		had := pin.Pinned(tmpl)
+		owner := ownerOf(p.obj, p.req)
+		for _, ref := range pinnable(tmpl, p.comp, p.memo) {
+			src := p.memo.Object(ref)
+			name := snapshotName(s.Resolver.Keys, src, had[ref])
+			if !p.dryRun {
+				if err := s.Snapshots.Ensure(ctx, pin.Snapshot(src, name), owner); err != nil {
+					return fmt.Errorf("while making the snapshot %s of %s: %w", name, ref, err)
+				}
+			}
+			pins[ref] = name
+		}
+		if owner != nil {
+			for ref, name := range had {
+				if pins[ref] == name || p.dryRun {
+					continue
+				}
+				// The snapshot the template leaves: its old revision still uses it.
+				if err := s.Snapshots.Own(ctx, ref.Kind, p.obj.GetNamespace(), name, owner); err != nil {
+					return fmt.Errorf("while adding the owner of the snapshot %s of %s: %w", name, ref, err)
+				}
+			}
+		}
+	}
+	pin.Apply(tmpl, pins)
+	return nil
+}
+
+// pinnable lists the sources of tmpl (a source view) that get a snapshot: the
+// template's own references (not extra-* or rollout selectors, which nothing
+// mounts) to objects that exist, are not ignored, and can be copied.
+func pinnable(tmpl *corev1.PodTemplateSpec, comp *workload.Computation, memo *pin.Memo) []stamp.ObjectRef {
+	refs := stamp.NewRefs()
+	stamp.AddTemplateRefs(refs, &tmpl.Spec)
+	var out []stamp.ObjectRef
+	for _, ref := range refs.Objects() {
+		src := memo.Object(ref)
+		if data := comp.Data[ref]; src != nil && data.Present && !data.Ignored && pin.Pinnable(src) {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// snapshotName is the name of src's snapshot: had, the template's current
+// one, when one of the keys configstamp knows names src's content so (the
+// content did not change, only the key: no rollout), else a new one.
+func snapshotName(keys *stamp.Keyring, src client.Object, had string) string {
+	hashers := keys.Hashers()
+	if had != "" {
+		for _, h := range hashers {
+			if pin.Name(h, src) == had {
+				return had
+			}
+		}
+	}
+	return pin.Name(hashers[0], src)
+}
+
+// ownerOf is the owner reference a snapshot gets from the workload, or nil at
+// CREATE, when the workload has no UID yet.
+func ownerOf(obj client.Object, req admission.Request) *metav1.OwnerReference {
+	if obj.GetUID() == "" {
+		return nil
+	}
+	return &metav1.OwnerReference{APIVersion: req.Kind.Group + "/" + req.Kind.Version, Kind: req.Kind.Kind,
+		Name: obj.GetName(), UID: obj.GetUID()}
+}
+
+// keptOnPinFailure are the workload metadata annotations an UPDATE whose
+// snapshot failed keeps as they were: the data record and the rollout record,
+// so that the reconciler's patch changes nothing and is retried.
+var keptOnPinFailure = append(append([]string{}, ourAnnotations...),
+	rollout.AnnotationState, rollout.AnnotationStarted, rollout.AnnotationCause, rollout.AnnotationHalted, rollout.AnnotationSeal)
+
+// keepPins undoes what an admission would change of configstamp's state when
+// a snapshot could not be made: at UPDATE the template keeps its stamp and
+// the snapshots it had (sources it had none for stay as written) and the
+// workload its records; at CREATE the template stays unpinned, with its stamp.
+func (s *Stamper[T]) keepPins(obj client.Object, req admission.Request) error {
+	tmpl := workload.PodTemplate(obj)
+	if req.Operation != admissionv1.Update {
+		pin.Apply(tmpl, nil)
+		return nil
+	}
+	old := s.newObject()
+	if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
+		return err
+	}
+	oldT := workload.PodTemplate(old)
+	pin.Apply(tmpl, pin.Pinned(oldT))
+	if tmpl.Annotations == nil {
+		tmpl.Annotations = map[string]string{}
+	}
+	setOrDelete(tmpl.Annotations, stamp.AnnotationHash, oldT.Annotations)
+	meta := obj.GetAnnotations()
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	for _, k := range keptOnPinFailure {
+		setOrDelete(meta, k, old.GetAnnotations())
+	}
+	obj.SetAnnotations(meta)
+	return nil
+}
+
+func setOrDelete(m map[string]string, k string, from map[string]string) {
+	if v, ok := from[k]; ok {
+		m[k] = v
+	} else {
+		delete(m, k)
+	}
+}
+
+// pinWanted reports whether obj is to be pinned (pin.Wanted, with its
+// namespace's setting); bad values and a pin asked of an installation without
+// --pin are reported.
+func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev1.Namespace, namespace string, dryRun bool) bool {
+	wanted, problems := pin.Wanted(obj.GetAnnotations(), ns.Annotations)
+	for _, p := range problems {
+		s.report(ctx, obj, namespace, p, dryRun)
+	}
+	if wanted && s.Snapshots == nil {
+		s.report(ctx, obj, namespace, stamp.Problem{Field: "annotation " + pin.AnnotationPin, Value: "true",
+			Message: "this configstamp installation does not pin (it runs without --pin): the workload reads its ConfigMaps and Secrets directly"}, dryRun)
+		return false
+	}
+	return wanted
+}
+
+// pinFailed admits obj keeping configstamp's state as it was (keepPins), and
+// says why where the user looks: an admission warning and a Warning event.
+// The reconciler retries a rollout the snapshot held back.
+func (s *Stamper[T]) pinFailed(ctx context.Context, obj client.Object, req admission.Request, err error, dryRun bool, logger logr.Logger) error {
+	logger.Error(err, "while pinning; keeping the workload on its current snapshots")
+	if kerr := s.keepPins(obj, req); kerr != nil {
+		logger.Error(kerr, "while decoding the old object; admitting unchanged")
+	}
+	msg := fmt.Sprintf("not pinned to the new configuration: %v; the workload keeps its current snapshots and configstamp retries "+
+		"(free a ConfigMap/Secret quota, or rename the object that holds the snapshot's name)", err)
+	s.warn(ctx, obj, req.Namespace, ReasonPinFailed, "Pin", msg, dryRun)
+	return nil
+}
