@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -417,6 +418,11 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 		}
 		if kept == previous { // the stamp stands: nothing rolled
 			r.Scheduler.Release(key)
+			if pin.Pinned(workload.PodTemplate(obj)) != nil {
+				// A snapshot could not be made (the webhook's PinFailed event
+				// says why): retried with the controller's backoff.
+				return fmt.Errorf("the webhook kept the stamp %s: the new snapshot could not be made", previous)
+			}
 			return nil
 		}
 		stamped = kept // a newer hash than this cache knows: it rolled, with the open record written above

@@ -103,7 +103,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 		}
 	}
 	if req.Operation == admissionv1.Update && req.UserInfo.Username != s.Self {
-		s.warnIfUndone(ctx, obj, req, sent, comp.Hash, dryRun)
+		s.undone(ctx, obj, req, sent, comp.Hash, dryRun)
 	}
 	if !workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, comp.Hash) {
 		return nil // no template to stamp: no record either

@@ -16,14 +16,17 @@ import (
 // current one: nothing rolls back.
 const ReasonUndoKept = "UndoKeptConfig"
 
-// warnIfUndone says so, with an admission warning (kubectl prints it under
-// "rolled back") and a Warning event, when a user's UPDATE sets the template's
-// stamp to one that is neither the current stamp nor the one computed now:
-// an undo to an earlier revision, whose template differs from the current one
-// in the stamp, while the ConfigMaps and Secrets hold the current data. The
-// stamp is replaced by the current one as always, so the undo rolls nothing
-// back; silently, that would look as if it had.
-func (s *Stamper[T]) warnIfUndone(ctx context.Context, obj client.Object, req admission.Request, sent, current string, dryRun bool) {
+// undone handles a user's UPDATE that sets the template's stamp to one that
+// is neither the current stamp nor the one computed now: an undo to an
+// earlier revision (kubectl rollout undo), whose template differs from the
+// current one in the stamp, while the ConfigMaps and Secrets hold the current
+// data. The stamp is replaced by the current one as always, so the undo rolls
+// nothing back; undone says so, with an admission warning (kubectl prints it
+// under "rolled back") and a Warning event. An undo also sets the workload's
+// annotations to the earlier revision's, which drops configstamp's rollout
+// record: undone keeps it, so that an undo that changed nothing cannot lift a
+// halt (only a real recovery, or removing configstamp.io/halted, does).
+func (s *Stamper[T]) undone(ctx context.Context, obj client.Object, req admission.Request, sent, current string, dryRun bool) {
 	if sent == "" || sent == current {
 		return
 	}
@@ -35,6 +38,18 @@ func (s *Stamper[T]) warnIfUndone(ctx context.Context, obj client.Object, req ad
 	if oldT == nil || oldT.Annotations[stamp.AnnotationHash] == sent {
 		return
 	}
+	meta := obj.GetAnnotations()
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	for _, k := range rolloutRecord {
+		if v, ok := old.GetAnnotations()[k]; ok {
+			if _, kept := meta[k]; !kept {
+				meta[k] = v
+			}
+		}
+	}
+	obj.SetAnnotations(meta)
 	msg := fmt.Sprintf("this update brings back the stamp %s=%s of an earlier configuration (kubectl rollout undo?), "+
 		"but the ConfigMaps and Secrets it references hold the current data: configstamp kept the current stamp %s and the pods keep the current configuration. "+
 		"To go back, revert the ConfigMap or Secret (configstamp then rolls the workload)", stamp.AnnotationHash, sent, current)

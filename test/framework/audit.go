@@ -18,7 +18,10 @@ type AuditEvent struct {
 	ObjectRef       *AuditObjectRef `json:"objectRef"`
 	RequestReceived time.Time       `json:"requestReceivedTimestamp"`
 	SourceIPs       []string        `json:"sourceIPs"`
-	ResponseStatus  struct {
+	User            struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
 }
