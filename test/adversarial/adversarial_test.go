@@ -264,9 +264,20 @@ func TestHaltHolds(t *testing.T) {
 	t.Logf("first failed %v after the change; second and third report RolloutHalted", failedAfter.Round(time.Millisecond))
 	holdsStill(t, haltNS, s, "the failure at the deadline", wave[1:]...)
 
-	// 2. An edit of a key no workload references lifts nothing.
+	// 2. An edit of a key no workload references lifts nothing; nor does
+	// `kubectl rollout undo` of the failed workload, which sets its annotations
+	// to the earlier revision's (no rollout record) and cannot bring the old
+	// configuration back (the ConfigMap holds the bad value): configstamp keeps
+	// the stamp and the record, and says so.
 	asTenant(t, kc, framework.Manifest(t, shared("bad", "y")), "apply", "-f", "-")
-	holdsStill(t, haltNS, s, "an edit of the unreferenced key", wave[1:]...)
+	undo := exec.Command("kubectl", "--kubeconfig", kc, "-n", haltNS, "rollout", "undo", "deployment/first")
+	if out, err := undo.CombinedOutput(); err != nil || !strings.Contains(string(out), "revert the ConfigMap") {
+		t.Fatalf("kubectl rollout undo of the failed workload: %v\n%s", err, out)
+	}
+	if r := rollout.Read(deployment(t, haltNS, "first").Annotations); r.State != rollout.Failed || r.Halted == "" {
+		t.Fatalf("after kubectl rollout undo, first's record is %+v; want it failed and halting", r)
+	}
+	holdsStill(t, haltNS, s, "an edit of the unreferenced key and an undo of the failed workload", wave[1:]...)
 
 	// 3. A rotation of the hash key, as the README documents it, lifts nothing.
 	oldID := deployment(t, haltNS, "first").Annotations[stamp.AnnotationKeyID]
