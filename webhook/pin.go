@@ -29,6 +29,81 @@ type pinRequest struct {
 	memo   *pin.Memo
 	wanted bool
 	dryRun bool
+	// sent is the stamp the request's template carried.
+	sent string
+}
+
+// ReasonRolledBack is the event of a pinned workload rolled back by a user
+// to an earlier revision whose snapshots configstamp keeps.
+const ReasonRolledBack = "RolledBackToSnapshots"
+
+// pinned decides the template of a workload that is pinned, or was and is
+// being unpinned, and returns the stamp it carries:
+//
+//   - a user's UPDATE that brings back an earlier revision's template whose
+//     snapshots still hold what its stamp says (kubectl rollout undo) is kept
+//     as it is, stamp and snapshots: a rollback;
+//   - a later UPDATE of a rolled-back workload whose sources did not change
+//     since keeps the revision's snapshots and stamp;
+//   - anything else is pinned to the sources' current content (pin).
+func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
+	tmpl := workload.PodTemplate(p.obj)
+	var old client.Object
+	if p.req.Operation == admissionv1.Update && p.wanted {
+		old = s.newObject()
+		if err := s.Decoder.DecodeRaw(p.req.OldObject, old); err != nil {
+			return "", err
+		}
+	}
+	if old != nil && s.rollback(ctx, p, old) {
+		keepRolloutRecord(p.obj, old)
+		setAnnotation(p.obj, pin.AnnotationRolledBack, p.sent)
+		s.event(p.obj, p.req.Namespace, corev1.EventTypeNormal, ReasonRolledBack, "Pin", fmt.Sprintf("rolled back by a user to the revision stamped %s=%s, pinned to %s: configstamp keeps these snapshots and rolls forward when a source changes",
+			stamp.AnnotationHash, p.sent, tmpl.Annotations[pin.AnnotationPinned]), p.dryRun)
+		return p.sent, nil
+	}
+	if old != nil {
+		oldT := workload.PodTemplate(old)
+		if pin.RolledBack(old.GetAnnotations(), oldT) && old.GetAnnotations()[stamp.AnnotationAppliedHash] == p.comp.Hash {
+			tmpl.Spec = *pin.SourceSpec(tmpl)
+			pin.Apply(tmpl, pin.Pinned(oldT))
+			setAnnotation(p.obj, pin.AnnotationRolledBack, oldT.Annotations[stamp.AnnotationHash])
+			return oldT.Annotations[stamp.AnnotationHash], nil
+		}
+	}
+	setAnnotation(p.obj, pin.AnnotationRolledBack, "")
+	tmpl.Spec = *pin.SourceSpec(tmpl)
+	return p.comp.Hash, s.pin(ctx, p)
+}
+
+// rollback reports whether p is a user's UPDATE that brings back an earlier
+// revision's pinned template: a stamp other than old's, and snapshots that
+// exist, are configstamp's and hash to that stamp.
+func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Object) bool {
+	tmpl, oldT := workload.PodTemplate(p.obj), workload.PodTemplate(old)
+	pins := pin.Pinned(tmpl)
+	if p.req.UserInfo.Username == s.Self || p.sent == "" || oldT == nil || p.sent == oldT.Annotations[stamp.AnnotationHash] || len(pins) == 0 {
+		return false
+	}
+	then, err := s.Resolver.ComputeFrom(ctx, pin.Redirect{Reader: s.Resolver.Sources, Pins: pins}, p.req.Namespace, p.obj.GetAnnotations(), tmpl)
+	return err == nil && then.Hash == p.sent
+}
+
+// setAnnotation sets (or, for "", removes) a metadata annotation of obj.
+func setAnnotation(obj client.Object, key, value string) {
+	meta := obj.GetAnnotations()
+	if value == "" {
+		if _, ok := meta[key]; ok {
+			delete(meta, key)
+			obj.SetAnnotations(meta)
+		}
+		return
+	}
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	meta[key] = value
+	obj.SetAnnotations(meta)
 }
 
 // pin makes the template of p.obj, whose spec is already its source view,

@@ -96,16 +96,17 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 			s.report(ctx, obj, req.Namespace, p.Problem, dryRun)
 		}
 	}
+	stamped := comp.Hash
 	if pinning {
-		tmpl.Spec = *pin.SourceSpec(tmpl)
-		if err := s.pin(ctx, pinRequest{obj: obj, req: req, comp: comp, memo: memo, wanted: wanted, dryRun: dryRun}); err != nil {
+		p := pinRequest{obj: obj, req: req, comp: comp, memo: memo, wanted: wanted, dryRun: dryRun, sent: sent}
+		if stamped, err = s.pinned(ctx, p); err != nil {
 			return s.pinFailed(ctx, obj, req, err, dryRun, logger)
 		}
 	}
-	if req.Operation == admissionv1.Update && req.UserInfo.Username != s.Self {
+	if req.Operation == admissionv1.Update && req.UserInfo.Username != s.Self && stamped == comp.Hash {
 		s.undone(ctx, obj, req, sent, comp.Hash, dryRun)
 	}
-	if !workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, comp.Hash) {
+	if !workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, stamped) {
 		return nil // no template to stamp: no record either
 	}
 	meta := obj.GetAnnotations()
@@ -120,7 +121,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 		}
 	}
 	obj.SetAnnotations(meta)
-	logger.V(1).Info("stamped", "hash", comp.Hash)
+	logger.V(1).Info("stamped", "hash", stamped)
 	return nil
 }
 
@@ -247,6 +248,11 @@ func (s *Stamper[T]) report(ctx context.Context, obj client.Object, namespace st
 // event with reason and action.
 func (s *Stamper[T]) warn(ctx context.Context, obj client.Object, namespace, reason, action, msg string, dryRun bool) {
 	addWarning(ctx, msg)
+	s.event(obj, namespace, corev1.EventTypeWarning, reason, action, msg, dryRun)
+}
+
+// event emits an event about obj (in namespace), unless dry-run.
+func (s *Stamper[T]) event(obj client.Object, namespace, eventType, reason, action, msg string, dryRun bool) {
 	if dryRun || s.Recorder == nil {
 		return
 	}
@@ -254,7 +260,7 @@ func (s *Stamper[T]) warn(ctx context.Context, obj client.Object, namespace, rea
 	if ref.GetNamespace() == "" {
 		ref.SetNamespace(namespace)
 	}
-	s.Recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, action, "%s", msg)
+	s.Recorder.Eventf(ref, nil, eventType, reason, action, "%s", msg)
 }
 
 // warnings collects admission warnings through the request context.

@@ -38,6 +38,17 @@ func (s *Stamper[T]) undone(ctx context.Context, obj client.Object, req admissio
 	if oldT == nil || oldT.Annotations[stamp.AnnotationHash] == sent {
 		return
 	}
+	keepRolloutRecord(obj, old)
+	msg := fmt.Sprintf("this update brings back the stamp %s=%s of an earlier configuration (kubectl rollout undo?), "+
+		"but the ConfigMaps and Secrets it references hold the current data: configstamp kept the current stamp %s and the pods keep the current configuration. "+
+		"To go back, revert the ConfigMap or Secret (configstamp then rolls the workload)", stamp.AnnotationHash, sent, current)
+	s.warn(ctx, obj, req.Namespace, ReasonUndoKept, "Stamp", msg, dryRun)
+}
+
+// keepRolloutRecord puts back on obj each annotation of configstamp's rollout
+// record that old had and obj lost: an undo sets the workload's annotations to
+// the earlier revision's.
+func keepRolloutRecord(obj, old client.Object) {
 	meta := obj.GetAnnotations()
 	if meta == nil {
 		meta = map[string]string{}
@@ -50,8 +61,4 @@ func (s *Stamper[T]) undone(ctx context.Context, obj client.Object, req admissio
 		}
 	}
 	obj.SetAnnotations(meta)
-	msg := fmt.Sprintf("this update brings back the stamp %s=%s of an earlier configuration (kubectl rollout undo?), "+
-		"but the ConfigMaps and Secrets it references hold the current data: configstamp kept the current stamp %s and the pods keep the current configuration. "+
-		"To go back, revert the ConfigMap or Secret (configstamp then rolls the workload)", stamp.AnnotationHash, sent, current)
-	s.warn(ctx, obj, req.Namespace, ReasonUndoKept, "Stamp", msg, dryRun)
 }

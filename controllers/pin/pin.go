@@ -224,3 +224,17 @@ func rename(spec *corev1.PodSpec, to func(stamp.Kind, string) string) {
 		container(&spec.Containers[i])
 	}
 }
+
+// AnnotationRolledBack on a workload's metadata is configstamp's: the stamp
+// of the earlier revision a user rolled the pinned workload back to (kubectl
+// rollout undo). While the template carries that stamp, configstamp keeps the
+// revision's snapshots, does not count the workload as recovered from a failed
+// rollout, and rolls it forward only when a source changes.
+const AnnotationRolledBack = "configstamp.io/rolled-back-to"
+
+// RolledBack reports whether a workload with these metadata annotations and
+// pod template runs an earlier revision a user rolled back to.
+func RolledBack(annotations map[string]string, tmpl *corev1.PodTemplateSpec) bool {
+	v := annotations[AnnotationRolledBack]
+	return v != "" && tmpl != nil && v == tmpl.Annotations[stamp.AnnotationHash]
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -179,4 +180,38 @@ func (m *Memo) Object(ref stamp.ObjectRef) client.Object {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.objs[ref]
+}
+
+// Redirect is a client.Reader that reads, for a source Pins names, its
+// snapshot instead, under the source's name: a hash computed through it is
+// the hash of what the pinned template's pods read. A snapshot that is
+// missing, or not configstamp's, reads as missing.
+type Redirect struct {
+	client.Reader
+	Pins Pins
+}
+
+// Get reads key, or the snapshot pinned for it.
+func (r Redirect) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	var kind stamp.Kind
+	switch obj.(type) {
+	case *corev1.ConfigMap:
+		kind = stamp.KindConfigMap
+	case *corev1.Secret:
+		kind = stamp.KindSecret
+	default:
+		return r.Reader.Get(ctx, key, obj, opts...)
+	}
+	snap, ok := r.Pins[stamp.ObjectRef{Kind: kind, Name: key.Name}]
+	if !ok {
+		return r.Reader.Get(ctx, key, obj, opts...)
+	}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: snap}, obj, opts...); err != nil {
+		return err
+	}
+	if obj.GetLabels()[LabelSnapshot] != "true" || obj.GetLabels()[LabelManagedBy] != Manager || obj.GetAnnotations()[SnapshotOf] != key.Name {
+		return apierrors.NewNotFound(corev1.Resource(strings.ToLower(string(kind))+"s"), snap)
+	}
+	obj.SetName(key.Name)
+	return nil
 }

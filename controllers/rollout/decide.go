@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Need is what a workload's data asks for, by the no-surprise-rollout rule
@@ -113,7 +116,9 @@ func (s *Scheduler) Decide(ctx context.Context, o Observation) (Decision, error)
 		return Decision{}, nil
 	}
 	rec := o.Record
-	if rec.State == Failed && rec.Halted != "" {
+	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), workload.PodTemplate(o.Object)) {
+		// Complete again with what failed; a pinned workload a user rolled back
+		// to an earlier revision's snapshots runs other data, and recovers nothing.
 		if complete, _ := Complete(o.Object); complete {
 			resumed := rec.Resume()
 			return Decision{Verb: Resume, Record: &resumed}, nil

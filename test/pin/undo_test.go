@@ -1,0 +1,130 @@
+package pin
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/test/framework"
+	"github.com/configstamp/configstamp/webhook"
+)
+
+// hold is how long a rolled-back workload must keep its revision: past every
+// delay configstamp adds (the suite runs with --debounce=0) plus 30 s.
+const hold = 30 * time.Second
+
+// mountedSnapshot is the ConfigMap a pinned workload's template mounts.
+func mountedSnapshot(obj client.Object) string {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		return w.Spec.Template.Spec.Volumes[0].ConfigMap.Name
+	case *appsv1.StatefulSet:
+		return w.Spec.Template.Spec.Volumes[0].ConfigMap.Name
+	}
+	return ""
+}
+
+// TestPinnedUndo: after three changes, kubectl rollout undo of a pinned
+// Deployment and a pinned StatefulSet brings back the previous revision's
+// template, with its snapshot (holding the old data) and its stamp;
+// configstamp keeps it, past its debounce plus 30 s, and through a re-apply
+// of the manifest; the next change of the source rolls each forward once.
+func TestPinnedUndo(t *testing.T) {
+	ns := env.Namespace(t, "pinundo", nil)
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "1"}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+	d := app(ns, false)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "cfg")
+	sts := framework.StatefulSet(ns, "db-app", framework.OptIn, spec)
+	sts.Annotations = map[string]string{pin.AnnotationPin: "true"}
+	env.Apply(t, d, sts)
+	waitRolledOut(t, d)
+	waitStatefulSet(t, sts)
+
+	stamps := map[string]string{} // data value -> the Deployment's stamp with it
+	snapshots := map[string]string{}
+	for _, v := range []string{"2", "3"} {
+		before := framework.TemplateHash(d)
+		env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": v}, nil))
+		stamps[v] = env.WaitTemplateHash(t, d, before)
+		waitRolledOut(t, d)
+		snapshots[v] = mountedSnapshot(d)
+		framework.Eventually(t, 30*time.Second, func() (bool, string) {
+			env.Get(t, sts)
+			return mountedSnapshot(sts) == snapshots[v], fmt.Sprintf("StatefulSet mounts %s, want %s", mountedSnapshot(sts), snapshots[v])
+		})
+		waitStatefulSet(t, sts)
+	}
+	revisions := env.Revisions(t, ns, "db-app")
+
+	// The undo: back to the revision with a=2, its snapshot and its stamp.
+	env.Kubectl(t, "", "rollout", "undo", "-n", ns, "deployment/app")
+	env.Kubectl(t, "", "rollout", "undo", "-n", ns, "statefulset/db-app")
+	env.Get(t, d)
+	env.Get(t, sts)
+	if got := mountedSnapshot(d); got != snapshots["2"] || framework.TemplateHash(d) != stamps["2"] {
+		t.Fatalf("after the undo the Deployment mounts %s with stamp %s; want the previous revision's %s and %s", got, framework.TemplateHash(d), snapshots["2"], stamps["2"])
+	}
+	if got := configMapData(t, ns, snapshots["2"], "cfg"); got["a"] != "2" {
+		t.Fatalf("the previous revision's snapshot holds %v, want a=2", got)
+	}
+	if got := mountedSnapshot(sts); got != snapshots["2"] {
+		t.Fatalf("after the undo the StatefulSet mounts %s, want %s", got, snapshots["2"])
+	}
+	env.WaitEvent(t, d, webhook.ReasonRolledBack, stamps["2"])
+	waitRolledOut(t, d)
+	waitStatefulSet(t, sts)
+	if n := len(env.ReplicaSets(t, ns, "app")); n != 3 {
+		t.Fatalf("ReplicaSets after the undo: %d, want 3 (the undo reuses the previous revision's)", n)
+	}
+	if n := env.Revisions(t, ns, "db-app"); n != revisions {
+		t.Fatalf("ControllerRevisions after the undo: %d, want %d (the undo reuses the previous revision)", n, revisions)
+	}
+
+	// No roll forward: not for the debounce plus 30 s, not for a re-apply.
+	env.Apply(t, app(ns, false))
+	deadline := time.Now().Add(hold)
+	for time.Now().Before(deadline) {
+		env.Get(t, d)
+		env.Get(t, sts)
+		if mountedSnapshot(d) != snapshots["2"] || mountedSnapshot(sts) != snapshots["2"] || framework.TemplateHash(d) != stamps["2"] {
+			t.Fatalf("rolled forward without a source change: Deployment %s (%s), StatefulSet %s", mountedSnapshot(d), framework.TemplateHash(d), mountedSnapshot(sts))
+		}
+		<-time.After(500 * time.Millisecond)
+	}
+	t.Logf("both kept the rolled-back revision (snapshot %s) for %v and through a re-apply", snapshots["2"], hold)
+
+	// The next change rolls each forward, once.
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "4"}, nil))
+	env.WaitTemplateHash(t, d, stamps["2"])
+	waitRolledOut(t, d)
+	if got := configMapData(t, ns, mountedSnapshot(d), "cfg"); got["a"] != "4" || d.Annotations[pin.AnnotationRolledBack] != "" {
+		t.Fatalf("after the next change the Deployment mounts %s holding %v (%s=%q); want a=4 and no rollback mark",
+			mountedSnapshot(d), got, pin.AnnotationRolledBack, d.Annotations[pin.AnnotationRolledBack])
+	}
+	if n := len(env.ReplicaSets(t, ns, "app")); n != 4 {
+		t.Fatalf("ReplicaSets after the next change: %d, want 4 (one rollout)", n)
+	}
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		env.Get(t, sts)
+		return mountedSnapshot(sts) == mountedSnapshot(d), fmt.Sprintf("StatefulSet mounts %s, want %s", mountedSnapshot(sts), mountedSnapshot(d))
+	})
+	if n := env.Revisions(t, ns, "db-app"); n != revisions+1 {
+		t.Fatalf("ControllerRevisions after the next change: %d, want %d", n, revisions+1)
+	}
+}
+
+func waitStatefulSet(t *testing.T, s *appsv1.StatefulSet) {
+	t.Helper()
+	framework.Eventually(t, 90*time.Second, func() (bool, string) {
+		env.Get(t, s)
+		st := s.Status
+		ok := st.ObservedGeneration >= s.Generation && st.UpdateRevision == st.CurrentRevision &&
+			st.ReadyReplicas == *s.Spec.Replicas && st.UpdatedReplicas == *s.Spec.Replicas
+		return ok, fmt.Sprintf("statefulset %s: %+v", s.Name, st)
+	})
+}
