@@ -41,20 +41,7 @@ func TestKindsRBACUpToDate(t *testing.T) {
 // configstamp's ServiceAccount; --kinds-config naming the mounted kinds.yaml;
 // and webhook rules equal to those self mode registers for the kind.
 func TestKindsComponent(t *testing.T) {
-	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Fatal("kubectl is needed to render the overlays")
-	}
-	dir := t.TempDir()
-	run(t, repoRoot(t), time.Minute, "cp", "-r", "config", dir)
-	kust := filepath.Join(dir, "config", "default", "kustomization.yaml")
-	data, err := os.ReadFile(kust)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(kust, append(data, "\ncomponents:\n  - ../kinds/argo-rollouts\n"...), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := kustomize(t, filepath.Join(dir, "config", "default"))
+	r := withComponent(t, "../kinds/argo-rollouts")
 
 	role := getAs[rbacv1.ClusterRole](t, r, "ClusterRole", "configstamp-kinds-role")
 	if got, want := grants(role.Rules), []string{"argoproj.io/rollouts get ", "argoproj.io/rollouts list ", "argoproj.io/rollouts patch ", "argoproj.io/rollouts watch "}; !slices.Equal(got, want) {
@@ -96,4 +83,43 @@ func TestKindsComponent(t *testing.T) {
 	kindstest.Register(t, cm.Data["kinds.yaml"])
 	got := getAs[admissionregistrationv1.MutatingWebhookConfiguration](t, r, "MutatingWebhookConfiguration", mwcName)
 	compareWebhooks(t, got, webhook.Configuration(mwcName, ownNamespace, serviceConfig(ownNamespace, webhookService)))
+}
+
+// withComponent renders config/default with component added the way the
+// components' kustomizations say (in a copy of config/).
+func withComponent(t *testing.T, component string) *rendered {
+	t.Helper()
+	if _, err := exec.LookPath("kubectl"); err != nil {
+		t.Fatal("kubectl is needed to render the overlays")
+	}
+	dir := t.TempDir()
+	run(t, repoRoot(t), time.Minute, "cp", "-r", "config", dir)
+	kust := filepath.Join(dir, "config", "default", "kustomization.yaml")
+	data, err := os.ReadFile(kust)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kust, append(data, "\ncomponents:\n  - "+component+"\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return kustomize(t, filepath.Join(dir, "config", "default"))
+}
+
+// TestPinComponent: the pin component adds --pin and exactly one grant,
+// create and patch of ConfigMaps and Secrets, bound to configstamp's
+// ServiceAccount; nothing that updates or deletes them.
+func TestPinComponent(t *testing.T) {
+	r := withComponent(t, "../components/pin")
+	role := getAs[rbacv1.ClusterRole](t, r, "ClusterRole", "configstamp-pin-role")
+	if got, want := grants(role.Rules), []string{"/configmaps create ", "/configmaps patch ", "/secrets create ", "/secrets patch "}; !slices.Equal(got, want) {
+		t.Errorf("the pin ClusterRole grants %v, want %v", got, want)
+	}
+	crb := getAs[rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", "configstamp-pin-rolebinding")
+	if crb.RoleRef.Name != role.Name || len(crb.Subjects) != 1 || crb.Subjects[0].Name != serviceAccount || crb.Subjects[0].Namespace != ownNamespace {
+		t.Errorf("the pin ClusterRoleBinding binds %s to %+v, want %s to %s/%s", crb.RoleRef.Name, crb.Subjects, role.Name, ownNamespace, serviceAccount)
+	}
+	dep := getAs[appsv1.Deployment](t, r, "Deployment", deployment)
+	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--pin") {
+		t.Errorf("no --pin in the manager's args %v", dep.Spec.Template.Spec.Containers[0].Args)
+	}
 }
