@@ -263,7 +263,7 @@ func run() error {
 		return err
 	}
 	if err := controllers.Setup(mgr, controllers.Options{Policy: o.rollout, Keys: keys, Namespace: o.namespace,
-		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease}); err != nil {
+		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease, Pin: o.pin}); err != nil {
 		return err
 	}
 	self, err := setupWebhook(ctx, o, mgr, cfg, scheme, keys, direct)
@@ -346,7 +346,7 @@ func newManager(o *options, cfg *rest.Config, scheme *runtime.Scheme, webhookHos
 	tlsOpts := tlsOptions(o.enableHTTP2)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
-		Cache:  controllers.CacheOptions(o.scope),
+		Cache:  controllers.CacheOptions(o.scope, o.pin),
 		// The extra kinds are read as unstructured objects: from the cache too.
 		Client:                              client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                             metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, log),

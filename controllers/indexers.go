@@ -83,10 +83,11 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // last-applied copies are dropped from everything.
 //
 // The cache holds only the namespaces scope may contain (ScopeNamespaces), so
-// memory follows the scope too. Namespaces themselves are cluster-scoped and
+// memory follows the scope too. With pinned (--pin) it also holds the
+// revisions of pinned workloads (RevisionOwner), and no other revision. Namespaces themselves are cluster-scoped and
 // cached whole: their labels say which workloads opted in and which
 // namespaces --namespace-selector selects.
-func CacheOptions(scope *workload.Scope) ctrlcache.Options {
+func CacheOptions(scope *workload.Scope, pinned bool) ctrlcache.Options {
 	byObject := map[client.Object]ctrlcache.ByObject{
 		&corev1.ConfigMap{}: {Transform: func(in any) (any, error) {
 			if cm, ok := in.(*corev1.ConfigMap); ok {
@@ -103,6 +104,9 @@ func CacheOptions(scope *workload.Scope) ctrlcache.Options {
 	}
 	for _, kind := range workload.Kinds { // the extra kinds of --kinds-config too
 		byObject[kind.New()] = ctrlcache.ByObject{Transform: stripWorkload}
+	}
+	if pinned {
+		pinnedRevisions(byObject)
 	}
 	return ctrlcache.Options{
 		DefaultNamespaces: ScopeNamespaces(scope),

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/fence"
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -33,6 +35,9 @@ type Options struct {
 	// Lease, with leader election, fences the leader's writes (records,
 	// stamps): none once its lease may be another replica's.
 	Lease *fence.Lease
+	// Pin (--pin) hands the snapshots of pinned workloads over to their
+	// revisions (RevisionOwner).
+	Pin bool
 }
 
 // Setup adds the reconciler of every workload kind, sharing one Scheduler and
@@ -77,6 +82,14 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("while setting up the %s reconciler: %w", kind.Name, err)
+		}
+	}
+	if o.Pin {
+		snapshots := &pin.Snapshots{Reader: mgr.GetAPIReader(), Writer: writer}
+		for _, rev := range []func() client.Object{func() client.Object { return &appsv1.ReplicaSet{} }, func() client.Object { return &appsv1.ControllerRevision{} }} {
+			if err := (&RevisionOwner{Cache: mgr.GetCache(), Snapshots: snapshots, New: rev}).SetupWithManager(mgr); err != nil {
+				return fmt.Errorf("while setting up the snapshot hand-over: %w", err)
+			}
 		}
 	}
 	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())

@@ -29,6 +29,10 @@ const (
 	// into every revision, so a rolled-back template still says which sources
 	// its snapshots copy.
 	AnnotationPinned = "configstamp.io/pinned"
+	// LabelPinned is "true" on a pinned pod template's labels, and so on its
+	// revisions' (ReplicaSets, ControllerRevisions copy the template's labels):
+	// configstamp caches and follows only those revisions.
+	LabelPinned = "configstamp.io/pinned"
 	// LabelSnapshot is "true" on every snapshot.
 	LabelSnapshot = "configstamp.io/snapshot"
 	// SnapshotOf names a snapshot's source: always as an annotation, and as a
@@ -162,12 +166,17 @@ func Apply(tmpl *corev1.PodTemplateSpec, pins Pins) {
 	})
 	if len(pins) == 0 {
 		delete(tmpl.Annotations, AnnotationPinned)
+		delete(tmpl.Labels, LabelPinned)
 		return
 	}
 	if tmpl.Annotations == nil {
 		tmpl.Annotations = map[string]string{}
 	}
 	tmpl.Annotations[AnnotationPinned] = pins.format()
+	if tmpl.Labels == nil {
+		tmpl.Labels = map[string]string{}
+	}
+	tmpl.Labels[LabelPinned] = "true"
 }
 
 // rename sets every ConfigMap and Secret name spec mounts or reads (the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -77,8 +79,10 @@ type Snapshots struct {
 // configstamp's identical snapshot under that name (made for another workload,
 // or earlier), or creates it. It reads before it creates, so that an existing
 // snapshot is used even when a ResourceQuota would refuse a new object. owner,
-// when set, is added to its owners, so that Kubernetes' garbage collector
-// deletes it with the last of them.
+// when set, owns a snapshot Ensure creates, or one that has no owner yet (made
+// at a CREATE, before the workload had a UID); Kubernetes' garbage collector
+// deletes a snapshot with its last owner. Revisions take over from workloads
+// (Adopt).
 func (s *Snapshots) Ensure(ctx context.Context, want client.Object, owner *metav1.OwnerReference) error {
 	have := want.DeepCopyObject().(client.Object)
 	err := s.Reader.Get(ctx, client.ObjectKeyFromObject(want), have)
@@ -97,36 +101,67 @@ func (s *Snapshots) Ensure(ctx context.Context, want client.Object, owner *metav
 	if !Same(have, want) {
 		return fmt.Errorf("%s %s/%s: %w", kindOf(want), want.GetNamespace(), want.GetName(), ErrTaken)
 	}
-	if owner == nil || owned(have, owner) {
+	if owner == nil || len(have.GetOwnerReferences()) > 0 {
 		return nil
 	}
-	return s.addOwner(ctx, have, owner)
+	return s.setOwners(ctx, have, []metav1.OwnerReference{*owner})
 }
 
-// Own adds owner to the owners of configstamp's snapshot name of kind in
-// namespace: a snapshot made at a workload's CREATE, before the workload had a
-// UID, gets its owner at the workload's next UPDATE. A missing object, or one
-// that is not configstamp's snapshot, is left alone.
+// Own makes owner the owner of configstamp's snapshot name of kind in
+// namespace if it has none: a snapshot made at a workload's CREATE, when the
+// workload had no UID, that its template leaves before a revision owned it. A
+// missing object, or one that is not configstamp's snapshot, is left alone.
 func (s *Snapshots) Own(ctx context.Context, kind stamp.Kind, namespace, name string, owner *metav1.OwnerReference) error {
+	have, err := s.snapshot(ctx, kind, namespace, name)
+	if have == nil || err != nil || len(have.GetOwnerReferences()) > 0 {
+		return err
+	}
+	return s.setOwners(ctx, have, []metav1.OwnerReference{*owner})
+}
+
+// Adopt makes the revision owner (a ReplicaSet, a ControllerRevision) an
+// owner of configstamp's snapshot name of kind in namespace, in place of its
+// workload (whose UID is replaces): the snapshot then goes when the last
+// revision using it is pruned (revisionHistoryLimit) or deleted with its
+// workload. A missing object, or one that is not configstamp's snapshot, is
+// left alone.
+func (s *Snapshots) Adopt(ctx context.Context, kind stamp.Kind, namespace, name string, owner metav1.OwnerReference, replaces types.UID) error {
+	have, err := s.snapshot(ctx, kind, namespace, name)
+	if have == nil || err != nil {
+		return err
+	}
+	owners := slices.DeleteFunc(slices.Clone(have.GetOwnerReferences()), func(o metav1.OwnerReference) bool { return o.UID == replaces })
+	if !owned(have, &owner) {
+		owners = append(owners, owner)
+	}
+	if len(owners) == len(have.GetOwnerReferences()) && owned(have, &owner) {
+		return nil
+	}
+	return s.setOwners(ctx, have, owners)
+}
+
+// snapshot reads configstamp's snapshot name of kind in namespace: nil when it
+// is missing or is not configstamp's.
+func (s *Snapshots) snapshot(ctx context.Context, kind stamp.Kind, namespace, name string) (client.Object, error) {
 	var have client.Object = &corev1.ConfigMap{}
 	if kind == stamp.KindSecret {
 		have = &corev1.Secret{}
 	}
 	err := s.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, have)
 	if apierrors.IsNotFound(err) {
-		return nil
+		return nil, nil
 	}
-	if err != nil || have.GetLabels()[LabelSnapshot] != "true" || have.GetLabels()[LabelManagedBy] != Manager || owned(have, owner) {
-		return err
+	if err != nil || have.GetLabels()[LabelSnapshot] != "true" || have.GetLabels()[LabelManagedBy] != Manager {
+		return nil, err
 	}
-	return s.addOwner(ctx, have, owner)
+	return have, nil
 }
 
-// addOwner patches have's owners only; the resourceVersion makes it a
+// setOwners patches have's owners only; the resourceVersion makes it a
 // compare-and-swap.
-func (s *Snapshots) addOwner(ctx context.Context, have client.Object, owner *metav1.OwnerReference) error {
+func (s *Snapshots) setOwners(ctx context.Context, have client.Object, owners []metav1.OwnerReference) error {
 	patch := client.MergeFromWithOptions(have.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-	have.SetOwnerReferences(append(have.GetOwnerReferences(), *owner))
+	have.SetOwnerReferences(owners)
 	return s.Writer.Patch(ctx, have, patch)
 }
 

@@ -114,7 +114,7 @@ func heapProbe(args []string) error {
 	cfg.QPS, cfg.Burst = 300, 600 // configstamp's defaults
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
-	opts := controllers.CacheOptions(nil)
+	opts := controllers.CacheOptions(nil, false)
 	opts.Scheme = scheme
 	cache, err := ctrlcache.New(cfg, opts)
 	if err != nil {

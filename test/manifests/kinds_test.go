@@ -105,13 +105,16 @@ func withComponent(t *testing.T, component string) *rendered {
 	return kustomize(t, filepath.Join(dir, "config", "default"))
 }
 
-// TestPinComponent: the pin component adds --pin and exactly one grant,
-// create and patch of ConfigMaps and Secrets, bound to configstamp's
-// ServiceAccount; nothing that updates or deletes them.
+// TestPinComponent: the pin component adds --pin and exactly its grants,
+// create and patch of ConfigMaps and Secrets and reading ReplicaSets and
+// ControllerRevisions, bound to configstamp's ServiceAccount; nothing that
+// updates or deletes anything.
 func TestPinComponent(t *testing.T) {
 	r := withComponent(t, "../components/pin")
 	role := getAs[rbacv1.ClusterRole](t, r, "ClusterRole", "configstamp-pin-role")
-	if got, want := grants(role.Rules), []string{"/configmaps create ", "/configmaps patch ", "/secrets create ", "/secrets patch "}; !slices.Equal(got, want) {
+	if got, want := grants(role.Rules), []string{"/configmaps create ", "/configmaps patch ", "/secrets create ", "/secrets patch ",
+		"apps/controllerrevisions get ", "apps/controllerrevisions list ", "apps/controllerrevisions watch ",
+		"apps/replicasets get ", "apps/replicasets list ", "apps/replicasets watch "}; !slices.Equal(got, want) {
 		t.Errorf("the pin ClusterRole grants %v, want %v", got, want)
 	}
 	crb := getAs[rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", "configstamp-pin-rolebinding")

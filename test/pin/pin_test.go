@@ -124,8 +124,9 @@ func waitRolledOut(t *testing.T, d *appsv1.Deployment) {
 // snapshot while the old ReplicaSet's snapshot keeps the old data; a re-apply
 // of the unchanged manifest, and kubectl diff, see no change; a StatefulSet
 // pinning the same ConfigMap shares the snapshot; removing the annotation
-// puts the source names back in one rollout; deleting the workloads lets
-// Kubernetes' garbage collector delete the snapshots.
+// puts the source names back in one rollout; the revisions own the
+// snapshots, and deleting the workloads lets Kubernetes' garbage collector
+// delete them.
 func TestPinnedDeployment(t *testing.T) {
 	ns := env.Namespace(t, "pin", nil)
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "1"}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
@@ -196,20 +197,21 @@ func TestPinnedDeployment(t *testing.T) {
 		t.Fatalf("kubectl diff of the unchanged manifest: %v\n%s%s", err, out, stderr)
 	}
 
-	// Every snapshot is owned by the workloads that reference it.
+	// Every snapshot is owned by the revisions that use it: the Deployment's
+	// ReplicaSet and the StatefulSet's ControllerRevision, not the workloads.
 	for _, name := range []string{cm1, cm2} {
-		cm := &corev1.ConfigMap{}
-		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
-			t.Fatal(err)
-		}
-		var owners []string
-		for _, o := range cm.OwnerReferences {
-			owners = append(owners, o.Kind+"/"+o.Name)
-		}
-		slices.Sort(owners)
-		if !slices.Equal(owners, []string{"Deployment/app", "StatefulSet/db-app"}) {
-			t.Errorf("snapshot %s owners = %v, want the Deployment and the StatefulSet", name, owners)
-		}
+		framework.Eventually(t, 30*time.Second, func() (bool, string) {
+			cm := &corev1.ConfigMap{}
+			if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
+				return false, err.Error()
+			}
+			var owners []string
+			for _, o := range cm.OwnerReferences {
+				owners = append(owners, o.Kind)
+			}
+			slices.Sort(owners)
+			return slices.Equal(owners, []string{"ControllerRevision", "ReplicaSet"}), fmt.Sprintf("snapshot %s owners %v, want a ReplicaSet and a ControllerRevision", name, owners)
+		})
 	}
 
 	// Unpin: the source names come back, in one rollout.
