@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"unique"
 
@@ -25,25 +24,10 @@ import (
 // (workload.IndexSources, which the apply-time warning webhook reads too).
 const IndexSources = workload.IndexSources
 
-// IndexHalted indexes workloads by every source of a change whose rollout
-// failed on them (rollout.AnnotationHalted of a record that carries a seal),
-// as stamp.ObjectRef.String() values. The seal is verified where the index
-// is read (haltInForce), with the keys known then.
-const IndexHalted = "configstamp.io/halted"
+// IndexHalted is rollout.IndexHalted.
+const IndexHalted = rollout.IndexHalted
 
-func indexHalted(obj client.Object) []string {
-	a := obj.GetAnnotations()
-	if _, sealed := a[rollout.AnnotationSeal]; !sealed {
-		return nil
-	}
-	var out []string
-	for _, c := range rollout.ParseChanges(a[rollout.AnnotationHalted]) {
-		if !slices.Contains(out, c.Ref.String()) {
-			out = append(out, c.Ref.String())
-		}
-	}
-	return out
-}
+var indexHalted = rollout.IndexHaltedFunc
 
 func indexWorkloadSources(obj client.Object) []string {
 	tmpl := workload.PodTemplate(obj)

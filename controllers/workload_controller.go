@@ -150,7 +150,7 @@ func (r *WorkloadReconciler) observe(ctx context.Context, key rollout.Key) (*obs
 		return nil, err
 	}
 	if o.Need == rollout.NeedRollout {
-		o.Causes = r.causes(obj, p.comp)
+		o.Causes = rollout.Causes(obj.GetAnnotations(), p.comp)
 	}
 	o.Halted = func(ctx context.Context) (string, error) { return r.haltedBy(ctx, obj.GetNamespace(), o.Causes) }
 	return o, nil
@@ -335,23 +335,6 @@ func (r *WorkloadReconciler) cacheBehind(ctx context.Context, namespace string, 
 	return false, nil
 }
 
-// causes names the changes behind a rollout: each referenced source whose
-// short digest differs from the record, with its keyed, key-precise digest of
-// what the workload references (so an edit of a key it does not reference
-// leaves its changes, and a halt of them, as they are).
-func (r *WorkloadReconciler) causes(obj client.Object, comp *workload.Computation) []rollout.Change {
-	changed := stamp.Changed(stamp.ParseSources(obj.GetAnnotations()[stamp.AnnotationSources]), comp.Sources)
-	out := make([]rollout.Change, 0, len(changed))
-	for _, ref := range changed {
-		content := "unreferenced"
-		if d, ok := comp.Sources[ref]; ok {
-			content = d
-		}
-		out = append(out, rollout.Change{Ref: ref, Content: content})
-	}
-	return out
-}
-
 // recordAnnotations is comp's record (workload.Computation.Record, the same
 // the webhook writes) as a merge patch of the workload's annotations: an
 // empty value removes the annotation.
@@ -519,56 +502,10 @@ func stampPatch(path []string, hash string) map[string]any {
 	return map[string]any{path[0]: at}
 }
 
-// haltedBy returns the halted change that holds one of causes, or "". A
-// workload H of the namespace whose sealed record halts a change of source R
-// (IndexHalted) holds every rollout that changes R for as long as what H
-// references of R is still the content that failed on it, computed with the
-// key the halt was sealed with: an edit of keys H does not reference, or a
-// new installation key, lifts nothing; a fix of what H references does.
+// haltedBy returns the halted change that holds one of causes, or ""
+// (rollout.Halts.By, over this reconciler's cache).
 func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, causes []rollout.Change) (string, error) {
-	for _, c := range causes {
-		for _, kind := range workload.Kinds {
-			list := kind.NewList()
-			if err := r.Client.List(ctx, list, client.InNamespace(namespace),
-				client.MatchingFields{IndexHalted: c.Ref.String()}, client.UnsafeDisableDeepCopy); err != nil {
-				return "", fmt.Errorf("while looking up halted changes: %w", err)
-			}
-			for _, h := range kind.Items(list) {
-				halt, err := r.haltInForce(ctx, h, c.Ref)
-				if err != nil || halt != "" {
-					return halt, err
-				}
-			}
-		}
-	}
-	return "", nil
-}
-
-// haltInForce returns h's halted change of ref if what h references of ref
-// is still the content that failed, else "".
-func (r *WorkloadReconciler) haltInForce(ctx context.Context, h client.Object, ref stamp.ObjectRef) (string, error) {
-	rec, err := rollout.Verify(h, r.Resolver.Keys)
-	key := rec.Key()
-	tmpl := workload.PodTemplate(h)
-	if err != nil || key == nil || tmpl == nil {
-		return "", nil
-	}
-	for _, c := range rollout.ParseChanges(rec.Halted) {
-		if c.Ref != ref {
-			continue
-		}
-		comp, err := r.Resolver.Compute(ctx, h.GetNamespace(), h.GetAnnotations(), tmpl)
-		if tooMany := (*workload.TooManyReferences)(nil); errors.As(err, &tooMany) {
-			return c.String(), nil // cannot tell whether it was fixed: it holds until resumed
-		}
-		if err != nil {
-			return "", err
-		}
-		if key.Compute(h.GetNamespace(), comp.Refs, comp.Data).Sources[ref] == c.Content {
-			return c.String(), nil
-		}
-	}
-	return "", nil
+	return (&rollout.Halts{Reader: r.Client, Resolver: r.Resolver}).By(ctx, namespace, causes)
 }
 
 // SetupWithManager wires the reconciler: its own kind (and its halts being

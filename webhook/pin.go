@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/go-logr/logr"
@@ -16,6 +17,11 @@ import (
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
+
+// ReasonHeldByHalt is the Warning event of a user's update of a pinned
+// workload that kept its snapshots because the new configuration is a halted
+// change (the reconciler's event for a waiting workload has the same reason).
+const ReasonHeldByHalt = "RolloutHalted"
 
 // ReasonPinFailed is the Warning event of a snapshot configstamp could not
 // make; configstamp_warnings_total{reason="PinFailed"} counts them.
@@ -71,9 +77,37 @@ func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
 			return oldT.Annotations[stamp.AnnotationHash], nil
 		}
 	}
+	if err := s.halted(ctx, p, old); err != nil {
+		return "", err
+	}
 	setAnnotation(p.obj, pin.AnnotationRolledBack, "")
 	tmpl.Spec = *pin.SourceSpec(tmpl)
 	return p.comp.Hash, s.pin(ctx, p)
+}
+
+// heldByHalt is pinned's error for a user's update of a pinned workload that
+// would take a halted change.
+type heldByHalt struct{ change string }
+
+func (e *heldByHalt) Error() string {
+	return fmt.Sprintf("the change %s failed on another workload and is halted: this update keeps the current snapshots and stamp, "+
+		"and configstamp rolls the new configuration when the halt lifts", e.change)
+}
+
+// halted returns a heldByHalt when p, a user's update of an already pinned
+// workload, would take a change that is halted in its namespace: the new
+// configuration then comes only through the wave, as the reconciler's
+// rollout, so that a halted change reaches no pinned workload, not even with
+// its own update (an image bump). The update itself is admitted.
+func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object) error {
+	if old == nil || s.Halts == nil || p.req.UserInfo.Username == s.Self || pin.Pinned(workload.PodTemplate(old)) == nil {
+		return nil
+	}
+	halt, err := s.Halts.By(ctx, p.req.Namespace, rollout.Causes(old.GetAnnotations(), p.comp))
+	if err != nil || halt == "" {
+		return err
+	}
+	return &heldByHalt{change: halt}
 }
 
 // rollback reports whether p is a user's UPDATE that brings back an earlier
@@ -251,10 +285,14 @@ func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev
 // says why where the user looks: an admission warning and a Warning event.
 // The reconciler retries a rollout the snapshot held back.
 func (s *Stamper[T]) pinFailed(ctx context.Context, obj client.Object, req admission.Request, err error, dryRun bool, logger logr.Logger) error {
-	logger.Error(err, "while pinning; keeping the workload on its current snapshots")
 	if kerr := s.keepPins(obj, req); kerr != nil {
 		logger.Error(kerr, "while decoding the old object; admitting unchanged")
 	}
+	if held := (*heldByHalt)(nil); errors.As(err, &held) {
+		s.warn(ctx, obj, req.Namespace, ReasonHeldByHalt, "Pin", err.Error(), dryRun)
+		return nil
+	}
+	logger.Error(err, "while pinning; keeping the workload on its current snapshots")
 	msg := fmt.Sprintf("not pinned to the new configuration: %v; the workload keeps its current snapshots and configstamp retries "+
 		"(free a ConfigMap/Secret quota, or rename the object that holds the snapshot's name)", err)
 	s.warn(ctx, obj, req.Namespace, ReasonPinFailed, "Pin", msg, dryRun)

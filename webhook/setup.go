@@ -34,19 +34,20 @@ const Path = "/mutate-workloads"
 // ask for it (see Stamper.Snapshots).
 func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope, snapshots *pin.Snapshots) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
+	halts := &rollout.Halts{Reader: mgr.GetCache(), Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: resolver.Keys}}
 	rollout.RegisterMetrics() // configstamp_warnings_total
 	recorder := rollout.CountWarnings(mgr.GetEventRecorder("configstamp-webhook"))
 	apps := func(kind string) schema.GroupKind { return schema.GroupKind{Group: appsv1.GroupName, Kind: kind} }
 	handlers := byKind{
 		apps("Deployment"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts}).Handler,
 		apps("StatefulSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.StatefulSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts}).Handler,
 		apps("DaemonSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.DaemonSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts}).Handler,
 	}
 	custom := admission.WithDefaulter(mgr.GetScheme(), &Stamper[*unstructured.Unstructured]{
-		Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots}).Handler
+		Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts}).Handler
 	for _, k := range workload.Kinds {
 		if k.Unstructured() {
 			handlers[k.GVK.GroupKind()] = custom

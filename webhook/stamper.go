@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -44,6 +45,9 @@ type Stamper[T client.Object] struct {
 	// Snapshots makes the snapshots of pinned workloads (--pin). Nil: pinning
 	// is off, and configstamp.io/pin is ignored with a warning.
 	Snapshots *pin.Snapshots
+	// Halts finds the halts in force (the manager's cache): a user's update of
+	// a pinned workload never takes a halted change. Nil: not looked up.
+	Halts *rollout.Halts
 }
 
 var _ admission.Defaulter[client.Object] = &Stamper[client.Object]{}

@@ -1,0 +1,113 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+// IndexHalted indexes workloads by every source of a change whose rollout
+// failed on them (AnnotationHalted of a record that carries a seal), as
+// stamp.ObjectRef.String() values. The seal is verified where the index is
+// read (Halts), with the keys known then.
+const IndexHalted = "configstamp.io/halted"
+
+// IndexHaltedFunc is the IndexHalted indexer.
+func IndexHaltedFunc(obj client.Object) []string {
+	a := obj.GetAnnotations()
+	if _, sealed := a[AnnotationSeal]; !sealed {
+		return nil
+	}
+	var out []string
+	for _, c := range ParseChanges(a[AnnotationHalted]) {
+		if !slices.Contains(out, c.Ref.String()) {
+			out = append(out, c.Ref.String())
+		}
+	}
+	return out
+}
+
+// Causes names the changes behind a rollout of a workload with these metadata
+// annotations, whose data comp computed now: each referenced source whose
+// short digest differs from the record, with its keyed, key-precise digest of
+// what the workload references (so an edit of a key it does not reference
+// leaves its changes, and a halt of them, as they are).
+func Causes(annotations map[string]string, comp *workload.Computation) []Change {
+	changed := stamp.Changed(stamp.ParseSources(annotations[stamp.AnnotationSources]), comp.Sources)
+	out := make([]Change, 0, len(changed))
+	for _, ref := range changed {
+		content := "unreferenced"
+		if d, ok := comp.Sources[ref]; ok {
+			content = d
+		}
+		out = append(out, Change{Ref: ref, Content: content})
+	}
+	return out
+}
+
+// Halts finds the halts in force, for the reconciler's gate and for the
+// webhook (a pinned workload's own update never takes a halted change).
+type Halts struct {
+	// Reader lists workloads by IndexHalted (the manager's cache).
+	Reader client.Reader
+	// Resolver recomputes a halting workload's data.
+	Resolver *workload.Resolver
+}
+
+// By returns the halted change that holds one of causes, or "". A workload H
+// of the namespace whose sealed record halts a change of source R
+// (IndexHalted) holds every rollout that changes R for as long as what H
+// references of R is still the content that failed on it, computed with the
+// key the halt was sealed with: an edit of keys H does not reference, or a new
+// installation key, lifts nothing; a fix of what H references does.
+func (h *Halts) By(ctx context.Context, namespace string, causes []Change) (string, error) {
+	for _, c := range causes {
+		for _, kind := range workload.Kinds {
+			list := kind.NewList()
+			if err := h.Reader.List(ctx, list, client.InNamespace(namespace),
+				client.MatchingFields{IndexHalted: c.Ref.String()}, client.UnsafeDisableDeepCopy); err != nil {
+				return "", fmt.Errorf("while looking up halted changes: %w", err)
+			}
+			for _, w := range kind.Items(list) {
+				halt, err := h.inForce(ctx, w, c.Ref)
+				if err != nil || halt != "" {
+					return halt, err
+				}
+			}
+		}
+	}
+	return "", nil
+}
+
+// inForce returns w's halted change of ref if what w references of ref is
+// still the content that failed, else "".
+func (h *Halts) inForce(ctx context.Context, w client.Object, ref stamp.ObjectRef) (string, error) {
+	rec, err := Verify(w, h.Resolver.Keys)
+	key := rec.Key()
+	tmpl := workload.PodTemplate(w)
+	if err != nil || key == nil || tmpl == nil {
+		return "", nil
+	}
+	for _, c := range ParseChanges(rec.Halted) {
+		if c.Ref != ref {
+			continue
+		}
+		comp, err := h.Resolver.Compute(ctx, w.GetNamespace(), w.GetAnnotations(), tmpl)
+		if tooMany := (*workload.TooManyReferences)(nil); errors.As(err, &tooMany) {
+			return c.String(), nil // cannot tell whether it was fixed: it holds until resumed
+		}
+		if err != nil {
+			return "", err
+		}
+		if key.Compute(w.GetNamespace(), comp.Refs, comp.Data).Sources[ref] == c.Content {
+			return c.String(), nil
+		}
+	}
+	return "", nil
+}
