@@ -39,7 +39,9 @@ func TestMain(m *testing.M) {
 		HashKey:    key,
 		AuditLog:   true,
 		Kubeconfig: installRBAC,
-		Args: []string{"--pin", "--debounce=0",
+		// One slot and a short deadline for the halted wave
+		// (TestHaltHoldsForPinnedFiles); the other tests roll one workload at a time.
+		Args: []string{"--pin", "--debounce=0", "--max-concurrent-rollouts=1", "--progress-deadline=" + progressDeadline.String(),
 			"--webhook-config-name=configstamp-mutating-webhook-configuration", "--tls-secret=configstamp-webhook-tls"},
 	}))
 }
