@@ -80,7 +80,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	if req.Operation == admissionv1.Update && settled && s.unchanged(obj, req, logger, !pinning) {
 		return nil
 	}
-	var sources client.Reader = s.Resolver.Sources
+	sources := s.Resolver.Sources
 	var memo *pin.Memo
 	if pinning {
 		memo = pin.NewMemo(sources) // the snapshots copy exactly what the stamp hashes
