@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,14 +74,16 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // cached whole: their labels say which workloads opted in and which
 // namespaces --namespace-selector selects.
 func CacheOptions(scope *workload.Scope, pinned bool) ctrlcache.Options {
+	// Snapshots (pinned config) are copies, never sources: none is cached.
+	notSnapshots := labels.NewSelector().Add(notSnapshot)
 	byObject := map[client.Object]ctrlcache.ByObject{
-		&corev1.ConfigMap{}: {Transform: func(in any) (any, error) {
+		&corev1.ConfigMap{}: {Label: notSnapshots, Transform: func(in any) (any, error) {
 			if cm, ok := in.(*corev1.ConfigMap); ok {
 				stamp.DigestConfigMap(cm)
 			}
 			return in, nil
 		}},
-		&corev1.Secret{}: {Transform: func(in any) (any, error) {
+		&corev1.Secret{}: {Label: notSnapshots, Transform: func(in any) (any, error) {
 			if s, ok := in.(*corev1.Secret); ok {
 				stamp.DigestSecret(s)
 			}
@@ -98,6 +102,15 @@ func CacheOptions(scope *workload.Scope, pinned bool) ctrlcache.Options {
 		ByObject:          byObject,
 	}
 }
+
+// notSnapshot selects the objects without the label pin.LabelSnapshot.
+var notSnapshot = func() labels.Requirement {
+	r, err := labels.NewRequirement(pin.LabelSnapshot, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err)
+	}
+	return *r
+}()
 
 // ScopeNamespaces is the cache's DefaultNamespaces for scope: with a watch
 // list one informer per watched namespace (list and watch in that namespace

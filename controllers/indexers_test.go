@@ -10,7 +10,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
@@ -144,5 +146,24 @@ func TestIndexHalted(t *testing.T) {
 				t.Fatalf("indexed by %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCacheLeavesSnapshotsOut: the ConfigMap and Secret informers list and
+// watch without the snapshots of pinned config (they are copies, never
+// sources), so pinning adds nothing to the cache.
+func TestCacheLeavesSnapshotsOut(t *testing.T) {
+	found := 0
+	for obj, by := range CacheOptions(nil, true).ByObject {
+		switch obj.(type) {
+		case *corev1.ConfigMap, *corev1.Secret:
+			found++
+			if by.Label == nil || by.Label.Matches(labels.Set{pin.LabelSnapshot: "true"}) || !by.Label.Matches(labels.Set{"app": "x"}) {
+				t.Errorf("%T cache selector %v: want every object but snapshots", obj, by.Label)
+			}
+		}
+	}
+	if found != 2 {
+		t.Fatalf("found %d ConfigMap/Secret cache entries, want 2", found)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
@@ -66,13 +67,19 @@ type whyResult struct {
 	// Sources are the objects the last record names (configstamp.io/sources).
 	Sources []string `json:"sources"`
 	// State: none, rolling, completed, failed.
-	State     string      `json:"state"`
-	Started   *time.Time  `json:"started,omitempty"`
-	Causes    []change    `json:"causes"`
-	Halted    []change    `json:"halted"`
-	WaitingOn *waiting    `json:"waitingOn,omitempty"`
-	Summary   string      `json:"summary"`
-	Events    []eventView `json:"events"`
+	State   string     `json:"state"`
+	Started *time.Time `json:"started,omitempty"`
+	Causes  []change   `json:"causes"`
+	Halted  []change   `json:"halted"`
+	// Pinned are the snapshots the template mounts and reads instead of its
+	// sources (pinned config): "Kind/source=snapshot".
+	Pinned []string `json:"pinned"`
+	// RolledBackTo is the stamp of the earlier revision a user rolled the
+	// pinned workload back to, while it runs that revision.
+	RolledBackTo string      `json:"rolledBackTo,omitempty"`
+	WaitingOn    *waiting    `json:"waitingOn,omitempty"`
+	Summary      string      `json:"summary"`
+	Events       []eventView `json:"events"`
 }
 
 // waiting: the workload's latest word is a RolloutHalted event on a change that
@@ -153,6 +160,14 @@ func explain(ctx context.Context, o *options, w workload, ns string) (whyResult,
 		res.Sources = append(res.Sources, ref.String())
 	}
 	slices.Sort(res.Sources)
+	res.Pinned = []string{}
+	for src, snap := range pin.Pinned(w.template) {
+		res.Pinned = append(res.Pinned, src.String()+"="+snap)
+	}
+	slices.Sort(res.Pinned)
+	if pin.RolledBack(w.meta.Annotations, w.template) {
+		res.RolledBackTo = res.Stamp
+	}
 	selectors, err := o.selectorSources(ctx, ns)
 	if err != nil {
 		return res, err
@@ -193,6 +208,9 @@ func printWhy(o *options, w workload, ns string, res whyResult) {
 	}
 	if len(res.Causes) > 0 {
 		rows = append(rows, []cell{c("Caused by:"), c(changesText(res.Causes))})
+	}
+	if len(res.Pinned) > 0 {
+		rows = append(rows, []cell{c("Pinned to:"), c(strings.Join(res.Pinned, ", "))})
 	}
 	rows = append(rows, []cell{c("State:"), coloured(res.State, stateColour)})
 	if len(res.Halted) > 0 {
@@ -290,6 +308,9 @@ func (o *options) waitingOn(ctx context.Context, ns string, rec rollout.Record, 
 
 func summary(r whyResult) string {
 	switch {
+	case r.RolledBackTo != "":
+		return "rolled back by a user to the revision stamped " + r.RolledBackTo + ", pinned to " + strings.Join(r.Pinned, ", ") +
+			"; configstamp keeps it until a source changes"
 	case r.WaitingOn != nil && len(r.WaitingOn.HaltedBy) > 1:
 		return "waiting: the change " + r.WaitingOn.Change + " failed on " + strings.Join(r.WaitingOn.HaltedBy, ", ") +
 			"; it rolls once every one of these halts is lifted (kubectl configstamp resume on each)"

@@ -1,7 +1,14 @@
 package pin
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,6 +92,22 @@ func TestPinnedUndo(t *testing.T) {
 		t.Fatalf("ControllerRevisions after the undo: %d, want %d (the undo reuses the previous revision)", n, revisions)
 	}
 
+	// The plugin tells: rolled back by a user, pinned to the old snapshot.
+	var why struct {
+		Pinned       []string `json:"pinned"`
+		RolledBackTo string   `json:"rolledBackTo"`
+		Summary      string   `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(plugin(t, "why", "deployment/app", "-n", ns, "-o", "json")), &why); err != nil {
+		t.Fatal(err)
+	}
+	if why.RolledBackTo != stamps["2"] || !slices.Contains(why.Pinned, "ConfigMap/cfg="+snapshots["2"]) || !strings.HasPrefix(why.Summary, "rolled back by a user") {
+		t.Errorf("kubectl configstamp why after the undo: %+v; want rolled back to %s, pinned to %s", why, stamps["2"], snapshots["2"])
+	}
+	if users := plugin(t, "who-uses", "configmap/cfg", "-n", ns); !strings.Contains(users, "app") || !strings.Contains(users, "db-app") {
+		t.Errorf("kubectl configstamp who-uses configmap/cfg does not list the pinned workloads:\n%s", users)
+	}
+
 	// No roll forward: not for the debounce plus 30 s, not for a re-apply.
 	env.Apply(t, app(ns, false))
 	deadline := time.Now().Add(hold)
@@ -127,4 +150,30 @@ func waitStatefulSet(t *testing.T, s *appsv1.StatefulSet) {
 			st.ReadyReplicas == *s.Spec.Replicas && st.UpdatedReplicas == *s.Spec.Replicas
 		return ok, fmt.Sprintf("statefulset %s: %+v", s.Name, st)
 	})
+}
+
+var (
+	pluginOnce sync.Once
+	pluginBin  string
+	pluginErr  error
+)
+
+// plugin runs kubectl-configstamp (built once, from cmd/kubectl-configstamp)
+// against the suite's cluster and returns its output.
+func plugin(t *testing.T, args ...string) string {
+	t.Helper()
+	pluginOnce.Do(func() {
+		pluginBin = filepath.Join(os.TempDir(), fmt.Sprintf("kubectl-configstamp-pin-%d", os.Getpid()))
+		if out, err := exec.Command("go", "build", "-o", pluginBin, "../../cmd/kubectl-configstamp").CombinedOutput(); err != nil {
+			pluginErr = fmt.Errorf("building the plugin: %w\n%s", err, out)
+		}
+	})
+	if pluginErr != nil {
+		t.Fatal(pluginErr)
+	}
+	out, err := exec.Command(pluginBin, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl configstamp %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
