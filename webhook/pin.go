@@ -9,6 +9,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -272,6 +273,11 @@ func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev
 	wanted, problems := pin.Wanted(obj.GetAnnotations(), ns.Annotations)
 	for _, p := range problems {
 		s.report(ctx, obj, namespace, p, dryRun)
+	}
+	if _, custom := obj.(*unstructured.Unstructured); wanted && custom {
+		s.report(ctx, obj, namespace, stamp.Problem{Field: "annotation " + pin.AnnotationPin, Value: "true",
+			Message: "pinning is not supported for the --kinds-config kinds in this release: the workload reads its ConfigMaps and Secrets directly"}, dryRun)
+		return false
 	}
 	if wanted && s.Snapshots == nil {
 		s.report(ctx, obj, namespace, stamp.Problem{Field: "annotation " + pin.AnnotationPin, Value: "true",

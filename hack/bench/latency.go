@@ -12,7 +12,7 @@ import (
 // concurrent rollouts (10) and no debounce, where a single change with free
 // slots must not wait for a wave to gather.
 func runLatency(ctx context.Context, cfg *config, e *env, res *results) error {
-	if err := latencyPass(ctx, cfg, e, res, "bench-latency", "ConfigMap Update response → template restamped (watch)"); err != nil {
+	if err := latencyPass(ctx, cfg, e, res, scLatency, "bench-latency", "ConfigMap Update response → template restamped (watch)", false); err != nil {
 		return err
 	}
 	if err := e.configstamp.stop(); err != nil {
@@ -21,8 +21,8 @@ func runLatency(ctx context.Context, cfg *config, e *env, res *results) error {
 	if _, err := e.startConfigstampWith(ctx, "configstamp-budget.log", append([]string{"--debounce=0"}, cfg.extraArgs...)); err != nil {
 		return err
 	}
-	if err := latencyPass(ctx, cfg, e, res, "bench-latency-budget",
-		"same, default budget (--max-concurrent-rollouts=10), --debounce=0"); err != nil {
+	if err := latencyPass(ctx, cfg, e, res, scLatency, "bench-latency-budget",
+		"same, default budget (--max-concurrent-rollouts=10), --debounce=0", false); err != nil {
 		return err
 	}
 	if err := e.configstamp.stop(); err != nil {
@@ -32,9 +32,11 @@ func runLatency(ctx context.Context, cfg *config, e *env, res *results) error {
 	return err
 }
 
-func latencyPass(ctx context.Context, cfg *config, e *env, res *results, ns, what string) error {
+// latencyPass times cfg.latencyChanges changes in namespace ns, each of a
+// ConfigMap one Deployment (pinned or not) mounts, under scenario.
+func latencyPass(ctx context.Context, cfg *config, e *env, res *results, scenario, ns, what string, pinned bool) error {
 	n := cfg.latencyChanges
-	f := &fixture{namespaces: []string{ns}, configMaps: n, secrets: n, shared: 1, deployments: n, size: cfg.size, keys: cfg.keys}
+	f := &fixture{namespaces: []string{ns}, configMaps: n, secrets: n, shared: 1, deployments: n, size: cfg.size, keys: cfg.keys, pinned: pinned}
 	if err := f.setup(ctx, e, cfg); err != nil {
 		return err
 	}
@@ -61,7 +63,7 @@ func latencyPass(ctx context.Context, cfg *config, e *env, res *results, ns, wha
 	if err := f.waitSettled(ctx, e, 2*time.Minute); err != nil {
 		return err
 	}
-	e.windowPer(scLatency, from, time.Now(), n, "change")
-	res.addDurations(scLatency, what, latencies)
+	e.windowPer(scenario, from, time.Now(), n, "change")
+	res.addDurations(scenario, what, latencies)
 	return nil
 }

@@ -72,9 +72,11 @@ const (
 	scApplyWarnings = "applywarnings"
 	// scManyRefs: another tenant's admissions while one sends templates of 5,000 references (manyrefs.go).
 	scManyRefs = "manyrefs"
+	// scPin: the latency scenario with pinned config (pin.go).
+	scPin = "pin"
 )
 
-var allScenarios = []string{scMemory, scLatency, scFanout, scWebhook, scManyRefs, scStartup, scSweep, scHostile, scApplyWarnings}
+var allScenarios = []string{scMemory, scLatency, scPin, scFanout, scWebhook, scManyRefs, scStartup, scSweep, scHostile, scApplyWarnings}
 
 // rolloutFlags switch off configstamp's deliberate delays (see the notes printed with the results).
 var rolloutFlags = []string{"--max-concurrent-rollouts=0", "--debounce=0"}
@@ -260,7 +262,7 @@ func run(ctx context.Context, cfg *config) error {
 	res := &results{}
 	res.notes = append(res.notes, scaleNotes(cfg)...)
 	res.notes = append(res.notes, provenance(cfg.configstampBin))
-	needMain := cfg.scenarios[scMemory] || cfg.scenarios[scLatency] || cfg.scenarios[scFanout] ||
+	needMain := cfg.scenarios[scMemory] || cfg.scenarios[scLatency] || cfg.scenarios[scPin] || cfg.scenarios[scFanout] ||
 		cfg.scenarios[scWebhook] || cfg.scenarios[scManyRefs] || cfg.scenarios[scStartup]
 	if needMain {
 		if err := runMain(ctx, cfg, res); err != nil {
@@ -327,6 +329,7 @@ func runMain(ctx context.Context, cfg *config, res *results) (err error) {
 	}{
 		{scMemory, runMemory},
 		{scLatency, runLatency},
+		{scPin, runPin},
 		{scFanout, runFanout},
 		{scWebhook, runWebhook},
 		{scManyRefs, runManyRefs},

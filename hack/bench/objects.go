@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
@@ -36,6 +37,8 @@ type fixture struct {
 	// noop: the Deployments are not opted in to configstamp but labelled for
 	// the no-op webhook (floorPass).
 	noop bool
+	// pinned: the Deployments are pinned (configstamp.io/pin, runPin).
+	pinned bool
 }
 
 // sharedKey is the key of a shared ConfigMap that every Deployment references.
@@ -118,8 +121,12 @@ func (f *fixture) deployment(i int) *appsv1.Deployment {
 	if f.noop {
 		labels = map[string]string{noopLabel: "true"}
 	}
+	var annotations map[string]string
+	if f.pinned {
+		annotations = map[string]string{pin.AnnotationPin: "true"}
+	}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace(i), Name: name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace(i), Name: name, Labels: labels, Annotations: annotations},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](0),
 			Selector: &metav1.LabelSelector{MatchLabels: pod},
