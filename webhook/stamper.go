@@ -75,7 +75,9 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	}
 	sent := tmpl.Annotations[stamp.AnnotationHash]
 	wanted := s.pinWanted(ctx, obj, ns, req.Namespace, dryRun)
-	pinning := s.Snapshots != nil && (wanted || pin.Pinned(tmpl) != nil)
+	// A pinned template is unpinned when it is no longer wanted, also by an
+	// installation without --pin: its rollouts must read the sources again.
+	pinning := wanted || pin.Pinned(tmpl) != nil
 	settled := !pinning || wanted == (pin.Pinned(tmpl) != nil) // nothing to pin or unpin
 	if req.Operation == admissionv1.Update && settled && s.unchanged(obj, req, logger, !pinning) {
 		return nil

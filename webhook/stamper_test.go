@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -194,4 +196,62 @@ func TestBadAnnotationWarnsAndStillStamps(t *testing.T) {
 	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "UPPER") {
 		t.Fatalf("warnings = %q", resp.Warnings)
 	}
+}
+
+// TestUnpinnedWithoutPin: an installation that runs without --pin puts the
+// sources back in a pinned template at its next admission (here configstamp's
+// own rollout patch), so that the rollout reads the new data instead of
+// keeping the old snapshot.
+func TestUnpinnedWithoutPin(t *testing.T) {
+	h, hasher := newHandler(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cfg"}, Data: map[string]string{"k": "v2"}})
+	old := deployment(map[string]string{stamp.LabelEnabled: "true"}, map[string]string{pin.AnnotationPin: "true"},
+		map[string]string{stamp.AnnotationHash: "v1-old", pin.AnnotationPinned: "ConfigMap/cfg-0123456789=cfg"})
+	old.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name = "cfg-0123456789"
+	old.Spec.Template.Labels[pin.LabelPinned] = "true"
+	obj := old.DeepCopy()
+	obj.Spec.Template.Annotations[stamp.AnnotationHash] = "v1-proposed"
+	resp := h.Handle(t.Context(), request(t, admissionv1.Update, obj, old))
+	if !resp.Allowed {
+		t.Fatalf("not allowed: %v", resp.Result)
+	}
+	got := applyPatch(t, obj, resp)
+	tmpl := got.Spec.Template
+	if name := tmpl.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name; name != "cfg" || tmpl.Annotations[pin.AnnotationPinned] != "" || tmpl.Labels[pin.LabelPinned] != "" {
+		t.Errorf("without --pin the template kept its pin: envFrom %s, annotations %v, labels %v", name, tmpl.Annotations, tmpl.Labels)
+	}
+	refs := stamp.NewRefs()
+	stamp.AddTemplateRefs(refs, &tmpl.Spec)
+	want := hasher.Compute(ns, refs, map[stamp.ObjectRef]stamp.Source{
+		{Kind: stamp.KindConfigMap, Name: "cfg"}: stamp.SourceFromConfigMap(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"}, Data: map[string]string{"k": "v2"}})}).Hash
+	if tmpl.Annotations[stamp.AnnotationHash] != want {
+		t.Errorf("stamp %s, want the current data's %s", tmpl.Annotations[stamp.AnnotationHash], want)
+	}
+	if !strings.Contains(strings.Join(resp.Warnings, " "), "does not pin") {
+		t.Errorf("warnings %q: want the installation said not to pin", resp.Warnings)
+	}
+}
+
+// applyPatch returns obj with the response's JSON patch applied.
+func applyPatch(t *testing.T, obj *appsv1.Deployment, resp admission.Response) *appsv1.Deployment {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.DecodePatch(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = patch.Apply(raw); err != nil {
+		t.Fatal(err)
+	}
+	out := &appsv1.Deployment{}
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
