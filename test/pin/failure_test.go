@@ -145,3 +145,22 @@ func TestUndoIsNeverSilent(t *testing.T) {
 		t.Fatalf("ReplicaSets after the undo: %d, want 2", n)
 	}
 }
+
+// TestLargeSourceIsPinned: a ConfigMap holding just under the 1 MiB data
+// limit (created through the API: kubectl apply's last-applied copy would not
+// fit) is copied whole; the pinned Deployment starts on its snapshot.
+func TestLargeSourceIsPinned(t *testing.T) {
+	ns := env.Namespace(t, "pinlarge", nil)
+	big := strings.Repeat("x", 1<<20-64)
+	if err := env.Client.Create(t.Context(), framework.ConfigMap(ns, "cfg", map[string]string{"a": big}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	env.Apply(t, framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+	d := app(ns, false)
+	env.Apply(t, d)
+	waitRolledOut(t, d)
+	cm, _ := refs(d)
+	if got := configMapData(t, ns, cm, "cfg"); got["a"] != big {
+		t.Fatalf("the snapshot %s holds %d bytes, want the source's %d", cm, len(got["a"]), len(big))
+	}
+}
