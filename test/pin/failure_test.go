@@ -164,3 +164,23 @@ func TestLargeSourceIsPinned(t *testing.T) {
 		t.Fatalf("the snapshot %s holds %d bytes, want the source's %d", cm, len(got["a"]), len(big))
 	}
 }
+
+// TestNamespacePins: configstamp.io/pin on a Namespace pins every opted-in
+// workload in it; "false" on a workload opts it out.
+func TestNamespacePins(t *testing.T) {
+	ns := env.Namespace(t, "pinns", nil)
+	env.Kubectl(t, "", "annotate", "namespace", ns, pin.AnnotationPin+"=true")
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "1"}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+	pinned, out := app(ns, true), app(ns, true)
+	out.Name = "out"
+	out.Annotations = map[string]string{pin.AnnotationPin: "false"}
+	env.Apply(t, pinned, out)
+	env.Get(t, pinned)
+	env.Get(t, out)
+	if cm, s := refs(pinned); !snapshotName("cfg").MatchString(cm) || !snapshotName("db").MatchString(s) {
+		t.Errorf("in a pinned namespace, the Deployment references %s and %s, want snapshots", cm, s)
+	}
+	if cm, s := refs(out); cm != "cfg" || s != "db" {
+		t.Errorf("the Deployment that opts out references %s and %s, want the sources", cm, s)
+	}
+}

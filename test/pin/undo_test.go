@@ -13,6 +13,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/pin"
@@ -46,6 +47,8 @@ func TestPinnedUndo(t *testing.T) {
 	d := app(ns, false)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "cfg")
+	spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}
 	sts := framework.StatefulSet(ns, "db-app", framework.OptIn, spec)
 	sts.Annotations = map[string]string{pin.AnnotationPin: "true"}
 	env.Apply(t, d, sts)
@@ -81,6 +84,9 @@ func TestPinnedUndo(t *testing.T) {
 	}
 	if got := mountedSnapshot(sts); got != snapshots["2"] {
 		t.Fatalf("after the undo the StatefulSet mounts %s, want %s", got, snapshots["2"])
+	}
+	if _, secret := refs(d); sts.Spec.Template.Spec.Containers[0].EnvFrom[0].SecretRef.Name != secret || !snapshotName("db").MatchString(secret) {
+		t.Fatalf("the StatefulSet reads Secret %s, the Deployment %s: want the same snapshot of db", sts.Spec.Template.Spec.Containers[0].EnvFrom[0].SecretRef.Name, secret)
 	}
 	env.WaitEvent(t, d, webhook.ReasonRolledBack, stamps["2"])
 	waitRolledOut(t, d)
