@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
@@ -85,13 +86,18 @@ func TestPlanForEdgeCases(t *testing.T) {
 		template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}}, Spec: pod}}
 	plain := workload{kind: "Deployment", meta: metav1.ObjectMeta{Namespace: "ns", Name: "plain"},
 		template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "plain"}}}}
+	pinned := workload{kind: "Deployment", meta: metav1.ObjectMeta{Namespace: "ns", Name: "pinned", Labels: map[string]string{stamp.LabelEnabled: "true"}},
+		template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "pinned"},
+			Annotations: map[string]string{pin.AnnotationPinned: "ConfigMap/cfg-0123456789=cfg"}}, Spec: *pod.DeepCopy()}}
+	pinned.template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name = "cfg-0123456789"
 	noLabels := func(string) map[string]string { return nil }
 	tests := map[string]struct {
 		live, next *source
 		rolls      map[string]string // workload -> reason prefix
 	}{
-		"created":      {nil, cm(map[string]string{"a": "1"}, nil), map[string]string{"app": "created"}},
-		"now ignored":  {cm(map[string]string{"a": "1"}, nil), cm(map[string]string{"a": "1"}, map[string]string{stamp.AnnotationIgnore: "true"}), map[string]string{"app": "now ignored"}},
+		"created":      {nil, cm(map[string]string{"a": "1"}, nil), map[string]string{"app": "created", "pinned": "created"}},
+		"changed":      {cm(map[string]string{"a": "1"}, nil), cm(map[string]string{"a": "2"}, nil), map[string]string{"app": "referenced keys change", "pinned": "referenced keys change"}},
+		"now ignored":  {cm(map[string]string{"a": "1"}, nil), cm(map[string]string{"a": "1"}, map[string]string{stamp.AnnotationIgnore: "true"}), map[string]string{"app": "now ignored", "pinned": "now ignored"}},
 		"ignored data": {cm(map[string]string{"a": "1"}, map[string]string{stamp.AnnotationIgnore: "true"}), cm(map[string]string{"a": "2"}, map[string]string{stamp.AnnotationIgnore: "true"}), map[string]string{}},
 		"selector added": {cm(map[string]string{"a": "1"}, nil), cm(map[string]string{"a": "1"}, map[string]string{stamp.AnnotationRolloutSelector: "app=plain"}),
 			map[string]string{}},
@@ -99,11 +105,14 @@ func TestPlanForEdgeCases(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			res := planFor(tc.live, tc.next, []workload{w, plain}, nil, noLabels)
+			res := planFor(tc.live, tc.next, []workload{w, plain, pinned}, nil, noLabels)
 			for _, e := range res.Workloads {
 				want, rolls := tc.rolls[e.Name]
 				if e.Rolls != rolls || rolls && !strings.HasPrefix(e.Reason, want) {
 					t.Errorf("%s: rolls=%v %q, want rolls=%v %q", e.Name, e.Rolls, e.Reason, rolls, want)
+				}
+				if e.NewSnapshot != (e.Rolls && e.Name == "pinned" && name != "now ignored") {
+					t.Errorf("%s: newSnapshot=%v; only the pinned workload that rolls onto the source's new content gets one", e.Name, e.NewSnapshot)
 				}
 			}
 		})

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	sharedworkload "github.com/configstamp/configstamp/controllers/workload"
 )
@@ -195,6 +196,9 @@ type planEntry struct {
 	// Keys are the keys behind the verdict: the referenced keys that change
 	// (rolls) or the unreferenced ones that do (does not roll). Names only.
 	Keys []string `json:"keys,omitempty"`
+	// NewSnapshot: the workload is pinned (pinned config) and its rollout
+	// moves it to a new snapshot of the source.
+	NewSnapshot bool `json:"newSnapshot,omitempty"`
 }
 
 type planResult struct {
@@ -255,6 +259,8 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels fu
 		case sharedworkload.ChangeRolls(next.namespace, next.ref, refsLive, refsNext, liveSrc, nextSrc):
 			e.Rolls = true
 			e.Reason, e.Keys = rollReason(live, next, liveSrc, nextSrc, refsLive, refsNext, referenced)
+			_, pinned := pin.Pinned(w.template)[next.ref]
+			e.NewSnapshot = pinned && !nextSrc.Ignored // an ignored source is read directly again
 		case nextSrc.Ignored && liveSrc.Ignored:
 			e.Reason = "ignored (" + stamp.AnnotationIgnore + ")"
 		case len(res.ChangedKeys) > 0:
@@ -473,6 +479,9 @@ func printPlan(o *options, res planResult) {
 		why := e.Reason
 		if len(e.Keys) > 0 {
 			why += ": " + strings.Join(e.Keys, ", ")
+		}
+		if e.NewSnapshot {
+			why += " (pinned: onto a new snapshot)"
 		}
 		rows = append(rows, []cell{c(strings.ToLower(e.Kind) + "/" + e.Name), r, c(why)})
 	}
