@@ -19,8 +19,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers"
@@ -83,38 +81,6 @@ func unschedulable(spec corev1.PodSpec) corev1.PodSpec {
 // waveHash is the stamp of wave workload name when shared's k holds k.
 func waveHash(name, k string) string {
 	return framework.StampOf(hashKey, haltNS, waveSpec(name), shared(k, "x"), framework.ConfigMap(haltNS, "own-"+name, map[string]string{"v": name}, nil))
-}
-
-// tenant creates the ServiceAccount "tenant" in ns bound to the `edit`
-// ClusterRole there, and returns a kubeconfig whose only credential is its token.
-func tenant(t *testing.T, ns string) string {
-	t.Helper()
-	ctx := t.Context()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"}}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-edit"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "tenant"}},
-	}
-	for _, o := range []client.Object{sa, rb} {
-		if err := env.Client.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kc, err := env.ServiceAccountKubeconfig(ctx, ns, "tenant")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The identity really is a tenant: it edits Deployments here, and reads
-	// nothing of configstamp's namespace.
-	framework.Eventually(t, 30*time.Second, func() (bool, string) {
-		out, _, _ := kubectlAs(kc, "", "auth", "can-i", "patch", "deployments", "-n", ns)
-		return strings.TrimSpace(out) == "yes", "the tenant cannot patch Deployments yet (edit aggregation): " + out
-	})
-	if out, _, _ := kubectlAs(kc, "", "auth", "can-i", "get", "secrets", "-n", framework.OwnNamespace); strings.TrimSpace(out) != "no" {
-		t.Fatalf("the tenant can read configstamp's Secrets (%q): the test would prove nothing", out)
-	}
-	return kc
 }
 
 func kubectlAs(kubeconfig, stdin string, args ...string) (string, string, error) {
@@ -229,7 +195,7 @@ func holdsStill(t *testing.T, ns string, s *stamps, what string, names ...string
 // tenant lifts the halt the documented way, each rolls exactly once.
 func TestHaltHolds(t *testing.T) {
 	env.Kubectl(t, "", "create", "namespace", haltNS)
-	kc := tenant(t, haltNS)
+	kc := env.Tenant(t, haltNS)
 	s := watchStamps(t, haltNS)
 	objs := []client.Object{shared("good", "x")}
 	for i, n := range wave {
@@ -328,7 +294,7 @@ func TestHaltHolds(t *testing.T) {
 // namespace still rolls at once, and no slot is in use.
 func TestForgedRecordsHoldNoSlot(t *testing.T) {
 	ns := env.Namespace(t, "adv-forge", nil)
-	kc := tenant(t, ns)
+	kc := env.Tenant(t, ns)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "cfg")
 	asTenant(t, kc, framework.Manifest(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil),

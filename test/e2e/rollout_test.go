@@ -43,14 +43,7 @@ func waitDeploymentRolledOut(t *testing.T, d *appsv1.Deployment) {
 }
 
 func waitStatefulSetRolledOut(t *testing.T, s *appsv1.StatefulSet) {
-	t.Helper()
-	framework.Eventually(t, 90*time.Second, func() (bool, string) {
-		env.Get(t, s)
-		st := s.Status
-		ok := st.ObservedGeneration >= s.Generation && st.UpdateRevision == st.CurrentRevision &&
-			st.ReadyReplicas == *s.Spec.Replicas && st.UpdatedReplicas == *s.Spec.Replicas
-		return ok, fmt.Sprintf("statefulset %s: %+v", s.Name, st)
-	})
+	env.WaitStatefulSetRolledOut(t, s)
 }
 
 func waitDaemonSetRolledOut(t *testing.T, d *appsv1.DaemonSet) {

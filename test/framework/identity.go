@@ -11,8 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
+	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -20,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // ApplyKustomize renders dir (a kustomize directory relative to the
@@ -100,4 +106,81 @@ func (e *Env) ServiceAccountKubeconfig(ctx context.Context, namespace, name stri
 		return "", fmt.Errorf("writing the kubeconfig of %s/%s: %w", namespace, name, err)
 	}
 	return path, nil
+}
+
+// InstallKinds are the objects of an overlay a suite installs to run
+// configstamp as a local process under the overlay's identity: the identity
+// and what it may do, and the MutatingWebhookConfiguration (self mode may only
+// get, update and patch it by name, so it must exist first). Not the
+// Deployment, Service or PodDisruptionBudget.
+var InstallKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+	"MutatingWebhookConfiguration"}
+
+// InstallWithComponents applies InstallKinds of overlay (e.g.
+// config/selfsigned) with components added the way their kustomizations say
+// (e.g. ../components/pin), in a copy of config/, and returns a kubeconfig
+// whose only credential is a token of the overlay's ServiceAccount
+// serviceAccount in configstamp's namespace.
+func (e *Env) InstallWithComponents(ctx context.Context, overlay, serviceAccount string, components ...string) (string, error) {
+	dir, err := os.MkdirTemp("", "configstamp-config-")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if out, err := exec.CommandContext(ctx, "cp", "-r", filepath.Join(e.Root, "config"), dir).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("copying config/: %w\n%s", err, out)
+	}
+	overlayDir := filepath.Join(dir, overlay)
+	kust := filepath.Join(overlayDir, "kustomization.yaml")
+	data, err := os.ReadFile(kust)
+	if err != nil {
+		return "", err
+	}
+	data = append(data, "\ncomponents:\n"...)
+	for _, c := range components {
+		data = append(data, "  - "+c+"\n"...)
+	}
+	if err := os.WriteFile(kust, data, 0o644); err != nil {
+		return "", err
+	}
+	if err := e.ApplyKustomize(ctx, overlayDir, InstallKinds...); err != nil {
+		return "", err
+	}
+	return e.ServiceAccountKubeconfig(ctx, OwnNamespace, serviceAccount)
+}
+
+// Tenant creates the ServiceAccount "tenant" in ns bound to the `edit`
+// ClusterRole there, and returns a kubeconfig whose only credential is its
+// token. It checks that the identity really is a tenant: it edits
+// Deployments there, and reads nothing of configstamp's namespace.
+func (e *Env) Tenant(t testing.TB, ns string) string {
+	t.Helper()
+	ctx := t.Context()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"}}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "tenant"}},
+	}
+	for _, o := range []client.Object{sa, rb} {
+		if err := e.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc, err := e.ServiceAccountKubeconfig(ctx, ns, "tenant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	can := func(args ...string) string {
+		out, _ := exec.Command("kubectl", append([]string{"--kubeconfig", kc, "auth", "can-i"}, args...)...).Output()
+		return strings.TrimSpace(string(out))
+	}
+	Eventually(t, 30*time.Second, func() (bool, string) {
+		out := can("patch", "deployments", "-n", ns)
+		return out == "yes", "the tenant cannot patch Deployments yet (edit aggregation): " + out
+	})
+	if out := can("get", "secrets", "-n", OwnNamespace); out != "no" {
+		t.Fatalf("the tenant can read configstamp's Secrets (%q): the test would prove nothing", out)
+	}
+	return kc
 }

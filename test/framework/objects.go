@@ -314,3 +314,16 @@ func (e *Env) WatchDeployments(t testing.TB, ns string, seen func(*appsv1.Deploy
 		}
 	}()
 }
+
+// WaitStatefulSetRolledOut polls until the StatefulSet's rollout is complete:
+// observed, every replica updated and ready on the update revision.
+func (e *Env) WaitStatefulSetRolledOut(t testing.TB, s *appsv1.StatefulSet) {
+	t.Helper()
+	Eventually(t, 90*time.Second, func() (bool, string) {
+		e.Get(t, s)
+		st := s.Status
+		ok := st.ObservedGeneration >= s.Generation && st.UpdateRevision == st.CurrentRevision &&
+			st.ReadyReplicas == *s.Spec.Replicas && st.UpdatedReplicas == *s.Spec.Replicas
+		return ok, fmt.Sprintf("statefulset %s: %+v", s.Name, st)
+	})
+}

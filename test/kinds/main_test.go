@@ -81,27 +81,7 @@ func TestMain(m *testing.M) {
 // config/), and the webhook configuration it may update, and returns a
 // kubeconfig with only that ServiceAccount's token.
 func installRBAC(ctx context.Context, e *framework.Env) (string, error) {
-	dir, err := os.MkdirTemp("", "configstamp-kinds-config-")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if out, err := exec.CommandContext(ctx, "cp", "-r", filepath.Join(e.Root, "config"), dir).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("copying config/: %w\n%s", err, out)
-	}
-	kust := filepath.Join(dir, "config", "selfsigned", "kustomization.yaml")
-	data, err := os.ReadFile(kust)
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(kust, append(data, "\ncomponents:\n  - ../kinds/argo-rollouts\n"...), 0o644); err != nil {
-		return "", err
-	}
-	if err := e.ApplyKustomize(ctx, filepath.Join(dir, "config", "selfsigned"), "Namespace", "ServiceAccount",
-		"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "MutatingWebhookConfiguration"); err != nil {
-		return "", err
-	}
-	return e.ServiceAccountKubeconfig(ctx, framework.OwnNamespace, serviceAccount)
+	return e.InstallWithComponents(ctx, "config/selfsigned", serviceAccount, "../kinds/argo-rollouts")
 }
 
 // installRolloutCRD applies the Rollout CRD of argoModule as a user would:

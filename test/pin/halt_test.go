@@ -1,7 +1,6 @@
 package pin
 
 import (
-	"context"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -9,10 +8,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
@@ -28,30 +23,6 @@ const (
 	// debounce in this suite).
 	quiet = 35 * time.Second
 )
-
-// tenant creates the ServiceAccount "tenant" in ns bound to the `edit`
-// ClusterRole there and returns a kubeconfig whose only credential is its token.
-func tenant(t *testing.T, ns string) string {
-	t.Helper()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"}}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-edit"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "tenant"}},
-	}
-	for _, o := range []client.Object{sa, rb} {
-		if err := env.Client.Create(t.Context(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	kc, err := env.ServiceAccountKubeconfig(ctx, ns, "tenant")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kc
-}
 
 // pinnedWave is a pinned Deployment mounting cfg, with a rollout priority;
 // broken ones are never scheduled, so a rollout of them never completes.
@@ -75,7 +46,7 @@ func pinnedWave(ns, name string, priority int, broken bool) *appsv1.Deployment {
 // onto the new snapshot, once.
 func TestHaltHoldsForPinnedFiles(t *testing.T) {
 	ns := env.Namespace(t, "pinhalt", nil)
-	kc := tenant(t, ns)
+	kc := env.Tenant(t, ns)
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"k": "good"}, nil),
 		pinnedWave(ns, "first", 10, true), pinnedWave(ns, "second", 5, false), pinnedWave(ns, "third", 0, false))
 	second, third := pinnedWave(ns, "second", 5, false), pinnedWave(ns, "third", 0, false)

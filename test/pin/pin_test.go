@@ -9,8 +9,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"testing"
@@ -47,30 +45,9 @@ func TestMain(m *testing.M) {
 }
 
 // installRBAC applies config/selfsigned with the pin component added as its
-// kustomization says (in a copy of config/): the ServiceAccount, its roles and
-// the webhook configuration; configstamp runs with only that token.
+// kustomization says: configstamp runs with only its ServiceAccount's token.
 func installRBAC(ctx context.Context, e *framework.Env) (string, error) {
-	dir, err := os.MkdirTemp("", "configstamp-pin-config-")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if out, err := exec.CommandContext(ctx, "cp", "-r", filepath.Join(e.Root, "config"), dir).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("copying config/: %w\n%s", err, out)
-	}
-	kust := filepath.Join(dir, "config", "selfsigned", "kustomization.yaml")
-	data, err := os.ReadFile(kust)
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(kust, append(data, "\ncomponents:\n  - ../components/pin\n"...), 0o644); err != nil {
-		return "", err
-	}
-	if err := e.ApplyKustomize(ctx, filepath.Join(dir, "config", "selfsigned"), "Namespace", "ServiceAccount",
-		"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "MutatingWebhookConfiguration"); err != nil {
-		return "", err
-	}
-	return e.ServiceAccountKubeconfig(ctx, framework.OwnNamespace, serviceAccount)
+	return e.InstallWithComponents(ctx, "config/selfsigned", serviceAccount, "../components/pin")
 }
 
 // snapshotName matches a snapshot of source: its name, "-", 10 hex digits.

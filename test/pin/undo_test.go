@@ -53,7 +53,7 @@ func TestPinnedUndo(t *testing.T) {
 	sts.Annotations = map[string]string{pin.AnnotationPin: "true"}
 	env.Apply(t, d, sts)
 	waitRolledOut(t, d)
-	waitStatefulSet(t, sts)
+	env.WaitStatefulSetRolledOut(t, sts)
 
 	stamps := map[string]string{} // data value -> the Deployment's stamp with it
 	snapshots := map[string]string{}
@@ -67,7 +67,7 @@ func TestPinnedUndo(t *testing.T) {
 			env.Get(t, sts)
 			return mountedSnapshot(sts) == snapshots[v], fmt.Sprintf("StatefulSet mounts %s, want %s", mountedSnapshot(sts), snapshots[v])
 		})
-		waitStatefulSet(t, sts)
+		env.WaitStatefulSetRolledOut(t, sts)
 	}
 	revisions := env.Revisions(t, ns, "db-app")
 
@@ -90,7 +90,7 @@ func TestPinnedUndo(t *testing.T) {
 	}
 	env.WaitEvent(t, d, webhook.ReasonRolledBack, stamps["2"])
 	waitRolledOut(t, d)
-	waitStatefulSet(t, sts)
+	env.WaitStatefulSetRolledOut(t, sts)
 	if n := len(env.ReplicaSets(t, ns, "app")); n != 3 {
 		t.Fatalf("ReplicaSets after the undo: %d, want 3 (the undo reuses the previous revision's)", n)
 	}
@@ -145,17 +145,6 @@ func TestPinnedUndo(t *testing.T) {
 	if n := env.Revisions(t, ns, "db-app"); n != revisions+1 {
 		t.Fatalf("ControllerRevisions after the next change: %d, want %d", n, revisions+1)
 	}
-}
-
-func waitStatefulSet(t *testing.T, s *appsv1.StatefulSet) {
-	t.Helper()
-	framework.Eventually(t, 90*time.Second, func() (bool, string) {
-		env.Get(t, s)
-		st := s.Status
-		ok := st.ObservedGeneration >= s.Generation && st.UpdateRevision == st.CurrentRevision &&
-			st.ReadyReplicas == *s.Spec.Replicas && st.UpdatedReplicas == *s.Spec.Replicas
-		return ok, fmt.Sprintf("statefulset %s: %+v", s.Name, st)
-	})
 }
 
 var (

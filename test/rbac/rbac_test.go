@@ -65,19 +65,11 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// installKinds are the objects of config/selfsigned applied here: the
-// identity and what it may do, and the MutatingWebhookConfiguration (self mode
-// may only get, update and patch it by name, so it must exist first). Not the
-// Deployment, Service or PodDisruptionBudget: configstamp runs as a local
-// process.
-var installKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-	"MutatingWebhookConfiguration"}
-
 // installRBAC applies the overlay's RBAC, ServiceAccount, Namespace and
 // MutatingWebhookConfiguration, requests a token for the ServiceAccount and
 // returns a kubeconfig with only that token.
 func installRBAC(ctx context.Context, e *framework.Env) (string, error) {
-	if err := e.ApplyKustomize(ctx, "config/selfsigned", installKinds...); err != nil {
+	if err := e.ApplyKustomize(ctx, "config/selfsigned", framework.InstallKinds...); err != nil {
 		return "", err
 	}
 	path, err := e.ServiceAccountKubeconfig(ctx, ownNamespace, serviceAccount)

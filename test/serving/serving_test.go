@@ -54,16 +54,10 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// installKinds are the objects of config/selfsigned applied here: the
-// identity, what it may do (and the metrics-reader ClusterRole scrapers
-// bind), and the MutatingWebhookConfiguration self mode patches by name.
-var installKinds = []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-	"MutatingWebhookConfiguration"}
-
 // installRBAC applies config/selfsigned's identity and RBAC and returns a
 // kubeconfig holding only a token of its ServiceAccount.
 func installRBAC(ctx context.Context, e *framework.Env) (string, error) {
-	if err := e.ApplyKustomize(ctx, "config/selfsigned", installKinds...); err != nil {
+	if err := e.ApplyKustomize(ctx, "config/selfsigned", framework.InstallKinds...); err != nil {
 		return "", err
 	}
 	var err error
