@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -41,8 +42,8 @@ kinds:
 		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).Build()
 	keys := stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
 	resolver := &workload.Resolver{Sources: c, Index: c, Keys: keys}
-	// Asked to pin (--pin on): not supported for the extra kinds yet, which
-	// is said, and no snapshot is made.
+	// Pinned (--pin on): the snapshot is made and the template's volume names
+	// it, written back at its path like the stamp.
 	custom := admission.WithDefaulter(scheme, &Stamper[*unstructured.Unstructured]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme),
 		Snapshots: &pin.Snapshots{Reader: c, Writer: c}}).Handler
 	h := withWarnings{byKind{{Group: "argoproj.io", Kind: "Rollout"}: custom, {Group: "example.com", Kind: "Job2"}: custom}}
@@ -84,26 +85,30 @@ kinds:
 				t.Fatalf("not allowed: %v", resp.Result)
 			}
 			at := "/" + strings.Join(tc.path, "/") + "/metadata/annotations"
-			var stamped string
+			volume := "/" + strings.Join(tc.path, "/") + "/spec/volumes/0/configMap/name"
+			var stamped, mounted string
 			for _, p := range resp.Patches {
 				switch p.Path {
 				case at:
 					stamped, _ = p.Value.(map[string]any)[stamp.AnnotationHash].(string)
+				case volume:
+					mounted, _ = p.Value.(string)
+				case "/" + strings.Join(tc.path, "/") + "/metadata/labels/" + strings.ReplaceAll(pin.LabelPinned, "/", "~1"):
 				default:
 					if !strings.HasPrefix(p.Path, "/metadata/annotations") {
-						t.Errorf("patch touches %s (%v): only annotations may change", p.Path, p.Value)
+						t.Errorf("patch touches %s (%v): only annotations, the pinned label and the volume's name may change", p.Path, p.Value)
 					}
 				}
+			}
+			if !strings.HasPrefix(mounted, "cfg-") {
+				t.Errorf("the pinned %s mounts %q, want a snapshot of cfg (patches %v)", tc.gvk.Kind, mounted, resp.Patches)
 			}
 			if !strings.HasPrefix(stamped, "v1-") {
 				t.Fatalf("no stamp at %s: patches %v", at, resp.Patches)
 			}
-			cms := &corev1.ConfigMapList{}
-			if err := c.List(t.Context(), cms); err != nil || len(cms.Items) != 1 {
-				t.Errorf("ConfigMaps after admitting a pinned %s: %d (%v), want only cfg: no snapshot", tc.gvk.Kind, len(cms.Items), err)
-			}
-			if !strings.Contains(strings.Join(resp.Warnings, " "), "not supported for the --kinds-config kinds") {
-				t.Errorf("warnings %q: want pinning said to be unsupported for this kind", resp.Warnings)
+			snap := &corev1.ConfigMap{}
+			if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: mounted}, snap); err != nil || snap.Data["k"] != "v" {
+				t.Errorf("the snapshot %s: %v %v", mounted, err, snap.Data)
 			}
 		})
 	}

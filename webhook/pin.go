@@ -9,7 +9,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -30,7 +29,10 @@ const ReasonPinFailed = "PinFailed"
 
 // pinRequest is what the pin step of one admission works on.
 type pinRequest struct {
-	obj    client.Object
+	obj client.Object
+	// tmpl is obj's pod template: obj's own, or for an extra kind the typed
+	// copy whose references workload.SetTemplateReferences writes back.
+	tmpl   *corev1.PodTemplateSpec
 	req    admission.Request
 	comp   *workload.Computation
 	memo   *pin.Memo
@@ -54,7 +56,7 @@ const ReasonRolledBack = "RolledBackToSnapshots"
 //     since keeps the revision's snapshots and stamp;
 //   - anything else is pinned to the sources' current content (pin).
 func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
-	tmpl := workload.PodTemplate(p.obj)
+	tmpl := p.tmpl
 	var old client.Object
 	if p.req.Operation == admissionv1.Update && p.wanted {
 		old = s.newObject()
@@ -115,7 +117,7 @@ func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object
 // revision's pinned template: a stamp other than old's, and snapshots that
 // exist, are configstamp's and hash to that stamp.
 func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Object) bool {
-	tmpl, oldT := workload.PodTemplate(p.obj), workload.PodTemplate(old)
+	tmpl, oldT := p.tmpl, workload.PodTemplate(old)
 	pins := pin.Pinned(tmpl)
 	if p.req.UserInfo.Username == s.Self || p.sent == "" || oldT == nil || p.sent == oldT.Annotations[stamp.AnnotationHash] || len(pins) == 0 {
 		return false
@@ -147,7 +149,7 @@ func setAnnotation(obj client.Object, key, value string) {
 // template names it; under dry-run none is created and the names are those a
 // real request would give.
 func (s *Stamper[T]) pin(ctx context.Context, p pinRequest) error {
-	tmpl := workload.PodTemplate(p.obj)
+	tmpl := p.tmpl
 	pins := pin.Pins{}
 	if p.wanted {
 		had := pin.Pinned(tmpl)
@@ -231,8 +233,7 @@ var rolloutRecord = []string{rollout.AnnotationState, rollout.AnnotationStarted,
 // a snapshot could not be made: at UPDATE the template keeps its stamp and
 // the snapshots it had (sources it had none for stay as written) and the
 // workload its records; at CREATE the template stays unpinned, with its stamp.
-func (s *Stamper[T]) keepPins(obj client.Object, req admission.Request) error {
-	tmpl := workload.PodTemplate(obj)
+func (s *Stamper[T]) keepPins(obj client.Object, tmpl *corev1.PodTemplateSpec, req admission.Request) error {
 	if req.Operation != admissionv1.Update {
 		pin.Apply(tmpl, nil)
 		return nil
@@ -274,11 +275,6 @@ func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev
 	for _, p := range problems {
 		s.report(ctx, obj, namespace, p, dryRun)
 	}
-	if _, custom := obj.(*unstructured.Unstructured); wanted && custom {
-		s.report(ctx, obj, namespace, stamp.Problem{Field: "annotation " + pin.AnnotationPin, Value: "true",
-			Message: "pinning is not supported for the --kinds-config kinds in this release: the workload reads its ConfigMaps and Secrets directly"}, dryRun)
-		return false
-	}
 	if wanted && s.Snapshots == nil {
 		s.report(ctx, obj, namespace, stamp.Problem{Field: "annotation " + pin.AnnotationPin, Value: "true",
 			Message: "this configstamp installation does not pin (it runs without --pin): the workload reads its ConfigMaps and Secrets directly"}, dryRun)
@@ -290,8 +286,8 @@ func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev
 // pinFailed admits obj keeping configstamp's state as it was (keepPins), and
 // says why where the user looks: an admission warning and a Warning event.
 // The reconciler retries a rollout the snapshot held back.
-func (s *Stamper[T]) pinFailed(ctx context.Context, obj client.Object, req admission.Request, err error, dryRun bool, logger logr.Logger) error {
-	if kerr := s.keepPins(obj, req); kerr != nil {
+func (s *Stamper[T]) pinFailed(ctx context.Context, obj client.Object, tmpl *corev1.PodTemplateSpec, req admission.Request, err error, dryRun bool, logger logr.Logger) error {
+	if kerr := s.keepPins(obj, tmpl, req); kerr != nil {
 		logger.Error(kerr, "while decoding the old object; admitting unchanged")
 	}
 	if held := (*heldByHalt)(nil); errors.As(err, &held) {

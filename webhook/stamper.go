@@ -104,9 +104,14 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	}
 	stamped := comp.Hash
 	if pinning {
-		p := pinRequest{obj: obj, req: req, comp: comp, memo: memo, wanted: wanted, dryRun: dryRun, sent: sent}
-		if stamped, err = s.pinned(ctx, p); err != nil {
-			return s.pinFailed(ctx, obj, req, err, dryRun, logger)
+		p := pinRequest{obj: obj, tmpl: tmpl, req: req, comp: comp, memo: memo, wanted: wanted, dryRun: dryRun, sent: sent}
+		stamped, err = s.pinned(ctx, p)
+		if err != nil {
+			err = s.pinFailed(ctx, obj, tmpl, req, err, dryRun, logger)
+		}
+		workload.SetTemplateReferences(obj, tmpl) // an extra kind's template is a copy
+		if err != nil || stamped == "" {
+			return err
 		}
 	}
 	if req.Operation == admissionv1.Update && req.UserInfo.Username != s.Self && stamped == comp.Hash {

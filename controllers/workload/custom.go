@@ -15,6 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
 // KindsConfig is the file --kinds-config names: the kinds, beyond
@@ -287,4 +290,117 @@ func SlimCustom(u *unstructured.Unstructured, tmpl *corev1.PodTemplateSpec) {
 		}
 	}
 	u.Object = out
+}
+
+// SetTemplateReferences writes back into obj what pinned config changes of its
+// pod template tmpl (PodTemplate's result): for an extra kind, whose tmpl is a
+// typed copy, the ConfigMap and Secret names at the same places, the stamp and
+// pin.AnnotationPinned annotations and the pin.LabelPinned label (each set, or
+// removed when tmpl has none), and nothing else: no typed round trip, which
+// would add fields the CRD's schema does not know. A built-in kind's tmpl is
+// its own: nothing to do.
+func SetTemplateReferences(obj client.Object, tmpl *corev1.PodTemplateSpec) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || tmpl == nil {
+		return
+	}
+	k, ok := CustomKind(u)
+	if !ok {
+		return
+	}
+	v, _, _ := unstructured.NestedFieldNoCopy(u.Object, k.TemplatePath...)
+	m, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	setOrRemove(m, []string{"metadata", "annotations", stamp.AnnotationHash}, tmpl.Annotations[stamp.AnnotationHash])
+	setOrRemove(m, []string{"metadata", "annotations", pin.AnnotationPinned}, tmpl.Annotations[pin.AnnotationPinned])
+	setOrRemove(m, []string{"metadata", "labels", pin.LabelPinned}, tmpl.Labels[pin.LabelPinned])
+	spec, _ := m["spec"].(map[string]any)
+	volumes := items(spec, "volumes")
+	for i, vol := range tmpl.Spec.Volumes {
+		if i >= len(volumes) {
+			break
+		}
+		if vol.ConfigMap != nil {
+			setName(volumes[i], vol.ConfigMap.Name, "configMap", "name")
+		}
+		if vol.Secret != nil {
+			setName(volumes[i], vol.Secret.SecretName, "secret", "secretName")
+		}
+		if vol.Projected != nil {
+			sources := items(volumes[i], "projected", "sources")
+			for j, src := range vol.Projected.Sources {
+				if j < len(sources) && src.ConfigMap != nil {
+					setName(sources[j], src.ConfigMap.Name, "configMap", "name")
+				}
+				if j < len(sources) && src.Secret != nil {
+					setName(sources[j], src.Secret.Name, "secret", "name")
+				}
+			}
+		}
+	}
+	for field, containers := range map[string][]corev1.Container{"initContainers": tmpl.Spec.InitContainers, "containers": tmpl.Spec.Containers} {
+		us := items(spec, field)
+		for i, c := range containers {
+			if i < len(us) {
+				setContainerReferences(us[i], &c)
+			}
+		}
+	}
+}
+
+func setContainerReferences(u map[string]any, c *corev1.Container) {
+	envFrom, env := items(u, "envFrom"), items(u, "env")
+	for j, e := range c.EnvFrom {
+		if j < len(envFrom) && e.ConfigMapRef != nil {
+			setName(envFrom[j], e.ConfigMapRef.Name, "configMapRef", "name")
+		}
+		if j < len(envFrom) && e.SecretRef != nil {
+			setName(envFrom[j], e.SecretRef.Name, "secretRef", "name")
+		}
+	}
+	for j, e := range c.Env {
+		if j >= len(env) || e.ValueFrom == nil {
+			continue
+		}
+		if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+			setName(env[j], r.Name, "valueFrom", "configMapKeyRef", "name")
+		}
+		if r := e.ValueFrom.SecretKeyRef; r != nil {
+			setName(env[j], r.Name, "valueFrom", "secretKeyRef", "name")
+		}
+	}
+}
+
+// items returns the objects of the list at path in m (nil when absent).
+func items(m map[string]any, path ...string) []map[string]any {
+	v, _, _ := unstructured.NestedFieldNoCopy(m, path...)
+	list, _ := v.([]any)
+	out := make([]map[string]any, len(list))
+	for i, x := range list {
+		out[i], _ = x.(map[string]any)
+	}
+	return out
+}
+
+// setName sets the name at path in m when the object at path exists.
+func setName(m map[string]any, name string, path ...string) {
+	if m == nil || name == "" {
+		return
+	}
+	if parent, found, _ := unstructured.NestedFieldNoCopy(m, path[:len(path)-1]...); found {
+		if pm, ok := parent.(map[string]any); ok {
+			pm[path[len(path)-1]] = name
+		}
+	}
+}
+
+// setOrRemove sets the string at path in m, or removes it when value is "".
+func setOrRemove(m map[string]any, path []string, value string) {
+	if value == "" {
+		unstructured.RemoveNestedField(m, path...)
+		return
+	}
+	_ = unstructured.SetNestedField(m, value, path...)
 }

@@ -21,8 +21,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/rollout"
@@ -49,7 +51,7 @@ func TestMain(m *testing.M) {
 		// One slot, no debounce; configstamp's own deadline longer than
 		// Argo's progressDeadlineSeconds, so that Argo's abort is what fails
 		// a rollout here.
-		Args: []string{"--kinds-config=" + kinds, "--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=3m"},
+		Args: []string{"--kinds-config=" + kinds, "--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=3m", "--pin"},
 		// configstamp reads the kinds whose CRD is installed when it starts.
 		BeforeStart:      startArgo,
 		ExtraControllers: []string{"rollout"},
@@ -323,5 +325,57 @@ func TestAbortedCanaryHaltsTheChange(t *testing.T) {
 	waitHealthy(t, ns, "second", now.stamp)
 	if n := len(env.ReplicaSets(t, ns, "second")); n != 2 {
 		t.Errorf("second has %d ReplicaSets, want 2 (one rollout of the change)", n)
+	}
+}
+
+// TestPinnedCanary: a pinned canary Rollout mounts a snapshot of its
+// ConfigMap from its creation; each change moves it to a new snapshot with
+// one new ReplicaSet, Argo walks the canary to Healthy on it, the previous
+// snapshot keeps the previous data, and the ReplicaSets, not the Rollout, own
+// the snapshots.
+func TestPinnedCanary(t *testing.T) {
+	ns := env.Namespace(t, "argo-pin", nil)
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"k": "v0"}, nil))
+	manifest := strings.Replace(canary(ns, "web", "cfg", 0, 60), "annotations: {", "annotations: {configstamp.io/pin: \"true\", ", 1)
+	env.Kubectl(t, manifest, "apply", "-f", "-")
+	s := waitHealthy(t, ns, "web", "")
+	mounted := func() string {
+		u, _ := read(t, ns, "web")
+		vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
+		name, _, _ := unstructured.NestedString(vols[0].(map[string]any), "configMap", "name")
+		return name
+	}
+	first := mounted()
+	if !strings.HasPrefix(first, "cfg-") || len(first) != len("cfg-")+10 {
+		t.Fatalf("the pinned Rollout mounts %q, want a snapshot of cfg", first)
+	}
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"k": "v1"}, nil))
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		_, now := read(t, ns, "web")
+		return now.stamp != s.stamp, "not restamped"
+	})
+	waitHealthy(t, ns, "web", "")
+	second := mounted()
+	data := func(name string) string {
+		cm := &corev1.ConfigMap{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data["k"]
+	}
+	if second == first || data(second) != "v1" || data(first) != "v0" {
+		t.Fatalf("after the change the Rollout mounts %s (k=%s), before %s (k=%s); want a new snapshot with v1, the old one with v0", second, data(second), first, data(first))
+	}
+	if n := len(env.ReplicaSets(t, ns, "web")); n != 2 {
+		t.Fatalf("%d ReplicaSets after one change, want 2", n)
+	}
+	for _, name := range []string{first, second} {
+		framework.Eventually(t, 30*time.Second, func() (bool, string) {
+			cm := &corev1.ConfigMap{}
+			if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
+				return false, err.Error()
+			}
+			return len(cm.OwnerReferences) == 1 && cm.OwnerReferences[0].Kind == "ReplicaSet", fmt.Sprintf("snapshot %s owners %v, want one ReplicaSet", name, cm.OwnerReferences)
+		})
 	}
 }
