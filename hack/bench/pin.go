@@ -38,6 +38,15 @@ func runPin(ctx context.Context, cfg *config, e *env, res *results) error {
 	// and the shared ConfigMap (1 for all); each change makes one more.
 	res.add(scPin, "snapshots made", fmt.Sprintf("%d for %d pinned Deployments and %d changes (%.2f per change after the %d of creation)",
 		created, n, n, float64(created-(2*n+1))/float64(n), 2*n+1))
+	cms, secrets := &corev1.ConfigMapList{}, &corev1.SecretList{}
+	if err := e.client.List(ctx, cms); err != nil {
+		return err
+	}
+	if err := e.client.List(ctx, secrets); err != nil {
+		return err
+	}
+	// The heap profile's object counts (cache replica) leave the snapshots out.
+	res.add(scPin, "ConfigMaps / Secrets in the cluster after it, snapshots included", fmt.Sprintf("%d / %d", len(cms.Items), len(secrets.Items)))
 	if err := e.configstamp.stop(); err != nil {
 		return err
 	}
