@@ -106,13 +106,12 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	if pinning {
 		p := pinRequest{obj: obj, tmpl: tmpl, req: req, comp: comp, memo: memo, wanted: wanted, dryRun: dryRun, sent: sent}
 		stamped, err = s.pinned(ctx, p)
-		if err != nil {
+		if err != nil { // kept as it was (keepPins): nothing more to stamp
 			err = s.pinFailed(ctx, obj, tmpl, req, err, dryRun, logger)
-		}
-		workload.SetTemplateReferences(obj, tmpl) // an extra kind's template is a copy
-		if err != nil || stamped == "" {
+			workload.SetTemplateReferences(obj, tmpl)
 			return err
 		}
+		workload.SetTemplateReferences(obj, tmpl) // an extra kind's template is a copy
 	}
 	if req.Operation == admissionv1.Update && req.UserInfo.Username != s.Self && stamped == comp.Hash {
 		s.undone(ctx, obj, req, sent, comp.Hash, dryRun)

@@ -10,7 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
 type rollingView struct {
@@ -37,6 +39,17 @@ type statusResult struct {
 	BudgetInUse int           `json:"budgetInUse"`
 	Rolling     []rollingView `json:"rolling"`
 	Halted      []haltView    `json:"halted"`
+	// RolledBack are the pinned workloads a user rolled back to an earlier
+	// revision (configstamp.io/rolled-back-to): kept until a source changes.
+	RolledBack []rolledBackView `json:"rolledBack"`
+}
+
+type rolledBackView struct {
+	Namespace string   `json:"namespace"`
+	Kind      string   `json:"kind"`
+	Name      string   `json:"name"`
+	Stamp     string   `json:"stamp"`
+	Pinned    []string `json:"pinned"`
 }
 
 func runStatus(ctx context.Context, o *options, _ []string) error {
@@ -51,8 +64,16 @@ func runStatus(ctx context.Context, o *options, _ []string) error {
 	if err != nil {
 		return err
 	}
-	res := statusResult{Rolling: []rollingView{}, Halted: []haltView{}}
+	res := statusResult{Rolling: []rollingView{}, Halted: []haltView{}, RolledBack: []rolledBackView{}}
 	for _, w := range ws {
+		if pin.RolledBack(w.meta.Annotations, w.template) {
+			v := rolledBackView{Namespace: w.meta.Namespace, Kind: w.kind, Name: w.meta.Name, Stamp: w.template.Annotations[stamp.AnnotationHash], Pinned: []string{}}
+			for src, snap := range pin.Pinned(w.template) {
+				v.Pinned = append(v.Pinned, src.String()+"="+snap)
+			}
+			slices.Sort(v.Pinned)
+			res.RolledBack = append(res.RolledBack, v)
+		}
 		rec := rollout.Read(w.meta.Annotations)
 		if rec.Open() {
 			v := rollingView{Namespace: w.meta.Namespace, Kind: w.kind, Name: w.meta.Name, Causes: changes(rec.Cause)}
@@ -104,6 +125,14 @@ func runStatus(ctx context.Context, o *options, _ []string) error {
 		}
 		o.table(rows)
 		o.printf("\nLift a halt with: kubectl configstamp resume -n NAMESPACE WORKLOAD\n")
+	}
+	if len(res.RolledBack) > 0 {
+		o.printf("\nRolled back by a user (pinned, kept until a source changes): %d\n", len(res.RolledBack))
+		rows := [][]cell{header("NAMESPACE", "WORKLOAD", "STAMP", "PINNED TO")}
+		for _, r := range res.RolledBack {
+			rows = append(rows, []cell{c(r.Namespace), c(strings.ToLower(r.Kind) + "/" + r.Name), c(r.Stamp), c(strings.Join(r.Pinned, ", "))})
+		}
+		o.table(rows)
 	}
 	return nil
 }

@@ -85,16 +85,20 @@ func TestKindsComponent(t *testing.T) {
 	compareWebhooks(t, got, webhook.Configuration(mwcName, ownNamespace, serviceConfig(ownNamespace, webhookService)))
 }
 
-// withComponent renders config/default with component added the way the
-// components' kustomizations say (in a copy of config/).
-func withComponent(t *testing.T, component string) *rendered {
+// withComponent renders config/default (or the overlay named) with component
+// added the way the components' kustomizations say (in a copy of config/).
+func withComponent(t *testing.T, component string, overlay ...string) *rendered {
 	t.Helper()
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Fatal("kubectl is needed to render the overlays")
 	}
 	dir := t.TempDir()
 	run(t, repoRoot(t), time.Minute, "cp", "-r", "config", dir)
-	kust := filepath.Join(dir, "config", "default", "kustomization.yaml")
+	target := filepath.Join(dir, "config", "default")
+	if len(overlay) > 0 {
+		target = filepath.Join(dir, overlay[0])
+	}
+	kust := filepath.Join(target, "kustomization.yaml")
 	data, err := os.ReadFile(kust)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +106,7 @@ func withComponent(t *testing.T, component string) *rendered {
 	if err := os.WriteFile(kust, append(data, "\ncomponents:\n  - "+component+"\n"...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return kustomize(t, filepath.Join(dir, "config", "default"))
+	return kustomize(t, target)
 }
 
 // TestPinComponent: the pin component adds --pin and exactly its grants,
@@ -120,6 +124,42 @@ func TestPinComponent(t *testing.T) {
 	crb := getAs[rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", "configstamp-pin-rolebinding")
 	if crb.RoleRef.Name != role.Name || len(crb.Subjects) != 1 || crb.Subjects[0].Name != serviceAccount || crb.Subjects[0].Namespace != ownNamespace {
 		t.Errorf("the pin ClusterRoleBinding binds %s to %+v, want %s to %s/%s", crb.RoleRef.Name, crb.Subjects, role.Name, ownNamespace, serviceAccount)
+	}
+	dep := getAs[appsv1.Deployment](t, r, "Deployment", deployment)
+	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--pin") {
+		t.Errorf("no --pin in the manager's args %v", dep.Spec.Template.Spec.Containers[0].Args)
+	}
+}
+
+// TestPinNamespacedComponent: for the namespaced install, the pin grants go
+// into the Role of each watched namespace, not into a ClusterRole nor the
+// Role of configstamp's own namespace.
+func TestPinNamespacedComponent(t *testing.T) {
+	r := withComponent(t, "../components/pin-namespaced", "config/namespaced")
+	plain := kustomize(t, filepath.Join(repoRoot(t), "config", "namespaced"))
+	added := []string{"/configmaps create ", "/configmaps patch ", "/secrets create ", "/secrets patch ",
+		"apps/controllerrevisions get ", "apps/controllerrevisions list ", "apps/controllerrevisions watch ",
+		"apps/replicasets get ", "apps/replicasets list ", "apps/replicasets watch "}
+	for _, kind := range []string{"Role", "ClusterRole"} {
+		for _, o := range r.all(kind) {
+			role := typed[rbacv1.ClusterRole](t, o)
+			got := grants(role.Rules)
+			var before []string
+			for _, p := range plain.all(kind) {
+				if p.GetName() == o.GetName() && p.GetNamespace() == o.GetNamespace() {
+					before = grants(typed[rbacv1.ClusterRole](t, p).Rules)
+				}
+			}
+			want := before
+			if kind == "Role" && role.Name == "configstamp-manager-role" && role.Namespace != ownNamespace {
+				want = append(slices.Clone(before), added...)
+				slices.Sort(want)
+				want = slices.Compact(want)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s %s/%s grants %v, want %v", kind, role.Namespace, role.Name, got, want)
+			}
+		}
 	}
 	dep := getAs[appsv1.Deployment](t, r, "Deployment", deployment)
 	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--pin") {

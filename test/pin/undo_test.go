@@ -110,6 +110,18 @@ func TestPinnedUndo(t *testing.T) {
 	if why.RolledBackTo != stamps["2"] || !slices.Contains(why.Pinned, "ConfigMap/cfg="+snapshots["2"]) || !strings.HasPrefix(why.Summary, "rolled back by a user") {
 		t.Errorf("kubectl configstamp why after the undo: %+v; want rolled back to %s, pinned to %s", why, stamps["2"], snapshots["2"])
 	}
+	var status struct {
+		RolledBack []struct {
+			Name  string `json:"name"`
+			Stamp string `json:"stamp"`
+		} `json:"rolledBack"`
+	}
+	if err := json.Unmarshal([]byte(plugin(t, "status", "-n", ns, "-o", "json")), &status); err != nil {
+		t.Fatal(err)
+	}
+	if len(status.RolledBack) != 2 {
+		t.Errorf("kubectl configstamp status lists %+v as rolled back, want app and db-app", status.RolledBack)
+	}
 	if users := plugin(t, "who-uses", "configmap/cfg", "-n", ns); !strings.Contains(users, "app") || !strings.Contains(users, "db-app") {
 		t.Errorf("kubectl configstamp who-uses configmap/cfg does not list the pinned workloads:\n%s", users)
 	}
