@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,17 +28,22 @@ const ReasonPinFailed = "PinFailed"
 
 // pinRequest is what the pin step of one admission works on.
 type pinRequest struct {
-	obj client.Object
-	// tmpl is obj's pod template: obj's own, or for an extra kind the typed
-	// copy whose references workload.SetTemplateReferences writes back.
-	tmpl   *corev1.PodTemplateSpec
-	req    admission.Request
-	comp   *workload.Computation
-	memo   *pin.Memo
-	wanted bool
-	dryRun bool
-	// sent is the stamp the request's template carried.
-	sent string
+	call
+	obj  client.Object
+	comp *workload.Computation
+	memo *pin.Memo
+}
+
+// pinStep pins (or unpins) the template of p and returns its stamp; kept
+// reports that the snapshots could not be made and the workload was kept as
+// it was (pinFailed): nothing more to stamp.
+func (s *Stamper[T]) pinStep(ctx context.Context, p pinRequest) (stamped string, kept bool) {
+	stamped, err := s.pinned(ctx, p)
+	if err != nil {
+		s.pinFailed(ctx, p, err)
+	}
+	workload.SetTemplateReferences(p.obj, p.tmpl) // an extra kind's template is a copy
+	return stamped, err != nil
 }
 
 // ReasonRolledBack is the event of a pinned workload rolled back by a user
@@ -286,17 +290,16 @@ func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev
 // pinFailed admits obj keeping configstamp's state as it was (keepPins), and
 // says why where the user looks: an admission warning and a Warning event.
 // The reconciler retries a rollout the snapshot held back.
-func (s *Stamper[T]) pinFailed(ctx context.Context, obj client.Object, tmpl *corev1.PodTemplateSpec, req admission.Request, err error, dryRun bool, logger logr.Logger) error {
-	if kerr := s.keepPins(obj, tmpl, req); kerr != nil {
-		logger.Error(kerr, "while decoding the old object; admitting unchanged")
+func (s *Stamper[T]) pinFailed(ctx context.Context, p pinRequest, err error) {
+	if kerr := s.keepPins(p.obj, p.tmpl, p.req); kerr != nil {
+		p.logger.Error(kerr, "while decoding the old object; admitting unchanged")
 	}
 	if held := (*heldByHalt)(nil); errors.As(err, &held) {
-		s.warn(ctx, obj, req.Namespace, ReasonHeldByHalt, "Pin", err.Error(), dryRun)
-		return nil
+		s.warn(ctx, p.obj, p.req.Namespace, ReasonHeldByHalt, "Pin", err.Error(), p.dryRun)
+		return
 	}
-	logger.Error(err, "while pinning; keeping the workload on its current snapshots")
+	p.logger.Error(err, "while pinning; keeping the workload on its current snapshots")
 	msg := fmt.Sprintf("not pinned to the new configuration: %v; the workload keeps its current snapshots and configstamp retries "+
 		"(free a ConfigMap/Secret quota, or rename the object that holds the snapshot's name)", err)
-	s.warn(ctx, obj, req.Namespace, ReasonPinFailed, "Pin", msg, dryRun)
-	return nil
+	s.warn(ctx, p.obj, p.req.Namespace, ReasonPinFailed, "Pin", msg, p.dryRun)
 }

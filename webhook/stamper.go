@@ -59,65 +59,102 @@ var ourAnnotations = []string{stamp.AnnotationAppliedHash, stamp.AnnotationSourc
 // is admitted (the reconciler is the backstop) and the reason is logged and, for
 // bad user values, returned as an admission warning and a Warning event.
 func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
+	c, ok := s.begin(ctx, obj)
+	if !ok || c.req.Operation == admissionv1.Update && c.settled() && s.unchanged(obj, c.req, c.logger, !c.pinning) {
+		return nil
+	}
+	comp, memo := s.compute(ctx, obj, c)
+	if comp == nil {
+		return nil
+	}
+	stamped := comp.Hash
+	if c.pinning {
+		var kept bool
+		if stamped, kept = s.pinStep(ctx, pinRequest{call: c, obj: obj, comp: comp, memo: memo}); kept {
+			return nil
+		}
+	}
+	if c.req.Operation == admissionv1.Update && c.req.UserInfo.Username != s.Self && stamped == comp.Hash {
+		s.undone(ctx, obj, c.req, c.sent, comp.Hash, c.dryRun)
+	}
+	s.stamp(obj, stamped, comp, c.logger)
+	return nil
+}
+
+// call is one admission as Default's steps share it.
+type call struct {
+	req    admission.Request
+	logger logr.Logger
+	dryRun bool
+	// tmpl is the object's pod template: its own, or for an extra kind a
+	// typed copy (see workload.SetTemplateReferences).
+	tmpl *corev1.PodTemplateSpec
+	// sent is the stamp the request's template carried.
+	sent string
+	// wanted: pinned config is asked for (and this installation pins);
+	// pinning: the template is to be pinned, or unpinned.
+	wanted, pinning bool
+}
+
+// settled reports whether the template's pins are as wanted: nothing to
+// pin or unpin.
+func (c call) settled() bool { return !c.pinning || c.wanted == (pin.Pinned(c.tmpl) != nil) }
+
+// begin reads the request and reports whether obj is configstamp's to stamp:
+// a live workload with a template, in scope, opted in.
+func (s *Stamper[T]) begin(ctx context.Context, obj T) (call, bool) {
 	req, err := admission.RequestFromContext(ctx)
 	if err != nil {
-		return nil
+		return call{}, false
 	}
-	logger := log.FromContext(ctx).WithValues("kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)
-	dryRun := req.DryRun != nil && *req.DryRun
-	tmpl := workload.PodTemplate(obj)
-	if tmpl == nil || !obj.GetDeletionTimestamp().IsZero() {
-		return nil
+	c := call{req: req, dryRun: req.DryRun != nil && *req.DryRun, tmpl: workload.PodTemplate(obj),
+		logger: log.FromContext(ctx).WithValues("kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)}
+	if c.tmpl == nil || !obj.GetDeletionTimestamp().IsZero() {
+		return c, false
 	}
-	enabled, ns := s.optedIn(ctx, obj, req.Namespace, dryRun, logger)
+	enabled, ns := s.optedIn(ctx, obj, req.Namespace, c.dryRun, c.logger)
 	if !enabled {
-		return nil
+		return c, false
 	}
-	sent := tmpl.Annotations[stamp.AnnotationHash]
-	wanted := s.pinWanted(ctx, obj, ns, req.Namespace, dryRun)
+	c.sent = c.tmpl.Annotations[stamp.AnnotationHash]
+	c.wanted = s.pinWanted(ctx, obj, ns, req.Namespace, c.dryRun)
 	// A pinned template is unpinned when it is no longer wanted, also by an
 	// installation without --pin: its rollouts must read the sources again.
-	pinning := wanted || pin.Pinned(tmpl) != nil
-	settled := !pinning || wanted == (pin.Pinned(tmpl) != nil) // nothing to pin or unpin
-	if req.Operation == admissionv1.Update && settled && s.unchanged(obj, req, logger, !pinning) {
-		return nil
-	}
+	c.pinning = c.wanted || pin.Pinned(c.tmpl) != nil
+	return c, true
+}
+
+// compute hashes obj's data from live reads (through a memo when pinning, so
+// that the snapshots copy exactly what the stamp hashes) and reports bad
+// values; nil when there is nothing to stamp.
+func (s *Stamper[T]) compute(ctx context.Context, obj T, c call) (*workload.Computation, *pin.Memo) {
 	sources := s.Resolver.Sources
 	var memo *pin.Memo
-	if pinning {
-		memo = pin.NewMemo(sources) // the snapshots copy exactly what the stamp hashes
+	if c.pinning {
+		memo = pin.NewMemo(sources)
 		sources = memo
 	}
-	comp, err := s.Resolver.ComputeFrom(ctx, sources, req.Namespace, obj.GetAnnotations(), tmpl)
+	comp, err := s.Resolver.ComputeFrom(ctx, sources, c.req.Namespace, obj.GetAnnotations(), c.tmpl)
 	if tooMany := (*workload.TooManyReferences)(nil); errors.As(err, &tooMany) {
-		s.report(ctx, obj, req.Namespace, tooMany.Problem(), dryRun)
-		return nil
+		s.report(ctx, obj, c.req.Namespace, tooMany.Problem(), c.dryRun)
+		return nil, nil
 	}
 	if err != nil {
-		logger.Error(err, "while computing the hash; admitting unchanged, the reconciler will catch up")
-		return nil
+		c.logger.Error(err, "while computing the hash; admitting unchanged, the reconciler will catch up")
+		return nil, nil
 	}
 	for _, p := range comp.Problems {
 		if p.Source == nil {
-			s.report(ctx, obj, req.Namespace, p.Problem, dryRun)
+			s.report(ctx, obj, c.req.Namespace, p.Problem, c.dryRun)
 		}
 	}
-	stamped := comp.Hash
-	if pinning {
-		p := pinRequest{obj: obj, tmpl: tmpl, req: req, comp: comp, memo: memo, wanted: wanted, dryRun: dryRun, sent: sent}
-		stamped, err = s.pinned(ctx, p)
-		if err != nil { // kept as it was (keepPins): nothing more to stamp
-			err = s.pinFailed(ctx, obj, tmpl, req, err, dryRun, logger)
-			workload.SetTemplateReferences(obj, tmpl)
-			return err
-		}
-		workload.SetTemplateReferences(obj, tmpl) // an extra kind's template is a copy
-	}
-	if req.Operation == admissionv1.Update && req.UserInfo.Username != s.Self && stamped == comp.Hash {
-		s.undone(ctx, obj, req, sent, comp.Hash, dryRun)
-	}
+	return comp, memo
+}
+
+// stamp sets the stamp on obj's template and the data record on obj.
+func (s *Stamper[T]) stamp(obj T, stamped string, comp *workload.Computation, logger logr.Logger) {
 	if !workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, stamped) {
-		return nil // no template to stamp: no record either
+		return // no template to stamp: no record either
 	}
 	meta := obj.GetAnnotations()
 	if meta == nil {
@@ -132,7 +169,6 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	}
 	obj.SetAnnotations(meta)
 	logger.V(1).Info("stamped", "hash", stamped)
-	return nil
 }
 
 // optedIn reports whether obj, in namespace, is configstamp's to stamp: the
