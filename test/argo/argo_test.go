@@ -9,7 +9,6 @@ package argo
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -23,7 +22,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers"
@@ -34,14 +32,8 @@ import (
 
 var env *framework.Env
 
-// argoModule is the argo-rollouts release whose CRDs and controller the suite runs.
-const argoModule = "github.com/argoproj/argo-rollouts@v1.8.3"
-
 func TestMain(m *testing.M) {
-	kinds, err := filepath.Abs(filepath.Join("..", "..", "config", "kinds", "argo-rollouts", "kinds.yaml"))
-	if err == nil {
-		_, err = os.Stat(kinds)
-	}
+	kinds, err := framework.ArgoKindsFile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "argo:", err)
 		os.Exit(1)
@@ -58,28 +50,20 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// startArgo installs Argo Rollouts' CRDs from argoModule (server-side: the
-// files are too large for the last-applied annotation) and runs its
+// startArgo installs Argo Rollouts' CRDs from framework.ArgoModule and runs its
 // controller as a process of this suite (it dies with it) with the admin
 // kubeconfig. The controller is bin/'s, built by `make argo-rollouts`
 // (hack/argo-rollouts.sh, which this runs when it is missing).
 func startArgo(ctx context.Context, e *framework.Env) error {
 	began := time.Now()
-	dir, err := argoSource(ctx)
+	dir, err := framework.ArgoSource(ctx)
 	if err != nil {
 		return err
 	}
-	if _, stderr, err := e.KubectlErr("", "apply", "--server-side", "-k", filepath.Join(dir, "manifests", "crds")); err != nil {
-		return fmt.Errorf("applying Argo's CRDs: %w\n%s", err, stderr)
+	if err := e.ApplyCRDs(ctx, "rollouts.argoproj.io", "-k", filepath.Join(dir, "manifests", "crds")); err != nil {
+		return err
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		out, _, err := e.KubectlErr("", "get", "crd", "rollouts.argoproj.io", "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
-		return err == nil && out == "True", nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for the Rollout CRD: %w", err)
-	}
-	version := strings.Split(argoModule, "@")[1]
+	version := strings.Split(framework.ArgoModule, "@")[1]
 	bin := filepath.Join(e.Root, "bin", "argo-rollouts-controller-"+version)
 	if _, err := os.Stat(bin); err != nil {
 		build := exec.CommandContext(ctx, filepath.Join(e.Root, "hack", "argo-rollouts.sh"), version, bin)
@@ -106,30 +90,8 @@ func startArgo(ctx context.Context, e *framework.Env) error {
 	if err := ctl.Start(); err != nil {
 		return fmt.Errorf("starting Argo's controller: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "argo: CRDs and controller of %s up in %v (log %s)\n", argoModule, time.Since(began).Round(time.Millisecond), log.Name())
+	fmt.Fprintf(os.Stderr, "argo: CRDs and controller of %s up in %v (log %s)\n", framework.ArgoModule, time.Since(began).Round(time.Millisecond), log.Name())
 	return nil
-}
-
-// argoSource downloads argoModule through the Go module proxy, outside
-// configstamp's module (whose go.mod stays as it is), and returns its directory.
-func argoSource(ctx context.Context) (string, error) {
-	tmp, err := os.MkdirTemp("", "configstamp-argo-")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", argoModule)
-	cmd.Dir = tmp
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
-	out, err := cmd.Output()
-	var mod struct{ Dir, Error string }
-	if jsonErr := json.Unmarshal(out, &mod); jsonErr != nil && err == nil {
-		err = jsonErr
-	}
-	if err != nil || mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download %s: %w %s\n%s", argoModule, err, mod.Error, out)
-	}
-	return mod.Dir, nil
 }
 
 // canary is a Rollout as a user writes it: replicas 2, canary steps (50%,

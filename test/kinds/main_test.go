@@ -9,13 +9,10 @@ package kinds
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
@@ -39,7 +35,7 @@ var hashKey = []byte("configstamp-kinds-suite-hmac-key!!")
 
 const (
 	// argoModule is the argo-rollouts release whose CRD the suite installs.
-	argoModule = "github.com/argoproj/argo-rollouts@v1.8.3"
+	argoModule = framework.ArgoModule
 	// rolloutController is the name of the Rollouts' controller in
 	// configstamp's metrics (its kind in lower case).
 	rolloutController = "rollout"
@@ -56,10 +52,7 @@ var suiteArgs = []string{"--max-concurrent-rollouts=1", "--debounce=0",
 const serviceAccount = "configstamp-controller-manager"
 
 func TestMain(m *testing.M) {
-	kinds, err := filepath.Abs(filepath.Join("..", "..", "config", "kinds", "argo-rollouts", "kinds.yaml"))
-	if err == nil {
-		_, err = os.Stat(kinds)
-	}
+	kinds, err := framework.ArgoKindsFile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kinds:", err)
 		os.Exit(1)
@@ -91,37 +84,12 @@ func installRBAC(ctx context.Context, e *framework.Env) (string, error) {
 // Established.
 func installRolloutCRD(ctx context.Context, e *framework.Env) error {
 	began := time.Now()
-	// Outside configstamp's module, so that its go.mod and go.sum stay as they are.
-	dir, err := os.MkdirTemp("", "configstamp-kinds-")
+	dir, err := framework.ArgoSource(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", argoModule)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	var mod struct{ Dir, Error string }
-	if jsonErr := json.Unmarshal(out, &mod); jsonErr != nil && err == nil {
-		err = jsonErr
-	}
-	if err != nil || mod.Error != "" || mod.Dir == "" {
-		return fmt.Errorf("go mod download %s: %w %s\n%s%s", argoModule, err, mod.Error, out, stderr.String())
-	}
-	crd := filepath.Join(mod.Dir, "manifests", "crds", "rollout-crd.yaml")
-	if _, stderr, err := e.KubectlErr("", "apply", "--server-side", "-f", crd); err != nil {
-		return fmt.Errorf("applying %s: %w\n%s", crd, err, stderr)
-	}
-	// `kubectl wait --for=condition=Established` fails while the CRD has no
-	// conditions at all yet: poll its status instead.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		out, _, err := e.KubectlErr("", "get", "crd", "rollouts.argoproj.io", "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
-		return err == nil && out == "True", nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for the Rollout CRD to be Established: %w", err)
+	if err := e.ApplyCRDs(ctx, "rollouts.argoproj.io", "-f", filepath.Join(dir, "manifests", "crds", "rollout-crd.yaml")); err != nil {
+		return err
 	}
 	fmt.Fprintf(os.Stderr, "kinds: Rollout CRD of %s established in %v\n", argoModule, time.Since(began).Round(time.Millisecond))
 	return nil

@@ -22,7 +22,7 @@ func plugin(t *testing.T) func(v any, args ...string) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/kubectl-configstamp").CombinedOutput(); err != nil {
 		t.Fatalf("building the plugin: %v\n%s", err, out)
 	}
-	kinds, err := filepath.Abs("../../config/kinds/argo-rollouts/kinds.yaml")
+	kinds, err := framework.ArgoKindsFile()
 	if err != nil {
 		t.Fatal(err)
 	}
