@@ -143,10 +143,7 @@ func (s *Snapshots) Adopt(ctx context.Context, kind stamp.Kind, namespace, name 
 // snapshot reads configstamp's snapshot name of kind in namespace: nil when it
 // is missing or is not configstamp's.
 func (s *Snapshots) snapshot(ctx context.Context, kind stamp.Kind, namespace, name string) (client.Object, error) {
-	var have client.Object = &corev1.ConfigMap{}
-	if kind == stamp.KindSecret {
-		have = &corev1.Secret{}
-	}
+	have := NewSource(kind)
 	err := s.Reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, have)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -174,11 +171,31 @@ func owned(obj client.Object, owner *metav1.OwnerReference) bool {
 	return false
 }
 
-func kindOf(obj client.Object) stamp.Kind {
-	if _, ok := obj.(*corev1.Secret); ok {
-		return stamp.KindSecret
+// SourceKind is obj's kind if it is a ConfigMap or a Secret.
+func SourceKind(obj client.Object) (stamp.Kind, bool) {
+	switch obj.(type) {
+	case *corev1.ConfigMap:
+		return stamp.KindConfigMap, true
+	case *corev1.Secret:
+		return stamp.KindSecret, true
 	}
-	return stamp.KindConfigMap
+	return "", false
+}
+
+// NewSource returns an empty ConfigMap or Secret for kind, or nil.
+func NewSource(kind stamp.Kind) client.Object {
+	switch kind {
+	case stamp.KindConfigMap:
+		return &corev1.ConfigMap{}
+	case stamp.KindSecret:
+		return &corev1.Secret{}
+	}
+	return nil
+}
+
+func kindOf(obj client.Object) stamp.Kind {
+	kind, _ := SourceKind(obj)
+	return kind
 }
 
 // Memo is a client.Reader that keeps a copy of every ConfigMap and Secret it
@@ -199,14 +216,13 @@ func (m *Memo) Get(ctx context.Context, key client.ObjectKey, obj client.Object,
 	if err := m.Reader.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
-	if _, ok := obj.(*corev1.ConfigMap); !ok {
-		if _, ok := obj.(*corev1.Secret); !ok {
-			return nil
-		}
+	kind, ok := SourceKind(obj)
+	if !ok {
+		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.objs[stamp.ObjectRef{Kind: kindOf(obj), Name: key.Name}] = obj.DeepCopyObject().(client.Object)
+	m.objs[stamp.ObjectRef{Kind: kind, Name: key.Name}] = obj.DeepCopyObject().(client.Object)
 	return nil
 }
 
@@ -228,15 +244,7 @@ type Redirect struct {
 
 // Get reads key, or the snapshot pinned for it.
 func (r Redirect) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	var kind stamp.Kind
-	switch obj.(type) {
-	case *corev1.ConfigMap:
-		kind = stamp.KindConfigMap
-	case *corev1.Secret:
-		kind = stamp.KindSecret
-	default:
-		return r.Reader.Get(ctx, key, obj, opts...)
-	}
+	kind, _ := SourceKind(obj)
 	snap, ok := r.Pins[stamp.ObjectRef{Kind: kind, Name: key.Name}]
 	if !ok {
 		return r.Reader.Get(ctx, key, obj, opts...)

@@ -203,13 +203,8 @@ func (r *Resolver) ComputeFrom(ctx context.Context, sources client.Reader, names
 // source reads one referenced object. A missing object is an absent source.
 func source(ctx context.Context, sources client.Reader, namespace string, ref stamp.ObjectRef) (stamp.Source, string, *stamp.Problem, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}
-	var obj client.Object
-	switch ref.Kind {
-	case stamp.KindConfigMap:
-		obj = &corev1.ConfigMap{}
-	case stamp.KindSecret:
-		obj = &corev1.Secret{}
-	default:
+	obj := pin.NewSource(ref.Kind)
+	if obj == nil {
 		return stamp.Source{}, "", nil, fmt.Errorf("unknown source kind %q", ref.Kind)
 	}
 	if err := sources.Get(ctx, key, obj); err != nil {
