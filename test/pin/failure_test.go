@@ -39,8 +39,7 @@ func held(t *testing.T, d *appsv1.Deployment, hash, snapshot string, replicaSets
 // its current snapshot (never onto a missing or foreign one), with a PinFailed
 // event; once the cause is gone the retry rolls it, once.
 func TestSnapshotCannotBeMade(t *testing.T) {
-	ns := env.Namespace(t, "pinfail", nil)
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "1"}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+	ns := withSources(t, "pinfail", "1")
 	d := app(ns, false)
 	env.Apply(t, d)
 	waitRolledOut(t, d)
@@ -111,8 +110,7 @@ func TestSnapshotCannotBeMade(t *testing.T) {
 // holds the new data); configstamp keeps the current stamp and says so: an
 // admission warning kubectl prints, and an UndoKeptConfig event.
 func TestUndoIsNeverSilent(t *testing.T) {
-	ns := env.Namespace(t, "undo", nil)
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "1"}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+	ns := withSources(t, "undo", "1")
 	d := app(ns, true)
 	env.Apply(t, d)
 	waitRolledOut(t, d)
@@ -170,7 +168,7 @@ func TestLargeSourceIsPinned(t *testing.T) {
 func TestNamespacePins(t *testing.T) {
 	ns := env.Namespace(t, "pinns", nil)
 	env.Kubectl(t, "", "annotate", "namespace", ns, pin.AnnotationPin+"=true")
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "1"}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+	applySources(t, ns, "1")
 	pinned, out := app(ns, true), app(ns, true)
 	out.Name = "out"
 	out.Annotations = map[string]string{pin.AnnotationPin: "false"}

@@ -18,8 +18,7 @@ import (
 // it as ReplicaSets (at most 3: the current one and 2 old), each owned by a
 // ReplicaSet; an undo to the oldest kept revision still finds its snapshot.
 func TestSnapshotsFollowRevisionHistory(t *testing.T) {
-	ns := env.Namespace(t, "pinhistory", nil)
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "0"}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+	ns := withSources(t, "pinhistory", "0")
 	d := app(ns, false)
 	d.Spec.RevisionHistoryLimit = ptr.To[int32](2)
 	env.Apply(t, d)

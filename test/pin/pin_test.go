@@ -70,6 +70,21 @@ func app(ns string, unpinned bool) *appsv1.Deployment {
 	return d
 }
 
+// withSources makes a namespace (named from prefix) holding the sources app
+// reads: the ConfigMap cfg (key a) and the Secret db.
+func withSources(t *testing.T, prefix, a string) string {
+	t.Helper()
+	ns := env.Namespace(t, prefix, nil)
+	applySources(t, ns, a)
+	return ns
+}
+
+// applySources applies, in ns, the ConfigMap cfg (key a) and the Secret db.
+func applySources(t *testing.T, ns, a string) {
+	t.Helper()
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": a}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+}
+
 // refs returns the ConfigMap the template's volume mounts and the Secret its
 // container reads.
 func refs(d *appsv1.Deployment) (cm, secret string) {
@@ -107,8 +122,7 @@ func waitRolledOut(t *testing.T, d *appsv1.Deployment) {
 // snapshots, and deleting the workloads lets Kubernetes' garbage collector
 // delete them.
 func TestPinnedDeployment(t *testing.T) {
-	ns := env.Namespace(t, "pin", nil)
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "1"}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+	ns := withSources(t, "pin", "1")
 	d := app(ns, false)
 	env.Apply(t, d)
 	waitRolledOut(t, d)

@@ -42,8 +42,7 @@ func mountedSnapshot(obj client.Object) string {
 // configstamp keeps it, past its debounce plus 30 s, and through a re-apply
 // of the manifest; the next change of the source rolls each forward once.
 func TestPinnedUndo(t *testing.T) {
-	ns := env.Namespace(t, "pinundo", nil)
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "1"}, nil), framework.Secret(ns, "db", map[string]string{"password": "s1"}))
+	ns := withSources(t, "pinundo", "1")
 	d := app(ns, false)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "cfg")
