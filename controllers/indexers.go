@@ -44,7 +44,7 @@ func indexWorkloadSources(obj client.Object) []string {
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	for _, kind := range workload.Kinds {
 		for name, fn := range map[string]client.IndexerFunc{
-			IndexSources: indexWorkloadSources, rollout.IndexRolling: rollout.IndexRollingFunc, IndexHalted: indexHalted,
+			IndexSources: indexWorkloadSources, rollout.IndexRolling: rollout.IndexRollingFunc, IndexHalted: indexHalted, IndexPinned: indexPinned,
 		} {
 			if err := indexer.IndexField(ctx, kind.New(), name, fn); err != nil {
 				return fmt.Errorf("while indexing %s by %s: %w", kind.Name, name, err)

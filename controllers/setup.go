@@ -91,6 +91,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 				return fmt.Errorf("while setting up the snapshot hand-over: %w", err)
 			}
 		}
+		if err := setupKeepers(mgr, o, snapshots); err != nil {
+			return err
+		}
 	}
 	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
@@ -112,6 +115,26 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	if err := mgr.Add(watcher); err != nil {
 		return fmt.Errorf("while adding the hash key watcher: %w", err)
+	}
+	return nil
+}
+
+// setupKeepers adds the SnapshotKeepers of ConfigMaps and Secrets, and the
+// cache of snapshot metadata they follow.
+func setupKeepers(mgr ctrl.Manager, o Options, snapshots *pin.Snapshots) error {
+	cache, err := SnapshotCache(mgr, o.Scope)
+	if err != nil {
+		return fmt.Errorf("while creating the snapshot cache: %w", err)
+	}
+	if err := mgr.Add(cache); err != nil {
+		return fmt.Errorf("while adding the snapshot cache: %w", err)
+	}
+	for _, kind := range []stamp.Kind{stamp.KindConfigMap, stamp.KindSecret} {
+		k := &SnapshotKeeper{Kind: kind, Cache: mgr.GetCache(), Reader: mgr.GetAPIReader(), Snapshots: snapshots, Keys: o.Keys,
+			Recorder: rollout.CountWarnings(mgr.GetEventRecorder("configstamp")), Scope: o.Scope}
+		if err := k.SetupWithManager(mgr, cache); err != nil {
+			return fmt.Errorf("while setting up the %s snapshot keeper: %w", kind, err)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package pin
 
 import (
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -180,5 +182,46 @@ func TestNamespacePins(t *testing.T) {
 	}
 	if cm, s := refs(out); cm != "cfg" || s != "db" {
 		t.Errorf("the Deployment that opts out references %s and %s, want the sources", cm, s)
+	}
+}
+
+// TestDeletedSnapshotIsMadeAgain: a tenant deletes the snapshot a pinned
+// Deployment's pods read while its source still holds that content:
+// configstamp makes it again, with the same name and data, owned by the
+// ReplicaSet that names it, says so, and rolls nothing.
+func TestDeletedSnapshotIsMadeAgain(t *testing.T) {
+	ns := withSources(t, "pingone", "1")
+	kc := env.Tenant(t, ns)
+	d := app(ns, false)
+	env.Apply(t, d)
+	waitRolledOut(t, d)
+	h1 := framework.TemplateHash(d)
+	cm, secret := refs(d)
+	for _, obj := range []string{"configmap/" + cm, "secret/" + secret} {
+		if out, err := exec.Command("kubectl", "--kubeconfig", kc, "-n", ns, "delete", obj).CombinedOutput(); err != nil {
+			t.Fatalf("the tenant's delete of %s: %v\n%s", obj, err, out)
+		}
+	}
+	env.WaitEvent(t, d, controllers.ReasonSnapshotRestored, "made it again") // one event: the second is a repeat of the first
+	rs := env.ReplicaSets(t, ns, "app")
+	if len(rs) != 1 {
+		t.Fatalf("ReplicaSets after the snapshots were deleted: %d, want 1", len(rs))
+	}
+	for name, obj := range map[string]client.Object{cm: &corev1.ConfigMap{}, secret: &corev1.Secret{}} {
+		framework.Eventually(t, 30*time.Second, func() (bool, string) {
+			err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, obj)
+			return err == nil, fmt.Sprintf("%s: %v", name, err)
+		})
+		owners := obj.GetOwnerReferences()
+		if len(owners) != 1 || owners[0].Kind != "ReplicaSet" || owners[0].UID != rs[0].UID {
+			t.Fatalf("%s made again with owners %v, want the ReplicaSet %s", name, owners, rs[0].Name)
+		}
+	}
+	if got := configMapData(t, ns, cm, "cfg"); got["a"] != "1" {
+		t.Fatalf("the ConfigMap snapshot made again holds %v, want a=1", got)
+	}
+	env.Get(t, d)
+	if c, s := refs(d); framework.TemplateHash(d) != h1 || c != cm || s != secret {
+		t.Fatalf("after the snapshots were made again: stamp %s on %s, %s; want %s on %s, %s (nothing rolled)", framework.TemplateHash(d), c, s, h1, cm, secret)
 	}
 }

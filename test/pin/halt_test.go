@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 
+	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/test/framework"
@@ -94,6 +95,25 @@ func TestHaltHoldsForPinnedFiles(t *testing.T) {
 		t.Fatalf("the old snapshot %s holds %v, want k=good", good, got)
 	}
 	t.Logf("second and third kept the old snapshot %s (k=good) for %v and through the tenant's image bump", good, quiet)
+
+	// The tenant deletes the old snapshot while the halt holds: cfg no longer
+	// holds its content, so configstamp cannot make it again. It says so on
+	// both workloads (counted), and moves neither: that stays the wave's.
+	lostBefore, _ := env.Configstamp.Metrics("configstamp_warnings_total", `reason="SnapshotLost"`)
+	if out, err := exec.Command("kubectl", "--kubeconfig", kc, "-n", ns, "delete", "configmap", good).CombinedOutput(); err != nil {
+		t.Fatalf("the tenant's delete of the snapshot: %v\n%s", err, out)
+	}
+	for _, d := range []*appsv1.Deployment{second, third} {
+		env.WaitEvent(t, d, controllers.ReasonSnapshotLost, good, "cannot be made again", "kubectl rollout restart")
+		env.Get(t, d)
+		if mountedSnapshot(d) != good {
+			t.Fatalf("%s mounts %s after its snapshot was deleted, want it kept on %s until the halt lifts", d.Name, mountedSnapshot(d), good)
+		}
+	}
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		lost, err := env.Configstamp.Metrics("configstamp_warnings_total", `reason="SnapshotLost"`)
+		return err == nil && lost >= lostBefore+2, fmt.Sprintf("configstamp_warnings_total{reason=SnapshotLost} %v (was %v), %v", lost, lostBefore, err)
+	})
 
 	// The documented resume: both roll onto the new snapshot, once.
 	if out, err := exec.Command("kubectl", "--kubeconfig", kc, "-n", ns, "annotate", "deployment", "first", rollout.AnnotationHalted+"-").CombinedOutput(); err != nil {
