@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -89,7 +90,27 @@ func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
 	}
 	setAnnotation(p.obj, pin.AnnotationRolledBack, "")
 	tmpl.Spec = *pin.SourceSpec(tmpl)
-	return p.comp.Hash, s.pin(ctx, p)
+	if err := s.pin(ctx, p); err != nil {
+		return "", err
+	}
+	return s.stampFor(p, old), nil
+}
+
+// stampFor is the stamp of a template just pinned (pin): old's stamp when old
+// was pinned to the same snapshots and its stamp hashes the same data under a
+// key this installation replaced, so that a key rotation never rolls a pinned
+// workload by itself (not at a re-apply either); else the hash computed now.
+func (s *Stamper[T]) stampFor(p pinRequest, old client.Object) string {
+	if old == nil {
+		return p.comp.Hash
+	}
+	oldT := workload.PodTemplate(old)
+	was := oldT.Annotations[stamp.AnnotationHash]
+	if was == "" || was == p.comp.Hash || !maps.Equal(pin.Pinned(oldT), pin.Pinned(p.tmpl)) ||
+		!p.comp.HashedAs(s.Resolver.Keys, p.req.Namespace, was) {
+		return p.comp.Hash
+	}
+	return was
 }
 
 // heldByHalt is pinned's error for a user's update of a pinned workload that
@@ -119,7 +140,8 @@ func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object
 
 // rollback reports whether p is a user's UPDATE that brings back an earlier
 // revision's pinned template: a stamp other than old's, and snapshots that
-// exist, are configstamp's and hash to that stamp.
+// exist, are configstamp's and hash to that stamp (with the current key or
+// one it replaced: an undo across a key rotation).
 func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Object) bool {
 	tmpl, oldT := p.tmpl, workload.PodTemplate(old)
 	pins := pin.Pinned(tmpl)
@@ -127,7 +149,7 @@ func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Obje
 		return false
 	}
 	then, err := s.Resolver.ComputeFrom(ctx, pin.Redirect{Reader: s.Resolver.Sources, Pins: pins}, p.req.Namespace, p.obj.GetAnnotations(), tmpl)
-	return err == nil && then.Hash == p.sent
+	return err == nil && then.HashedAs(s.Resolver.Keys, p.req.Namespace, p.sent)
 }
 
 // setAnnotation sets (or, for "", removes) a metadata annotation of obj.

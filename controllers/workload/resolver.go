@@ -200,6 +200,21 @@ func (r *Resolver) ComputeFrom(ctx context.Context, sources client.Reader, names
 	return comp, nil
 }
 
+// HashedAs reports whether hash is c's data hashed with the current key or
+// one it replaced (keys): a stamp made before a key rotation still names the
+// same data.
+func (c *Computation) HashedAs(keys *stamp.Keyring, namespace, hash string) bool {
+	if c.Hash == hash {
+		return true
+	}
+	for _, h := range keys.Hashers() {
+		if h.Compute(namespace, c.Refs, c.Data).Hash == hash {
+			return true
+		}
+	}
+	return false
+}
+
 // source reads one referenced object. A missing object is an absent source.
 func source(ctx context.Context, sources client.Reader, namespace string, ref stamp.ObjectRef) (stamp.Source, string, *stamp.Problem, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: ref.Name}

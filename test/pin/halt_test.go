@@ -81,16 +81,15 @@ func TestHaltHoldsForPinnedFiles(t *testing.T) {
 	}
 	waitRolledOut(t, second)
 
-	deadline := time.Now().Add(quiet)
-	for time.Now().Before(deadline) {
+	keeps(t, quiet, func() string {
 		for _, d := range []*appsv1.Deployment{second, third} {
 			env.Get(t, d)
 			if mountedSnapshot(d) != good {
-				t.Fatalf("%s mounts %s while the change is halted, want the old snapshot %s", d.Name, mountedSnapshot(d), good)
+				return fmt.Sprintf("%s mounts %s while the change is halted, want the old snapshot %s", d.Name, mountedSnapshot(d), good)
 			}
 		}
-		<-time.After(500 * time.Millisecond)
-	}
+		return ""
+	})
 	if got := configMapData(t, ns, good, "cfg"); got["k"] != "good" {
 		t.Fatalf("the old snapshot %s holds %v, want k=good", good, got)
 	}

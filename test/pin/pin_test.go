@@ -179,16 +179,23 @@ func TestPinnedDeployment(t *testing.T) {
 		return got == cm2, fmt.Sprintf("StatefulSet pins %q, want %q", got, cm2)
 	})
 
-	// Re-applying the unchanged manifest, and kubectl diff, change nothing.
+	// Re-applying the unchanged manifest, and kubectl diff, change nothing:
+	// not at once, not for as long as any reconcile it wakes could take.
 	before := framework.TemplateJSON(t, d)
 	env.Apply(t, app(ns, false))
-	env.Get(t, d)
-	if after := framework.TemplateJSON(t, d); after != before {
-		t.Fatalf("re-applying the unchanged manifest changed the template:\nbefore %s\nafter  %s", before, after)
-	}
 	if out, stderr, err := env.KubectlErr(framework.Manifest(t, app(ns, false)), "diff", "-f", "-"); err != nil {
 		t.Fatalf("kubectl diff of the unchanged manifest: %v\n%s%s", err, out, stderr)
 	}
+	keeps(t, quiet, func() string {
+		env.Get(t, d)
+		if after := framework.TemplateJSON(t, d); after != before {
+			return fmt.Sprintf("re-applying the unchanged manifest changed the template:\nbefore %s\nafter  %s", before, after)
+		}
+		if n := len(env.ReplicaSets(t, ns, "app")); n != 2 {
+			return fmt.Sprintf("ReplicaSets after re-applying the unchanged manifest: %d, want 2", n)
+		}
+		return ""
+	})
 
 	// Every snapshot is owned by the revisions that use it: the Deployment's
 	// ReplicaSet and the StatefulSet's ControllerRevision, not the workloads.
@@ -238,6 +245,19 @@ func TestPinnedDeployment(t *testing.T) {
 	})
 
 	onlySnapshotsWritten(t, ns)
+}
+
+// keeps checks, every half second for hold, that changed reports nothing
+// (""): a "nothing rolled" check, failing with what changed reports.
+func keeps(t *testing.T, hold time.Duration, changed func() string) {
+	t.Helper()
+	deadline := time.Now().Add(hold)
+	for time.Now().Before(deadline) {
+		if what := changed(); what != "" {
+			t.Fatal(what)
+		}
+		<-time.After(500 * time.Millisecond)
+	}
 }
 
 // onlySnapshotsWritten checks in the audit log that configstamp's only writes

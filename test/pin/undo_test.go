@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/test/framework"
 	"github.com/configstamp/configstamp/webhook"
 )
@@ -127,15 +128,14 @@ func TestPinnedUndo(t *testing.T) {
 
 	// No roll forward: not for the debounce plus 30 s, not for a re-apply.
 	env.Apply(t, app(ns, false))
-	deadline := time.Now().Add(hold)
-	for time.Now().Before(deadline) {
+	keeps(t, hold, func() string {
 		env.Get(t, d)
 		env.Get(t, sts)
 		if mountedSnapshot(d) != snapshots["2"] || mountedSnapshot(sts) != snapshots["2"] || framework.TemplateHash(d) != stamps["2"] {
-			t.Fatalf("rolled forward without a source change: Deployment %s (%s), StatefulSet %s", mountedSnapshot(d), framework.TemplateHash(d), mountedSnapshot(sts))
+			return fmt.Sprintf("rolled forward without a source change: Deployment %s (%s), StatefulSet %s", mountedSnapshot(d), framework.TemplateHash(d), mountedSnapshot(sts))
 		}
-		<-time.After(500 * time.Millisecond)
-	}
+		return ""
+	})
 	t.Logf("both kept the rolled-back revision (snapshot %s) for %v and through a re-apply", snapshots["2"], hold)
 
 	// The next change rolls each forward, once.
@@ -182,4 +182,63 @@ func plugin(t *testing.T, args ...string) string {
 		t.Fatalf("kubectl configstamp %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// TestUndoAcrossKeyRotation: the hash key is rotated (as docs/security.md
+// says: a new key in the key Secret) after two revisions of a pinned
+// Deployment. Nothing rolls, not for the rotation nor for a re-apply of the
+// manifest: the stamp and the snapshot names stay. kubectl rollout undo then
+// brings back the first revision, stamped under the old key, and configstamp
+// recognises it as a rollback and keeps it.
+func TestUndoAcrossKeyRotation(t *testing.T) {
+	ns := withSources(t, "pinrot", "1")
+	d := app(ns, false)
+	env.Apply(t, d)
+	waitRolledOut(t, d)
+	h1, cm1 := framework.TemplateHash(d), mountedSnapshot(d)
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "2"}, nil))
+	h2 := env.WaitTemplateHash(t, d, h1)
+	waitRolledOut(t, d)
+	cm2, sec2 := refs(d)
+	keyID := d.Annotations[stamp.AnnotationKeyID]
+
+	rotate := func(k []byte) {
+		t.Helper()
+		env.Apply(t, framework.Secret(framework.OwnNamespace, "configstamp-hash-key", map[string]string{"key": string(k)}))
+	}
+	rotate([]byte("pin-suite-rotated-key-0123456789ab"))
+	t.Cleanup(func() { rotate(key) })
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		env.Get(t, d)
+		return d.Annotations[stamp.AnnotationKeyID] != keyID, fmt.Sprintf("record key id still %s", keyID)
+	})
+	env.Apply(t, app(ns, false))
+	keeps(t, hold, func() string {
+		env.Get(t, d)
+		if cm, sec := refs(d); framework.TemplateHash(d) != h2 || cm != cm2 || sec != sec2 {
+			return fmt.Sprintf("after the key rotation and a re-apply: stamp %s on %s, %s; want %s on %s, %s (nothing rolls)", framework.TemplateHash(d), cm, sec, h2, cm2, sec2)
+		}
+		if n := len(env.ReplicaSets(t, ns, "app")); n != 2 {
+			return fmt.Sprintf("ReplicaSets after the key rotation: %d, want 2", n)
+		}
+		return ""
+	})
+
+	_, stderr := env.Kubectl(t, "", "rollout", "undo", "-n", ns, "deployment/app")
+	env.Get(t, d)
+	if framework.TemplateHash(d) != h1 || mountedSnapshot(d) != cm1 || d.Annotations[pin.AnnotationRolledBack] != h1 {
+		t.Fatalf("after the undo across the rotation: stamp %s on %s (%s=%q), want the first revision's %s on %s; kubectl said %s",
+			framework.TemplateHash(d), mountedSnapshot(d), pin.AnnotationRolledBack, d.Annotations[pin.AnnotationRolledBack], h1, cm1, stderr)
+	}
+	env.WaitEvent(t, d, webhook.ReasonRolledBack, h1)
+	keeps(t, hold, func() string {
+		env.Get(t, d)
+		if framework.TemplateHash(d) != h1 || mountedSnapshot(d) != cm1 {
+			return fmt.Sprintf("rolled forward after the undo: stamp %s on %s, want %s on %s", framework.TemplateHash(d), mountedSnapshot(d), h1, cm1)
+		}
+		return ""
+	})
+	if n := len(env.ReplicaSets(t, ns, "app")); n != 2 {
+		t.Fatalf("ReplicaSets after the undo: %d, want 2 (the first one back)", n)
+	}
 }
