@@ -280,8 +280,7 @@ func (k *SnapshotKeeper) lost(users []user, name string, why error) {
 // SetupWithManager follows the deletions of snapshots of k.Kind through
 // snapshots, a cache of their metadata only (the manager's cache holds none).
 func (k *SnapshotKeeper) SetupWithManager(mgr ctrl.Manager, snapshots ctrlcache.Cache) error {
-	obj := &metav1.PartialObjectMetadata{}
-	obj.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: string(k.Kind)})
+	obj := SnapshotMetadata(k.Kind)
 	deleted := predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
 		UpdateFunc:  func(event.UpdateEvent) bool { return false },
@@ -298,10 +297,26 @@ func (k *SnapshotKeeper) SetupWithManager(mgr ctrl.Manager, snapshots ctrlcache.
 // SnapshotCache returns a cache of the metadata of configstamp's snapshots
 // in scope, for the SnapshotKeeper; add it to the manager.
 func SnapshotCache(mgr ctrl.Manager, scope *workload.Scope) (ctrlcache.Cache, error) {
-	return ctrlcache.New(mgr.GetConfig(), ctrlcache.Options{
-		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
+	opts := SnapshotCacheOptions(scope)
+	opts.Scheme, opts.Mapper, opts.HTTPClient = mgr.GetScheme(), mgr.GetRESTMapper(), mgr.GetHTTPClient()
+	return ctrlcache.New(mgr.GetConfig(), opts)
+}
+
+// SnapshotCacheOptions are the settings of SnapshotCache: configstamp's
+// snapshots only, in scope, without managedFields. It is watched for
+// metadata only (SnapshotMetadata), so no snapshot's data is ever held.
+func SnapshotCacheOptions(scope *workload.Scope) ctrlcache.Options {
+	return ctrlcache.Options{
 		DefaultNamespaces:    ScopeNamespaces(scope),
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{pin.LabelSnapshot: "true", pin.LabelManagedBy: pin.Manager}),
 		DefaultTransform:     stripMetadata,
-	})
+	}
+}
+
+// SnapshotMetadata is the object the SnapshotKeeper of kind watches in a
+// SnapshotCache: the metadata of a ConfigMap or Secret.
+func SnapshotMetadata(kind stamp.Kind) *metav1.PartialObjectMetadata {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: string(kind)})
+	return obj
 }

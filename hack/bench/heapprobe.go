@@ -18,6 +18,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
 // heapProbeCommand is the hidden sub-command that holds configstamp's cache.
@@ -165,6 +167,32 @@ func heapProbe(args []string) error {
 		after := liveHeap()
 		r.Kinds = append(r.Kinds, heapProbeKind{Kind: fmt.Sprintf("%T", k.obj)[1:], Objects: n, Bytes: int64(after) - int64(before)})
 		r.Objects += n
+		before = after
+	}
+	// The SnapshotKeeper's cache (--pin): the metadata of the snapshots only.
+	snapOpts := controllers.SnapshotCacheOptions(nil)
+	snapOpts.Scheme = scheme
+	snapCache, err := ctrlcache.New(cfg, snapOpts)
+	if err != nil {
+		return err
+	}
+	go func() { _ = snapCache.Start(ctx) }()
+	for _, kind := range []stamp.Kind{stamp.KindConfigMap, stamp.KindSecret} {
+		obj := controllers.SnapshotMetadata(kind)
+		if _, err := snapCache.GetInformer(ctx, obj); err != nil {
+			return err
+		}
+		if !snapCache.WaitForCacheSync(ctx) {
+			return fmt.Errorf("snapshot cache did not sync")
+		}
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(obj.GroupVersionKind().GroupVersion().WithKind(string(kind) + "List"))
+		if err := snapCache.List(ctx, list); err != nil {
+			return err
+		}
+		after := liveHeap()
+		r.Kinds = append(r.Kinds, heapProbeKind{Kind: string(kind) + " snapshot metadata (--pin)", Objects: len(list.Items), Bytes: int64(after) - int64(before)})
+		r.Objects += len(list.Items)
 		before = after
 	}
 	f, err := os.Create(*out)
