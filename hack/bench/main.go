@@ -1,7 +1,8 @@
 // Command bench measures configstamp against a real local control plane
 // (test/localcp): memory against object count and data size, change-to-stamp
 // latency, fan-out of one shared ConfigMap, webhook admission latency and
-// start-up time. It prints one table and writes it to <out>/results.md.
+// start-up time. It prints one table and writes it to <out>/results.md, and
+// as JSON to <out>/results.json.
 //
 //	go run ./hack/bench            # default scale, a few minutes on 2 cores
 //	go run ./hack/bench -full      # the scale (10,000 + 10,000 × 10 KiB, 1,000 Deployments)
@@ -294,7 +295,14 @@ func run(ctx context.Context, cfg *config) error {
 	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
 		return err
 	}
-	logf("results written to %s", path)
+	table, err := res.json()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.outDir, "results.json"), table, 0o644); err != nil {
+		return err
+	}
+	logf("results written to %s and results.json", path)
 	return nil
 }
 

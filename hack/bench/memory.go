@@ -46,11 +46,7 @@ func runMemory(ctx context.Context, cfg *config, e *env, res *results) error {
 		if err != nil {
 			return err
 		}
-		verdict := "met"
-		if mem.hwm >= target {
-			verdict = "NOT met"
-		}
-		res.add(scMemory, "issue's target for this scale: peak RSS < "+fmtBytes(target), verdict)
+		res.goal(scMemory, "peak RSS after sync", fmtBytes(mem.hwm), "< "+fmtBytes(target), mem.hwm < target)
 	}
 	return nil
 }

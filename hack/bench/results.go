@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -15,13 +16,42 @@ type results struct {
 	sections []section
 }
 
-type row struct{ scenario, figure, value string }
+// row is one figure; goal and met are set for the figures the performance
+// issue sets a goal for (goal).
+type row struct {
+	Scenario string `json:"scenario"`
+	Figure   string `json:"figure"`
+	Value    string `json:"value"`
+	Goal     string `json:"goal,omitempty"`
+	Met      *bool  `json:"met,omitempty"`
+}
 
 type section struct{ title, body string }
 
 func (r *results) add(scenario, figure, value string) {
-	r.rows = append(r.rows, row{scenario, figure, value})
+	r.rows = append(r.rows, row{Scenario: scenario, Figure: figure, Value: value})
 	logf("%s | %s | %s", scenario, figure, value)
+}
+
+// goal adds a figure that has a goal, and whether it is met.
+func (r *results) goal(scenario, figure, value, goal string, met bool) {
+	r.rows = append(r.rows, row{Scenario: scenario, Figure: figure, Value: value, Goal: goal, Met: &met})
+	logf("%s | %s | %s | goal %s: %s", scenario, figure, value, goal, verdict(met))
+}
+
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "NOT met"
+}
+
+// json is the table as JSON: the notes and every row, with its goal.
+func (r *results) json() ([]byte, error) {
+	return json.MarshalIndent(struct {
+		Notes []string `json:"notes"`
+		Rows  []row    `json:"rows"`
+	}{r.notes, r.rows}, "", "  ")
 }
 
 // addMemory adds configstamp's peak and current RSS and its heap in use.
@@ -63,9 +93,13 @@ func (r *results) markdown() string {
 	for _, n := range r.notes {
 		b.WriteString("- " + n + "\n")
 	}
-	b.WriteString("\n| scenario | figure | value |\n|---|---|---|\n")
+	b.WriteString("\n| scenario | figure | value | goal |\n|---|---|---|---|\n")
 	for _, row := range r.rows {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", cell(row.scenario), cell(row.figure), cell(row.value))
+		goal := ""
+		if row.Met != nil {
+			goal = row.Goal + ": " + verdict(*row.Met)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(row.Scenario), cell(row.Figure), cell(row.Value), cell(goal))
 	}
 	for _, s := range r.sections {
 		fmt.Fprintf(&b, "\n## %s\n\n```\n%s\n```\n", s.title, strings.TrimRight(s.body, "\n"))
