@@ -4,7 +4,8 @@
 #   make bench BENCH_FLAGS=-full     # the issue's scale
 #   make bench BENCH_FLAGS='-scenarios=memory,startup -configmaps=5000 -secrets=5000'
 #
-# Results: the table on stdout and in $(BENCH_OUT)/results.md; configstamp's
+# Results: the table on stdout, in $(BENCH_OUT)/results.md and as JSON in
+# $(BENCH_OUT)/results.json; configstamp's
 # logs and the control planes' logs stay in $(BENCH_OUT).
 
 BENCH_FLAGS ?=
