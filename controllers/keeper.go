@@ -85,6 +85,11 @@ type SnapshotKeeper struct {
 	retry workqueue.TypedRateLimiter[reconcile.Request]
 }
 
+// newKeeperRetry is the SnapshotKeeper's backoff per snapshot.
+func newKeeperRetry() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](keeperRetryFirst, keeperRetryMax)
+}
+
 // Backoff of the SnapshotKeeper's attempts for one snapshot.
 const (
 	keeperRetryFirst = 5 * time.Second
@@ -99,29 +104,34 @@ type user struct {
 }
 
 // Reconcile looks at one deleted snapshot: who still names it, whether it is
-// back, whether its source still holds its content; and makes it again or
-// says it cannot, and asks again later (backoff).
+// back, whether its source still holds its content; and makes it again, or
+// says it cannot and asks again later (backoff).
 func (k *SnapshotKeeper) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	users, err := k.users(ctx, req)
 	if len(users) == 0 || err != nil {
 		k.retry.Forget(req)
 		return reconcile.Result{}, err
 	}
-	if back, err := k.present(ctx, req); back || err != nil {
-		return reconcile.Result{}, err
+	err = k.present(ctx, req)
+	if errors.Is(err, errBack) {
+		k.retry.Forget(req)
+		return reconcile.Result{}, nil
 	}
-	src, err := k.source(ctx, req, users[0].src)
 	if err == nil {
-		err = k.restore(ctx, src, req.Name, users)
+		err = k.restore(ctx, req, users)
 	}
-	if err != nil {
-		k.lost(users, req.Name, err)
+	if errors.Is(err, errLost) || errors.Is(err, pin.ErrTaken) {
+		if k.retry.NumRequeues(req) == 0 {
+			k.lost(users, req.Name, err) // once per loss: the retries are logged
+		}
 		after := k.retry.When(req)
 		log.FromContext(ctx).Info("snapshot deleted and not made again; asking again later", "why", err.Error(), "after", after.String())
 		return reconcile.Result{RequeueAfter: after}, nil
 	}
-	k.retry.Forget(req)
-	return reconcile.Result{}, nil
+	if err == nil {
+		k.retry.Forget(req)
+	}
+	return reconcile.Result{}, err // an API error: the controller's own backoff
 }
 
 // users lists the workloads in scope whose current template names the
@@ -148,27 +158,38 @@ func (k *SnapshotKeeper) users(ctx context.Context, req reconcile.Request) ([]us
 	return out, nil
 }
 
-// present reports whether the snapshot exists again (made by an admission
-// since, or the deletion event was old).
-func (k *SnapshotKeeper) present(ctx context.Context, req reconcile.Request) (bool, error) {
-	err := k.Reader.Get(ctx, req.NamespacedName, pin.NewSource(k.Kind))
-	if apierrors.IsNotFound(err) {
-		return false, nil
+// errBack is present's answer when configstamp's snapshot exists again (made
+// by an admission since, or the deletion event was old).
+var errBack = errors.New("the snapshot exists again")
+
+// errLost wraps the reasons a snapshot cannot be made again: its source
+// changed or is gone.
+var errLost = errors.New("cannot be made again")
+
+// present returns errBack when configstamp's snapshot req exists again,
+// pin.ErrTaken when another object holds its name, nil when it is missing.
+func (k *SnapshotKeeper) present(ctx context.Context, req reconcile.Request) error {
+	have := pin.NewSource(k.Kind)
+	err := k.Reader.Get(ctx, req.NamespacedName, have)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case have.GetLabels()[pin.LabelSnapshot] != "true" || have.GetLabels()[pin.LabelManagedBy] != pin.Manager:
+		return fmt.Errorf("%s %s: %w", k.Kind, req.NamespacedName, pin.ErrTaken)
 	}
-	return err == nil, err
+	return errBack
 }
 
-// errContentGone is source's error when the source no longer holds the
-// snapshot's content.
-var errContentGone = errors.New("its source no longer holds its content")
-
 // source reads the snapshot's source live and returns it when it still holds
-// the content the name says (under the current key or one it replaced).
+// the content the name says (under the current key or one it replaced);
+// errLost when it does not.
 func (k *SnapshotKeeper) source(ctx context.Context, req reconcile.Request, ref stamp.ObjectRef) (client.Object, error) {
 	src := pin.NewSource(k.Kind)
 	if err := k.Reader.Get(ctx, client.ObjectKey{Namespace: req.Namespace, Name: ref.Name}, src); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("its source %s is gone", ref)
+			return nil, fmt.Errorf("%w: its source %s is gone", errLost, ref)
 		}
 		return nil, err
 	}
@@ -177,30 +198,29 @@ func (k *SnapshotKeeper) source(ctx context.Context, req reconcile.Request, ref 
 			return src, nil
 		}
 	}
-	return nil, fmt.Errorf("%w (%s changed since)", errContentGone, ref)
+	return nil, fmt.Errorf("%w: its source %s no longer holds its content", errLost, ref)
 }
 
-// restore makes the snapshot name again from src, owned by the pinned
-// revisions of its users that name it (so that it goes with them), or by the
-// users themselves when they have none (a revision not made yet, a kind
-// without revisions).
-func (k *SnapshotKeeper) restore(ctx context.Context, src client.Object, name string, users []user) error {
-	owners, err := k.owners(ctx, src.GetNamespace(), name, users)
+// restore makes the snapshot req again from its source, in one create, owned
+// by the pinned revisions of its users that name it (so that it goes with
+// them), or by the users themselves when they have none (a revision not made
+// yet, a kind without revisions).
+func (k *SnapshotKeeper) restore(ctx context.Context, req reconcile.Request, users []user) error {
+	src, err := k.source(ctx, req, users[0].src)
 	if err != nil {
 		return err
 	}
-	if err := k.Snapshots.Ensure(ctx, pin.Snapshot(src, name), &owners[0]); err != nil {
+	owners, err := k.owners(ctx, req.Namespace, req.Name, users)
+	if err != nil {
 		return err
 	}
-	for _, o := range owners[1:] {
-		if err := k.Snapshots.Adopt(ctx, k.Kind, src.GetNamespace(), name, o, ""); err != nil {
-			return err
-		}
+	if err := k.Snapshots.Ensure(ctx, pin.Snapshot(src, req.Name), owners...); err != nil {
+		return err
 	}
 	for _, u := range users {
 		k.Recorder.Eventf(u.obj, nil, corev1.EventTypeNormal, ReasonSnapshotRestored, "Pin",
 			"the snapshot %s %s of %s, which this workload's template names, was deleted; configstamp made it again from %s, which still holds its content",
-			k.Kind, name, u.src, u.src)
+			k.Kind, req.Name, u.src, u.src)
 	}
 	return nil
 }
@@ -220,7 +240,7 @@ func (k *SnapshotKeeper) owners(ctx context.Context, namespace, name string, use
 		for _, rev := range revisions(list) {
 			c := metav1.GetControllerOf(rev)
 			tmpl, err := revisionTemplate(rev)
-			if c == nil || !uids[string(c.UID)] || err != nil || !names(pin.Pinned(tmpl), k.Kind, name) {
+			if c == nil || !uids[string(c.UID)] || err != nil || !rev.GetDeletionTimestamp().IsZero() || !names(pin.Pinned(tmpl), k.Kind, name) {
 				continue
 			}
 			gv := appsv1.SchemeGroupVersion.String()
@@ -270,7 +290,7 @@ func names(pins pin.Pins, kind stamp.Kind, name string) bool {
 func (k *SnapshotKeeper) lost(users []user, name string, why error) {
 	for _, u := range users {
 		k.Recorder.Eventf(u.obj, nil, corev1.EventTypeWarning, ReasonSnapshotLost, "Pin",
-			"the snapshot %s %s of %s, which this workload's template names, was deleted and cannot be made again: %v. "+
+			"the snapshot %s %s of %s, which this workload's template names, was deleted: %v. "+
 				"Pods that start from this template cannot read it. Put %s's earlier content back (configstamp then makes the snapshot again), "+
 				"or move the workload to %s's current content: it moves with its rollout, or now with kubectl rollout restart "+
 				"(a halted change first needs kubectl configstamp resume)", k.Kind, name, u.src, why, u.src, u.src)
@@ -287,7 +307,7 @@ func (k *SnapshotKeeper) SetupWithManager(mgr ctrl.Manager, snapshots ctrlcache.
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
-	k.retry = workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](keeperRetryFirst, keeperRetryMax)
+	k.retry = newKeeperRetry()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("snapshot-keeper-" + strings.ToLower(string(k.Kind))).
 		WatchesRawSource(source.Kind(snapshots, client.Object(obj), &handler.EnqueueRequestForObject{}, deleted)).

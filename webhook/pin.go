@@ -105,6 +105,9 @@ func (s *Stamper[T]) stampFor(p pinRequest, old client.Object) string {
 		return p.comp.Hash
 	}
 	oldT := workload.PodTemplate(old)
+	if oldT == nil {
+		return p.comp.Hash
+	}
 	was := oldT.Annotations[stamp.AnnotationHash]
 	if was == "" || was == p.comp.Hash || !maps.Equal(pin.Pinned(oldT), pin.Pinned(p.tmpl)) ||
 		!p.comp.HashedAs(s.Resolver.Keys, p.req.Namespace, was) {
@@ -184,7 +187,7 @@ func (s *Stamper[T]) pin(ctx context.Context, p pinRequest) error {
 			src := p.memo.Object(ref)
 			name := snapshotName(s.Resolver.Keys, src, had[ref])
 			if !p.dryRun {
-				if err := s.Snapshots.Ensure(ctx, pin.Snapshot(src, name), owner); err != nil {
+				if err := s.Snapshots.Ensure(ctx, pin.Snapshot(src, name), owners(owner)...); err != nil {
 					return fmt.Errorf("while making the snapshot %s of %s: %w", name, ref, err)
 				}
 			}
@@ -245,6 +248,14 @@ func ownerOf(obj client.Object, req admission.Request) *metav1.OwnerReference {
 	}
 	return &metav1.OwnerReference{APIVersion: req.Kind.Group + "/" + req.Kind.Version, Kind: req.Kind.Kind,
 		Name: obj.GetName(), UID: obj.GetUID()}
+}
+
+// owners is owner as Ensure's owners: none when nil.
+func owners(owner *metav1.OwnerReference) []metav1.OwnerReference {
+	if owner == nil {
+		return nil
+	}
+	return []metav1.OwnerReference{*owner}
 }
 
 // keptOnPinFailure are the workload metadata annotations an UPDATE whose

@@ -78,18 +78,16 @@ type Snapshots struct {
 // Ensure makes sure that the snapshot want (Snapshot) exists: it finds
 // configstamp's identical snapshot under that name (made for another workload,
 // or earlier), or creates it. It reads before it creates, so that an existing
-// snapshot is used even when a ResourceQuota would refuse a new object. owner,
-// when set, owns a snapshot Ensure creates, or one that has no owner yet (made
-// at a CREATE, before the workload had a UID); Kubernetes' garbage collector
-// deletes a snapshot with its last owner. Revisions take over from workloads
-// (Adopt).
-func (s *Snapshots) Ensure(ctx context.Context, want client.Object, owner *metav1.OwnerReference) error {
+// snapshot is used even when a ResourceQuota would refuse a new object.
+// owners, when given, own a snapshot Ensure creates, or one that has no owner
+// yet (made at a CREATE, before the workload had a UID); Kubernetes' garbage
+// collector deletes a snapshot with its last owner. Revisions take over from
+// workloads (Adopt).
+func (s *Snapshots) Ensure(ctx context.Context, want client.Object, owners ...metav1.OwnerReference) error {
 	have := want.DeepCopyObject().(client.Object)
 	err := s.Reader.Get(ctx, client.ObjectKeyFromObject(want), have)
 	if apierrors.IsNotFound(err) {
-		if owner != nil {
-			want.SetOwnerReferences([]metav1.OwnerReference{*owner})
-		}
+		want.SetOwnerReferences(owners)
 		if err = s.Writer.Create(ctx, want); !apierrors.IsAlreadyExists(err) {
 			return err
 		}
@@ -101,10 +99,10 @@ func (s *Snapshots) Ensure(ctx context.Context, want client.Object, owner *metav
 	if !Same(have, want) {
 		return fmt.Errorf("%s %s/%s: %w", kindOf(want), want.GetNamespace(), want.GetName(), ErrTaken)
 	}
-	if owner == nil || len(have.GetOwnerReferences()) > 0 {
+	if len(owners) == 0 || len(have.GetOwnerReferences()) > 0 {
 		return nil
 	}
-	return s.setOwners(ctx, have, []metav1.OwnerReference{*owner})
+	return s.setOwners(ctx, have, owners)
 }
 
 // Own makes owner the owner of configstamp's snapshot name of kind in
