@@ -144,4 +144,3 @@ func TestKeeperLeavesAForeignObjectAlone(t *testing.T) {
 		t.Fatalf("events %q, want one %s saying the name is taken", ev, ReasonSnapshotLost)
 	}
 }
-
