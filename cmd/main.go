@@ -40,6 +40,9 @@ import (
 )
 
 type options struct {
+	// kinds is the registry of workload kinds, built once in run from the
+	// built-in kinds and the installed kinds of --kinds-config.
+	kinds               *workload.Registry
 	namespace           string
 	certMode            string
 	certDir             string
@@ -225,14 +228,14 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("while creating a client: %w", err)
 	}
-	// The extra kinds are decided once, before the caches, reconcilers and
-	// webhook rules that iterate workload.Kinds are made.
+	// The kinds are decided once, into the registry the caches, reconcilers
+	// and webhook rules are made from.
 	canList := lister(o, direct)
 	extra, missing, err := installedKinds(ctx, direct.RESTMapper(), kinds, canList, setupLog)
 	if err != nil {
 		return err
 	}
-	workload.Register(extra...)
+	o.kinds = workload.NewRegistry(extra...)
 	ctx, restart := context.WithCancel(ctx)
 	defer restart()
 	var restarting atomic.Bool
@@ -259,10 +262,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer(), o.kinds); err != nil {
 		return err
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Policy: o.rollout, Keys: keys, Namespace: o.namespace,
+	if err := controllers.Setup(mgr, controllers.Options{Kinds: o.kinds, Policy: o.rollout, Keys: keys, Namespace: o.namespace,
 		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease, Pin: o.pin}); err != nil {
 		return err
 	}
@@ -346,7 +349,7 @@ func newManager(o *options, cfg *rest.Config, scheme *runtime.Scheme, webhookHos
 	tlsOpts := tlsOptions(o.enableHTTP2)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
-		Cache:  controllers.CacheOptions(o.scope, o.pin),
+		Cache:  controllers.CacheOptions(o.kinds, o.scope, o.pin),
 		// The extra kinds are read as unstructured objects: from the cache too.
 		Client:                              client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                             metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, log),
@@ -393,11 +396,11 @@ func setupWebhook(ctx context.Context, o *options, mgr ctrl.Manager, cfg *rest.C
 	if o.pin {
 		snapshots = &pin.Snapshots{Reader: liveReader, Writer: liveReader}
 	}
-	if err := webhook.Setup(mgr, live, self, o.scope, snapshots); err != nil {
+	if err := webhook.Setup(mgr, live, self, o.scope, snapshots, o.kinds); err != nil {
 		return "", fmt.Errorf("while setting up the webhook: %w", err)
 	}
 	if o.applyWarnings {
-		webhook.SetupWarnings(mgr, o.scope)
+		webhook.SetupWarnings(mgr, o.scope, o.kinds)
 	}
 	return self, nil
 }

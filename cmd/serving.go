@@ -88,7 +88,7 @@ func certProvider(o *options, c client.Client, log logr.Logger) (certs.Provider,
 				p := webhook.Path
 				cc.Service = &admissionregistrationv1.ServiceReference{Namespace: o.namespace, Name: o.webhookService, Path: &p}
 			}
-			if err := webhook.Register(ctx, c, webhook.ScopedConfiguration(o.webhookConfigName, o.scope, cc)); err != nil {
+			if err := webhook.Register(ctx, c, webhook.ScopedConfiguration(o.webhookConfigName, o.scope, cc, o.kinds)); err != nil {
 				return err
 			}
 			if !o.applyWarnings {

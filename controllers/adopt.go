@@ -43,6 +43,8 @@ type Adopter struct {
 	Reader   client.Reader
 	Resolver *workload.Resolver
 	Scope    *workload.Scope
+	// Kinds are the kinds of workloads whose records are taken over.
+	Kinds *workload.Registry
 	// Namespace and KeySecret name the key Secret.
 	Namespace, KeySecret string
 	// Done is closed once the records are taken over (or were already).
@@ -75,13 +77,13 @@ func (a *Adopter) Start(ctx context.Context) error {
 
 func (a *Adopter) adoptAll(ctx context.Context) (int, error) {
 	n := 0
-	for _, kind := range workload.Kinds {
+	for _, kind := range a.Kinds.All() {
 		list := kind.NewList()
 		if err := a.Client.List(ctx, list); err != nil {
 			return n, fmt.Errorf("while listing %s to take over their records: %w", kind.Resource, err)
 		}
 		for _, obj := range kind.Items(list) {
-			adopted, err := a.adopt(ctx, obj)
+			adopted, err := a.adopt(ctx, kind, obj)
 			if err != nil {
 				return n, err
 			}
@@ -98,9 +100,9 @@ func (a *Adopter) adoptAll(ctx context.Context) (int, error) {
 // undone); on a conflict it starts again from a live read, a few times. A
 // patch the API server refuses is logged and skipped: that record counts for
 // nothing, and the other workloads are still taken over.
-func (a *Adopter) adopt(ctx context.Context, obj client.Object) (bool, error) {
+func (a *Adopter) adopt(ctx context.Context, kind workload.Kind, obj client.Object) (bool, error) {
 	for range 3 {
-		meta, err := a.record(ctx, obj)
+		meta, err := a.record(ctx, kind, obj)
 		if meta == nil || err != nil {
 			return false, err
 		}
@@ -129,13 +131,13 @@ func (a *Adopter) adopt(ctx context.Context, obj client.Object) (bool, error) {
 // record is the sealed record replacing obj's unsealed one, or nil. A
 // workload over stamp.MaxReferences keeps its state and its halts, whose
 // content cannot be computed ("unknown": such a halt holds until resumed).
-func (a *Adopter) record(ctx context.Context, obj client.Object) (map[string]any, error) {
+func (a *Adopter) record(ctx context.Context, kind workload.Kind, obj client.Object) (map[string]any, error) {
 	ann := obj.GetAnnotations()
 	if _, sealed := ann[rollout.AnnotationSeal]; sealed {
 		return nil, nil
 	}
 	old := rollout.Read(ann)
-	tmpl := workload.PodTemplate(obj)
+	tmpl := kind.PodTemplate(obj)
 	if (old.State == rollout.None && old.Halted == "" && old.Started.IsZero()) || tmpl == nil || !a.inScope(ctx, obj.GetNamespace()) {
 		return nil, nil
 	}

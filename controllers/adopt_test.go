@@ -300,14 +300,14 @@ func TestReconcileWaitsForAdoption(t *testing.T) {
 		WithInterceptorFuncs(wr.funcs()).
 		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc)
-	for _, k := range workload.Kinds {
+	for _, k := range workload.NewRegistry().All() {
 		b = b.WithIndex(k.New(), IndexHalted, indexHalted).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
 	}
 	c := b.Build()
 	adopted := make(chan struct{})
-	r := &WorkloadReconciler{Client: c, Kind: workload.Kinds[0], Recorder: events.NewFakeRecorder(10),
+	r := &WorkloadReconciler{Client: c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10),
 		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
-		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c, testKeys), Nudger: NewNudger(),
+		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c, testKeys, nil), Nudger: NewNudger(nil),
 		Adopted: adopted}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "app"}}
 	res, err := r.Reconcile(t.Context(), req)

@@ -24,8 +24,8 @@ import (
 // Argo Rollout with workloadRef) is not a workload: its reconcile does
 // nothing and fails nothing; opted in, it gets one Warning event saying why.
 func TestTemplateLessCustomObjectIsNotAWorkload(t *testing.T) {
-	kindstest.Register(t, `kinds: [{group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}]`)
-	kind := workload.Kinds[len(workload.Kinds)-1]
+	kinds := kindstest.Registry(t, `kinds: [{group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}]`)
+	kind := kinds.All()[len(kinds.All())-1]
 	for name, labels := range map[string]map[string]string{"not opted in": nil, "opted in": {stamp.LabelEnabled: "true"}} {
 		t.Run(name, func(t *testing.T) {
 			u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
@@ -38,9 +38,9 @@ func TestTemplateLessCustomObjectIsNotAWorkload(t *testing.T) {
 				WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 				WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).Build()
 			rec := events.NewFakeRecorder(10)
-			r := &WorkloadReconciler{Client: c, Kind: kind, Recorder: rec,
+			r := &WorkloadReconciler{Client: c, Kind: kind, Kinds: kinds, Recorder: rec,
 				Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
-				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c, testKeys), Nudger: NewNudger()}
+				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c, testKeys, nil), Nudger: NewNudger(nil)}
 			res, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "r"}})
 			if err != nil || res.RequeueAfter != 0 {
 				t.Fatalf("reconcile = %+v, %v; want nothing to do", res, err)

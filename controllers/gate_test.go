@@ -68,13 +68,13 @@ func newHaltWorld(t *testing.T, policy rollout.Policy, funcs interceptor.Funcs) 
 	b := fake.NewClientBuilder().WithObjects(shared, w.failed, w.waiting).WithInterceptorFuncs(funcs).
 		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc)
-	for _, k := range workload.Kinds {
+	for _, k := range workload.NewRegistry().All() {
 		b = b.WithIndex(k.New(), IndexHalted, indexHalted).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
 	}
 	w.c = b.Build()
 	resolver := &workload.Resolver{Sources: w.c, Index: w.c, Keys: testKeys}
-	w.r = &WorkloadReconciler{Client: w.c, Kind: workload.Kinds[0], Recorder: events.NewFakeRecorder(10), Resolver: resolver,
-		Scheduler: rollout.NewScheduler(policy, w.c, testKeys), Nudger: NewNudger()}
+	w.r = &WorkloadReconciler{Client: w.c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10), Resolver: resolver,
+		Scheduler: rollout.NewScheduler(policy, w.c, testKeys, nil), Nudger: NewNudger(nil)}
 	comp, err := resolver.Compute(t.Context(), "ns", nil, &tmpl)
 	if err != nil {
 		t.Fatal(err)
@@ -243,9 +243,9 @@ func TestStaleReadClosesNothing(t *testing.T) {
 	if err := c.Update(t.Context(), fresh); err != nil {
 		t.Fatal(err)
 	}
-	r := &WorkloadReconciler{Client: c, Kind: workload.Kinds[0], Recorder: events.NewFakeRecorder(10),
+	r := &WorkloadReconciler{Client: c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10),
 		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
-		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys), Nudger: NewNudger()}
+		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys, nil), Nudger: NewNudger(nil)}
 	rec, err := rollout.Verify(stale, testKeys)
 	if err != nil {
 		t.Fatal(err)
@@ -301,9 +301,9 @@ func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 			}}
 			c := fake.NewClientBuilder().WithObjects(d).WithInterceptorFuncs(webhook).Build()
 			rec := events.NewFakeRecorder(10)
-			r := &WorkloadReconciler{Client: c, Kind: workload.Kinds[0], Recorder: rec,
+			r := &WorkloadReconciler{Client: c, Kind: workload.NewRegistry().All()[0], Recorder: rec,
 				Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
-				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys), Nudger: NewNudger()}
+				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys, nil), Nudger: NewNudger(nil)}
 			obj := d.DeepCopy()
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), obj); err != nil {
 				t.Fatal(err)

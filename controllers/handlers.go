@@ -33,6 +33,7 @@ type mapper struct {
 	client    client.Reader
 	apiReader client.Reader // live reads: the UID of an object an event is about
 	kind      workload.Kind
+	kinds     *workload.Registry
 	recorder  events.EventRecorder
 	// scheduler learns of the workloads a source change concerns, with their
 	// priorities, before they ask for a slot (rollout.Scheduler.Announce).
@@ -69,7 +70,7 @@ func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
 // the other kinds' lookups are not made.
 func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...client.Object) {
 	ranked := m.scheduler != nil && m.scheduler.Policy.MaxConcurrent > 0
-	for _, k := range workload.Kinds {
+	for _, k := range m.kinds.All() {
 		own := k.Name == m.kind.Name
 		if !own && !ranked {
 			continue
@@ -126,7 +127,7 @@ func (m *mapper) concerned(ctx context.Context, k workload.Kind, kind stamp.Kind
 			continue
 		}
 		for _, w := range k.Items(list) {
-			if tmpl := workload.PodTemplate(w); tmpl != nil && sel.Matches(labels.Set(tmpl.Labels)) {
+			if tmpl := k.PodTemplate(w); tmpl != nil && sel.Matches(labels.Set(tmpl.Labels)) {
 				add(w)
 			}
 		}
@@ -142,7 +143,7 @@ func selectorValue(obj client.Object) string {
 // reportSelector emits a Warning event on a ConfigMap or Secret whose rollout
 // selector does not parse, once per new value (not on every resync).
 func (m *mapper) reportSelector(ctx context.Context, kind stamp.Kind, obj client.Object, previous string) {
-	if m.recorder == nil || m.kind.Name != workload.Kinds[0].Name || selectorValue(obj) == previous {
+	if m.recorder == nil || m.kind.Name != m.kinds.All()[0].Name || selectorValue(obj) == previous {
 		return // one workload kind reports for all
 	}
 	if _, _, problem := stamp.RolloutSelector(obj.GetAnnotations()); problem != nil {

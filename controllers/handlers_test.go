@@ -30,12 +30,12 @@ func TestSourceEventAnnouncesEveryKind(t *testing.T) {
 		Annotations: map[string]string{rollout.AnnotationPriority: "10"}},
 		Spec: appsv1.StatefulSetSpec{Template: corev1.PodTemplateSpec{Spec: spec}}}
 	b := fake.NewClientBuilder().WithObjects(low, high)
-	for _, k := range workload.Kinds {
-		b = b.WithIndex(k.New(), IndexSources, indexWorkloadSources).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
+	for _, k := range workload.NewRegistry().All() {
+		b = b.WithIndex(k.New(), IndexSources, indexWorkloadSources(k)).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
 	}
 	c := b.Build()
-	s := rollout.NewScheduler(rollout.Policy{MaxConcurrent: 1, ProgressDeadline: time.Hour}, c, testKeys)
-	m := &mapper{client: c, kind: workload.Kinds[0], scheduler: s}
+	s := rollout.NewScheduler(rollout.Policy{MaxConcurrent: 1, ProgressDeadline: time.Hour}, c, testKeys, nil)
+	m := &mapper{client: c, kind: workload.NewRegistry().All()[0], scheduler: s}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer q.ShutDown()
 

@@ -31,20 +31,23 @@ const IndexHalted = rollout.IndexHalted
 
 var indexHalted = rollout.IndexHaltedFunc
 
-func indexWorkloadSources(obj client.Object) []string {
-	tmpl := workload.PodTemplate(obj)
-	if tmpl == nil {
-		return nil
+// indexWorkloadSources is IndexSources' function for workloads of kind.
+func indexWorkloadSources(kind workload.Kind) client.IndexerFunc {
+	return func(obj client.Object) []string {
+		tmpl := kind.PodTemplate(obj)
+		if tmpl == nil {
+			return nil
+		}
+		refs, _ := stamp.WorkloadRefs(obj.GetAnnotations(), pin.SourceSpec(tmpl))
+		return refs.IndexValues()
 	}
-	refs, _ := stamp.WorkloadRefs(obj.GetAnnotations(), pin.SourceSpec(tmpl))
-	return refs.IndexValues()
 }
 
 // SetupIndexes registers the field indexes on the manager's cache.
-func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
-	for _, kind := range workload.Kinds {
+func SetupIndexes(ctx context.Context, indexer client.FieldIndexer, kinds *workload.Registry) error {
+	for _, kind := range kinds.All() {
 		for name, fn := range map[string]client.IndexerFunc{
-			IndexSources: indexWorkloadSources, rollout.IndexRolling: rollout.IndexRollingFunc, IndexHalted: indexHalted, IndexPinned: indexPinned,
+			IndexSources: indexWorkloadSources(kind), rollout.IndexRolling: rollout.IndexRollingFunc, IndexHalted: indexHalted, IndexPinned: indexPinned(kind),
 		} {
 			if err := indexer.IndexField(ctx, kind.New(), name, fn); err != nil {
 				return fmt.Errorf("while indexing %s by %s: %w", kind.Name, name, err)
@@ -73,7 +76,7 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // revisions of pinned workloads (RevisionOwner), and no other revision. Namespaces themselves are cluster-scoped and
 // cached whole: their labels say which workloads opted in and which
 // namespaces --namespace-selector selects.
-func CacheOptions(scope *workload.Scope, pinned bool) ctrlcache.Options {
+func CacheOptions(kinds *workload.Registry, scope *workload.Scope, pinned bool) ctrlcache.Options {
 	// Snapshots (pinned config) are copies, never sources: none is cached.
 	notSnapshots := labels.NewSelector().Add(notSnapshot)
 	byObject := map[client.Object]ctrlcache.ByObject{
@@ -90,8 +93,8 @@ func CacheOptions(scope *workload.Scope, pinned bool) ctrlcache.Options {
 			return in, nil
 		}},
 	}
-	for _, kind := range workload.Kinds { // the extra kinds of --kinds-config too
-		byObject[kind.New()] = ctrlcache.ByObject{Transform: stripWorkload}
+	for _, kind := range kinds.All() { // the extra kinds of --kinds-config too
+		byObject[kind.New()] = ctrlcache.ByObject{Transform: stripWorkload(kind)}
 	}
 	if pinned {
 		pinnedRevisions(byObject)
@@ -162,7 +165,12 @@ var _ cache.TransformFunc = stripMetadata
 // and annotations never enter the cache. configstamp patches workloads with
 // explicit keys (never a diff of the cached object), and the webhook decodes
 // the object it admits and never reads workloads from the cache.
-func stripWorkload(in any) (any, error) {
+func stripWorkload(kind workload.Kind) cache.TransformFunc {
+	return func(in any) (any, error) { return slimWorkload(kind, in) }
+}
+
+// slimWorkload is stripWorkload's transform of one object of kind.
+func slimWorkload(kind workload.Kind, in any) (any, error) {
 	if _, err := stripMetadata(in); err != nil {
 		return in, err
 	}
@@ -176,14 +184,14 @@ func stripWorkload(in any) (any, error) {
 	obj.SetAnnotations(own)
 	obj.SetOwnerReferences(nil)
 	obj.SetFinalizers(nil)
-	tmpl := workload.PodTemplate(obj)
+	tmpl := kind.PodTemplate(obj)
 	if tmpl != nil {
 		tmpl.Annotations = ownKeys(tmpl.Annotations)
 		tmpl.Spec = referencesOnly(&tmpl.Spec)
 	}
 	switch w := obj.(type) {
 	case *unstructured.Unstructured: // an extra kind: tmpl is a copy
-		workload.SlimCustom(w, tmpl)
+		kind.Slim(w, tmpl)
 	case *appsv1.Deployment:
 		w.Spec.Selector, w.Spec.Strategy = nil, appsv1.DeploymentStrategy{}
 		var conditions []appsv1.DeploymentCondition

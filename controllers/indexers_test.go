@@ -15,6 +15,7 @@ import (
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -69,7 +70,7 @@ func TestStripWorkloadKeepsReferences(t *testing.T) {
 	wantHash, wantIndex := compute(d)
 
 	stripped := d.DeepCopy()
-	if _, err := stripWorkload(stripped); err != nil {
+	if _, err := slimWorkload(workload.NewRegistry().All()[0], stripped); err != nil {
 		t.Fatal(err)
 	}
 	gotHash, gotIndex := compute(stripped)
@@ -154,7 +155,7 @@ func TestIndexHalted(t *testing.T) {
 // sources), so pinning adds nothing to the cache.
 func TestCacheLeavesSnapshotsOut(t *testing.T) {
 	found := 0
-	for obj, by := range CacheOptions(nil, true).ByObject {
+	for obj, by := range CacheOptions(nil, nil, true).ByObject {
 		switch obj.(type) {
 		case *corev1.ConfigMap, *corev1.Secret:
 			found++

@@ -45,16 +45,19 @@ const (
 // names ("ConfigMap/name", "Secret/name").
 const IndexPinned = "configstamp.io/pinned-snapshots"
 
-func indexPinned(obj client.Object) []string {
-	tmpl := workload.PodTemplate(obj)
-	if tmpl == nil {
-		return nil
+// indexPinned is IndexPinned's function for workloads of kind.
+func indexPinned(kind workload.Kind) client.IndexerFunc {
+	return func(obj client.Object) []string {
+		tmpl := kind.PodTemplate(obj)
+		if tmpl == nil {
+			return nil
+		}
+		var out []string
+		for ref, name := range pin.Pinned(tmpl) {
+			out = append(out, string(ref.Kind)+"/"+name)
+		}
+		return out
 	}
-	var out []string
-	for ref, name := range pin.Pinned(tmpl) {
-		out = append(out, string(ref.Kind)+"/"+name)
-	}
-	return out
 }
 
 // SnapshotKeeper puts back a snapshot deleted (by hand, or by a tool that
@@ -80,6 +83,8 @@ type SnapshotKeeper struct {
 	Recorder  events.EventRecorder
 	// Scope: workloads in namespaces out of it are not ours. Nil: every namespace.
 	Scope *workload.Scope
+	// Kinds are the kinds of workloads that may name a snapshot.
+	Kinds *workload.Registry
 
 	// retry spaces the attempts for a snapshot that cannot be made again.
 	retry workqueue.TypedRateLimiter[reconcile.Request]
@@ -142,13 +147,13 @@ func (k *SnapshotKeeper) users(ctx context.Context, req reconcile.Request) ([]us
 		return nil, client.IgnoreNotFound(err)
 	}
 	var out []user
-	for _, kind := range workload.Kinds {
+	for _, kind := range k.Kinds.All() {
 		list := kind.NewList()
 		if err := k.Cache.List(ctx, list, client.InNamespace(req.Namespace), client.MatchingFields{IndexPinned: string(k.Kind) + "/" + req.Name}); err != nil {
 			return nil, fmt.Errorf("while listing the %s that name the snapshot %s: %w", kind.Resource, req.Name, err)
 		}
 		for _, obj := range kind.Items(list) {
-			for ref, name := range pin.Pinned(workload.PodTemplate(obj)) {
+			for ref, name := range pin.Pinned(kind.PodTemplate(obj)) {
 				if ref.Kind == k.Kind && name == req.Name && obj.GetDeletionTimestamp().IsZero() {
 					out = append(out, user{obj: obj, kind: kind, src: ref})
 				}

@@ -39,8 +39,8 @@ func newKeeperWorld(t *testing.T, extra ...client.Object) *keeperWorld {
 		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: spec}}}
 	pin.Apply(&d.Spec.Template, pin.Pins{{Kind: stamp.KindConfigMap, Name: "cfg"}: name})
 	b := fake.NewClientBuilder().WithObjects(append([]client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, cfg, d}, extra...)...)
-	for _, k := range workload.Kinds {
-		b = b.WithIndex(k.New(), IndexPinned, indexPinned)
+	for _, k := range workload.NewRegistry().All() {
+		b = b.WithIndex(k.New(), IndexPinned, indexPinned(k))
 	}
 	c := b.Build()
 	rec := events.NewFakeRecorder(10)

@@ -20,13 +20,14 @@ import (
 // own events: the waiters of a halt that was lifted, the next in line when a
 // slot frees, every workload when the installation key changes.
 type Nudger struct {
+	kinds *workload.Registry
 	chans map[string]chan event.TypedGenericEvent[rollout.Key]
 }
 
 // NewNudger returns a Nudger with one channel per workload kind.
-func NewNudger() *Nudger {
-	n := &Nudger{chans: map[string]chan event.TypedGenericEvent[rollout.Key]{}}
-	for _, k := range workload.Kinds {
+func NewNudger(kinds *workload.Registry) *Nudger {
+	n := &Nudger{kinds: kinds, chans: map[string]chan event.TypedGenericEvent[rollout.Key]{}}
+	for _, k := range kinds.All() {
 		n.chans[k.Name] = make(chan event.TypedGenericEvent[rollout.Key], 1024)
 	}
 	return n
@@ -69,7 +70,7 @@ func (n *Nudger) source(kind workload.Kind) source.Source {
 // WakeAll wakes every cached workload of every kind (the installation key
 // changed: each is re-baselined while the previous key is still known).
 func (n *Nudger) WakeAll(ctx context.Context, c client.Reader) error {
-	for _, kind := range workload.Kinds {
+	for _, kind := range n.kinds.All() {
 		list := kind.NewList()
 		if err := c.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 			return fmt.Errorf("while listing %s: %w", kind.Resource, err)

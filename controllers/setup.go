@@ -19,6 +19,8 @@ import (
 
 // Options configure the reconcilers.
 type Options struct {
+	// Kinds are the workload kinds to reconcile, built once at start.
+	Kinds *workload.Registry
 	// Policy spreads rollouts (see rollout.Policy).
 	Policy rollout.Policy
 	// Keys is the installation key, shared with the webhook.
@@ -46,8 +48,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := o.Policy.Validate(); err != nil {
 		return err
 	}
-	rollout.RegisterMetrics()
-	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys)
+	rollout.RegisterMetrics(o.Kinds)
+	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys, o.Kinds)
 	if o.Scope != nil {
 		scheduler.InScope = func(ctx context.Context, namespace string) bool {
 			ns := &corev1.Namespace{}
@@ -57,7 +59,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return o.Scope.InScope(ns.Name, ns.Labels)
 		}
 	}
-	nudger := NewNudger()
+	nudger := NewNudger(o.Kinds)
 	// The leader's writers: fenced by its lease when there is one.
 	writer := mgr.GetClient()
 	if o.Lease != nil {
@@ -65,13 +67,13 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	adopter := &Adopter{Client: writer, Reader: mgr.GetAPIReader(), Scope: o.Scope,
 		Resolver:  &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
-		Namespace: o.Namespace, KeySecret: o.KeySecret, Done: make(chan struct{}), Log: mgr.GetLogger().WithName("records")}
+		Namespace: o.Namespace, KeySecret: o.KeySecret, Kinds: o.Kinds, Done: make(chan struct{}), Log: mgr.GetLogger().WithName("records")}
 	if err := mgr.Add(adopter); err != nil {
 		return fmt.Errorf("while adding the record takeover: %w", err)
 	}
-	for _, kind := range workload.Kinds {
+	for _, kind := range o.Kinds.All() {
 		r := &WorkloadReconciler{
-			Client: writer, APIReader: mgr.GetAPIReader(), Kind: kind,
+			Client: writer, APIReader: mgr.GetAPIReader(), Kind: kind, Kinds: o.Kinds,
 			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
 			Recorder:                rollout.CountWarnings(mgr.GetEventRecorder("configstamp")),
 			Scheduler:               scheduler,
@@ -131,7 +133,7 @@ func setupKeepers(mgr ctrl.Manager, o Options, snapshots *pin.Snapshots) error {
 	}
 	for _, kind := range []stamp.Kind{stamp.KindConfigMap, stamp.KindSecret} {
 		k := &SnapshotKeeper{Kind: kind, Cache: mgr.GetCache(), Reader: mgr.GetAPIReader(), Snapshots: snapshots, Keys: o.Keys,
-			Recorder: rollout.CountWarnings(mgr.GetEventRecorder("configstamp")), Scope: o.Scope}
+			Recorder: rollout.CountWarnings(mgr.GetEventRecorder("configstamp")), Scope: o.Scope, Kinds: o.Kinds}
 		if err := k.SetupWithManager(mgr, cache); err != nil {
 			return fmt.Errorf("while setting up the %s snapshot keeper: %w", kind, err)
 		}

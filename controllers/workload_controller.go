@@ -54,8 +54,11 @@ type WorkloadReconciler struct {
 	// is newer than the cache. Nil: neither.
 	APIReader client.Reader
 	Kind      workload.Kind
-	Resolver  *workload.Resolver
-	Recorder  events.EventRecorder
+	// Kinds are every kind configstamp handles (a halt, a wave, a source
+	// change concern workloads of any kind).
+	Kinds    *workload.Registry
+	Resolver *workload.Resolver
+	Recorder events.EventRecorder
 	// Scheduler spreads rollouts (debounce, budget, rate, wave order); shared by all kinds.
 	Scheduler *rollout.Scheduler
 	// Nudger wakes workloads of any kind (halts lifted, slots freed); shared by all kinds.
@@ -121,7 +124,7 @@ func (r *WorkloadReconciler) adopted() bool {
 // observe reads the workload from the cache and what the rules decide on;
 // nil while it is being deleted. A workload gone has no Object.
 func (r *WorkloadReconciler) observe(ctx context.Context, key rollout.Key) (*observed, error) {
-	o := &observed{Observation: rollout.Observation{Key: key}}
+	o := &observed{Observation: rollout.Observation{Key: key, Kind: r.Kind}}
 	obj := r.Kind.New()
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -235,7 +238,7 @@ func (r *WorkloadReconciler) compute(ctx context.Context, obj client.Object) (*p
 		return nil, nil
 	}
 	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)
-	tmpl := workload.PodTemplate(obj)
+	tmpl := r.Kind.PodTemplate(obj)
 	if tmpl == nil { // an extra kind's object with no template there (an Argo Rollout with workloadRef) or a malformed one
 		if enabled {
 			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore",
@@ -287,7 +290,7 @@ func deref(ps ...*stamp.Problem) []stamp.Problem {
 func (r *WorkloadReconciler) need(ctx context.Context, obj client.Object, comp *workload.Computation) (rollout.Need, bool, error) {
 	a := obj.GetAnnotations()
 	f := Facts{
-		Stamped: workload.PodTemplate(obj).Annotations[stamp.AnnotationHash], Recorded: a[stamp.AnnotationAppliedHash],
+		Stamped: r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash], Recorded: a[stamp.AnnotationAppliedHash],
 		RecordedKey: a[stamp.AnnotationKeyID], Computed: comp.Hash, Key: comp.KeyID,
 		Bookkeeping: a[stamp.AnnotationSources] != sourcesRecord(comp) || a[stamp.AnnotationKeyID] != comp.KeyID,
 	}
@@ -356,7 +359,7 @@ func sourcesRecord(comp *workload.Computation) string {
 
 // record writes the record only (a baseline, a re-baseline, bookkeeping).
 func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, comp *workload.Computation) error {
-	stamped := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]
+	stamped := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]
 	err := r.patch(ctx, obj, recordAnnotations(comp), "")
 	log.FromContext(ctx).V(1).Info("recorded hash", "hash", comp.Hash, "baseline", stamped == "")
 	return err
@@ -367,7 +370,7 @@ func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, comp
 // The slot Decide granted goes back (Release) when the stamp did not happen.
 func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.Decision) error {
 	obj, key, comp := o.Object, o.Key, o.comp
-	previous := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]
+	previous := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]
 	meta := recordAnnotations(comp)
 	if d.Record != nil {
 		maps.Copy(meta, d.Record.Annotations(obj.GetUID(), comp.Hasher))
@@ -384,7 +387,7 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 		return err
 	}
 	stamped := comp.Hash
-	if kept := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]; kept != comp.Hash {
+	if kept := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]; kept != comp.Hash {
 		// The webhook's consistent read disagreed with this cache (it lags
 		// behind a write the webhook already saw) and stamped what it read.
 		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", comp.Hash, "kept", kept)
@@ -401,7 +404,7 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 		}
 		if kept == previous { // the stamp stands: nothing rolled
 			r.Scheduler.Release(key)
-			if pin.Pinned(workload.PodTemplate(obj)) != nil {
+			if pin.Pinned(r.Kind.PodTemplate(obj)) != nil {
 				// A snapshot could not be made (the webhook's PinFailed event
 				// says why): retried with the controller's backoff.
 				return fmt.Errorf("the webhook kept the stamp %s: the new snapshot could not be made", previous)
@@ -505,14 +508,14 @@ func stampPatch(path []string, hash string) map[string]any {
 // haltedBy returns the halted change that holds one of causes, or ""
 // (rollout.Halts.By, over this reconciler's cache).
 func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, causes []rollout.Change) (string, error) {
-	return (&rollout.Halts{Reader: r.Client, Resolver: r.Resolver}).By(ctx, namespace, causes)
+	return (&rollout.Halts{Reader: r.Client, Resolver: r.Resolver, Kinds: r.Kinds}).By(ctx, namespace, causes)
 }
 
 // SetupWithManager wires the reconciler: its own kind (and its halts being
 // lifted), ConfigMap, Secret and Namespace events mapped to the workloads they
 // concern, and nudges from the other reconcilers.
 func (r *WorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	m := &mapper{client: mgr.GetClient(), apiReader: r.APIReader, kind: r.Kind, recorder: r.Recorder, scheduler: r.Scheduler}
+	m := &mapper{client: mgr.GetClient(), apiReader: r.APIReader, kind: r.Kind, kinds: r.Kinds, recorder: r.Recorder, scheduler: r.Scheduler}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(strings.ToLower(r.Kind.Name)).
 		For(r.Kind.New(), builder.WithPredicates(workloadChanged())).

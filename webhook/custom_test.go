@@ -27,7 +27,7 @@ import (
 // configstamp's annotations: the template is never rewritten through a typed
 // round trip (which would add fields the CRD's schema does not know).
 func TestCustomKindStampedAtItsPath(t *testing.T) {
-	kindstest.Register(t, `
+	kinds := kindstest.Registry(t, `
 kinds:
   - {group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}
   - {group: example.com, version: v1, kind: Job2, resource: job2s, templatePath: spec.run.podTemplate}
@@ -45,7 +45,7 @@ kinds:
 	// Pinned (--pin on): the snapshot is made and the template's volume names
 	// it, written back at its path like the stamp.
 	custom := admission.WithDefaulter(scheme, &Stamper[*unstructured.Unstructured]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme),
-		Snapshots: &pin.Snapshots{Reader: c, Writer: c}}).Handler
+		Snapshots: &pin.Snapshots{Reader: c, Writer: c}, Kinds: kinds}).Handler
 	h := withWarnings{byKind{{Group: "argoproj.io", Kind: "Rollout"}: custom, {Group: "example.com", Kind: "Job2"}: custom}}
 
 	template := map[string]any{
@@ -119,7 +119,7 @@ kinds:
 // workloadRef to one with its own template is stamped, a null metadata gets
 // the stamp, and a template-less object is admitted untouched.
 func TestCustomKindOddTemplates(t *testing.T) {
-	kindstest.Register(t, `
+	kinds := kindstest.Registry(t, `
 kinds:
   - {group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}
 `)
@@ -131,7 +131,7 @@ kinds:
 		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).Build()
 	resolver := &workload.Resolver{Sources: c, Index: c, Keys: stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))}
-	custom := admission.WithDefaulter(scheme, &Stamper[*unstructured.Unstructured]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)})
+	custom := admission.WithDefaulter(scheme, &Stamper[*unstructured.Unstructured]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme), Kinds: kinds})
 	h := withWarnings{byKind{{Group: "argoproj.io", Kind: "Rollout"}: custom.Handler}}
 	raw := func(spec map[string]any) []byte {
 		b, err := json.Marshal(map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",

@@ -43,7 +43,7 @@ func (s *Stamper[T]) pinStep(ctx context.Context, p pinRequest) (stamped string,
 	if err != nil {
 		s.pinFailed(ctx, p, err)
 	}
-	workload.SetTemplateReferences(p.obj, p.tmpl) // an extra kind's template is a copy
+	p.kind.SetTemplateReferences(p.obj, p.tmpl) // an extra kind's template is a copy
 	return stamped, err != nil
 }
 
@@ -77,7 +77,7 @@ func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
 		return p.sent, nil
 	}
 	if old != nil {
-		oldT := workload.PodTemplate(old)
+		oldT := p.kind.PodTemplate(old)
 		if pin.RolledBack(old.GetAnnotations(), oldT) && old.GetAnnotations()[stamp.AnnotationAppliedHash] == p.comp.Hash {
 			tmpl.Spec = *pin.SourceSpec(tmpl)
 			pin.Apply(tmpl, pin.Pinned(oldT))
@@ -104,7 +104,7 @@ func (s *Stamper[T]) stampFor(p pinRequest, old client.Object) string {
 	if old == nil {
 		return p.comp.Hash
 	}
-	oldT := workload.PodTemplate(old)
+	oldT := p.kind.PodTemplate(old)
 	if oldT == nil {
 		return p.comp.Hash
 	}
@@ -131,7 +131,7 @@ func (e *heldByHalt) Error() string {
 // rollout, so that a halted change reaches no pinned workload, not even with
 // its own update (an image bump). The update itself is admitted.
 func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object) error {
-	if old == nil || s.Halts == nil || p.req.UserInfo.Username == s.Self || pin.Pinned(workload.PodTemplate(old)) == nil {
+	if old == nil || s.Halts == nil || p.req.UserInfo.Username == s.Self || pin.Pinned(p.kind.PodTemplate(old)) == nil {
 		return nil
 	}
 	halt, err := s.Halts.By(ctx, p.req.Namespace, rollout.Causes(old.GetAnnotations(), p.comp))
@@ -146,7 +146,7 @@ func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object
 // exist, are configstamp's and hash to that stamp (with the current key or
 // one it replaced: an undo across a key rotation).
 func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Object) bool {
-	tmpl, oldT := p.tmpl, workload.PodTemplate(old)
+	tmpl, oldT := p.tmpl, p.kind.PodTemplate(old)
 	pins := pin.Pinned(tmpl)
 	if p.req.UserInfo.Username == s.Self || p.sent == "" || oldT == nil || p.sent == oldT.Annotations[stamp.AnnotationHash] || len(pins) == 0 {
 		return false
@@ -270,7 +270,7 @@ var rolloutRecord = []string{rollout.AnnotationState, rollout.AnnotationStarted,
 // a snapshot could not be made: at UPDATE the template keeps its stamp and
 // the snapshots it had (sources it had none for stay as written) and the
 // workload its records; at CREATE the template stays unpinned, with its stamp.
-func (s *Stamper[T]) keepPins(obj client.Object, tmpl *corev1.PodTemplateSpec, req admission.Request) error {
+func (s *Stamper[T]) keepPins(kind workload.Kind, obj client.Object, tmpl *corev1.PodTemplateSpec, req admission.Request) error {
 	if req.Operation != admissionv1.Update {
 		pin.Apply(tmpl, nil)
 		return nil
@@ -279,7 +279,7 @@ func (s *Stamper[T]) keepPins(obj client.Object, tmpl *corev1.PodTemplateSpec, r
 	if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
 		return err
 	}
-	oldT := workload.PodTemplate(old)
+	oldT := kind.PodTemplate(old)
 	pin.Apply(tmpl, pin.Pinned(oldT))
 	if tmpl.Annotations == nil {
 		tmpl.Annotations = map[string]string{}
@@ -324,7 +324,7 @@ func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev
 // says why where the user looks: an admission warning and a Warning event.
 // The reconciler retries a rollout the snapshot held back.
 func (s *Stamper[T]) pinFailed(ctx context.Context, p pinRequest, err error) {
-	if kerr := s.keepPins(p.obj, p.tmpl, p.req); kerr != nil {
+	if kerr := s.keepPins(p.kind, p.obj, p.tmpl, p.req); kerr != nil {
 		p.logger.Error(kerr, "while decoding the old object; admitting unchanged")
 	}
 	if held := (*heldByHalt)(nil); errors.As(err, &held) {

@@ -21,7 +21,7 @@ func TestRegisterKeepsLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Configuration("configstamp-mutating-webhook-configuration", "configstamp-system",
-		admissionregistrationv1.WebhookClientConfig{URL: new("https://127.0.0.1:9443" + Path)})
+		admissionregistrationv1.WebhookClientConfig{URL: new("https://127.0.0.1:9443" + Path)}, nil)
 	for name, tc := range map[string]struct {
 		existing   map[string]string // nil: no object yet
 		wantLabels map[string]string

@@ -32,23 +32,23 @@ const Path = "/mutate-workloads"
 // self is configstamp's own user name (see Stamper.Self). scope is the
 // installation's (see Stamper.Scope). snapshots, when set, pins the workloads that
 // ask for it (see Stamper.Snapshots).
-func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope, snapshots *pin.Snapshots) error {
+func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope, snapshots *pin.Snapshots, kinds *workload.Registry) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
-	halts := &rollout.Halts{Reader: mgr.GetCache(), Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: resolver.Keys}}
-	rollout.RegisterMetrics() // configstamp_warnings_total
+	halts := &rollout.Halts{Reader: mgr.GetCache(), Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: resolver.Keys}, Kinds: kinds}
+	rollout.RegisterMetrics(kinds) // configstamp_warnings_total
 	recorder := rollout.CountWarnings(mgr.GetEventRecorder("configstamp-webhook"))
 	apps := func(kind string) schema.GroupKind { return schema.GroupKind{Group: appsv1.GroupName, Kind: kind} }
 	handlers := byKind{
 		apps("Deployment"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts, Kinds: kinds}).Handler,
 		apps("StatefulSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.StatefulSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts, Kinds: kinds}).Handler,
 		apps("DaemonSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.DaemonSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts}).Handler,
+			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts, Kinds: kinds}).Handler,
 	}
 	custom := admission.WithDefaulter(mgr.GetScheme(), &Stamper[*unstructured.Unstructured]{
-		Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts}).Handler
-	for _, k := range workload.Kinds {
+		Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts, Kinds: kinds}).Handler
+	for _, k := range kinds.All() {
 		if k.Unstructured() {
 			handlers[k.GVK.GroupKind()] = custom
 		}
@@ -84,12 +84,12 @@ func (b byKind) Handle(ctx context.Context, req admission.Request) admission.Res
 // writes go through unstamped and the reconciler records or stamps them later.
 // timeoutSeconds 5: a stamp needs a few GETs; a slow API server should not hold
 // a user's kubectl apply for the default 10 s.
-func Configuration(name, ownNamespace string, cc admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
+func Configuration(name, ownNamespace string, cc admissionregistrationv1.WebhookClientConfig, kinds *workload.Registry) *admissionregistrationv1.MutatingWebhookConfiguration {
 	scope, err := workload.NewScope(ownNamespace, nil, nil, "")
 	if err != nil { // only an invalid own namespace name, which the API server would refuse anyway
 		panic(err)
 	}
-	return ScopedConfiguration(name, scope, cc)
+	return ScopedConfiguration(name, scope, cc, kinds)
 }
 
 // ScopedConfiguration is Configuration for an installation scoped by scope:
@@ -97,8 +97,8 @@ func Configuration(name, ownNamespace string, cc admissionregistrationv1.Webhook
 // excluded namespaces, own first; the watched ones; the namespace label
 // selector), so the API server never sends configstamp a workload out of its
 // scope, and a second installation on other namespaces never sees this one's.
-func ScopedConfiguration(name string, scope *workload.Scope, cc admissionregistrationv1.WebhookClientConfig) *admissionregistrationv1.MutatingWebhookConfiguration {
-	rules := Rules()
+func ScopedConfiguration(name string, scope *workload.Scope, cc admissionregistrationv1.WebhookClientConfig, kinds *workload.Registry) *admissionregistrationv1.MutatingWebhookConfiguration {
+	rules := Rules(kinds)
 	entry := func(id string, objSel, nsSel []metav1.LabelSelectorRequirement) admissionregistrationv1.MutatingWebhook {
 		return admissionregistrationv1.MutatingWebhook{
 			Name:                    id + ".configstamp.io",
@@ -135,7 +135,7 @@ func ScopedConfiguration(name string, scope *workload.Scope, cc admissionregistr
 // Rules are the webhook's rules: CREATE and UPDATE of the built-in workload
 // kinds, then of each extra kind of --kinds-config (registered only when its
 // CRD exists).
-func Rules() []admissionregistrationv1.RuleWithOperations {
+func Rules(kinds *workload.Registry) []admissionregistrationv1.RuleWithOperations {
 	rule := func(group, version string, resources ...string) admissionregistrationv1.RuleWithOperations {
 		return admissionregistrationv1.RuleWithOperations{
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
@@ -144,7 +144,7 @@ func Rules() []admissionregistrationv1.RuleWithOperations {
 		}
 	}
 	rules := []admissionregistrationv1.RuleWithOperations{rule("apps", "v1", "deployments", "statefulsets", "daemonsets")}
-	for _, k := range workload.Kinds {
+	for _, k := range kinds.All() {
 		if k.Unstructured() {
 			rules = append(rules, rule(k.GVK.Group, k.GVK.Version, k.Resource))
 		}

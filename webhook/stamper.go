@@ -48,6 +48,9 @@ type Stamper[T client.Object] struct {
 	// Halts finds the halts in force (the manager's cache): a user's update of
 	// a pinned workload never takes a halted change. Nil: not looked up.
 	Halts *rollout.Halts
+	// Kinds are the kinds this Stamper admits (the extra kinds share one).
+	// Nil: the built-in kinds.
+	Kinds *workload.Registry
 }
 
 var _ admission.Defaulter[client.Object] = &Stamper[client.Object]{}
@@ -60,7 +63,7 @@ var ourAnnotations = []string{stamp.AnnotationAppliedHash, stamp.AnnotationSourc
 // bad user values, returned as an admission warning and a Warning event.
 func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	c, ok := s.begin(ctx, obj)
-	if !ok || c.req.Operation == admissionv1.Update && c.settled() && s.unchanged(obj, c.req, c.logger, !c.pinning) {
+	if !ok || c.req.Operation == admissionv1.Update && c.settled() && s.unchanged(c.kind, obj, c.req, c.logger, !c.pinning) {
 		return nil
 	}
 	comp, memo := s.compute(ctx, obj, c)
@@ -75,19 +78,20 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 		}
 	}
 	if c.req.Operation == admissionv1.Update && c.req.UserInfo.Username != s.Self && stamped == comp.Hash {
-		s.undone(ctx, obj, c.req, c.sent, comp.Hash, c.dryRun)
+		s.undone(ctx, c.kind, obj, c.req, c.sent, comp.Hash, c.dryRun)
 	}
-	s.stamp(obj, stamped, comp, c.logger)
+	s.stamp(c.kind, obj, stamped, comp, c.logger)
 	return nil
 }
 
 // call is one admission as Default's steps share it.
 type call struct {
+	kind   workload.Kind
 	req    admission.Request
 	logger logr.Logger
 	dryRun bool
 	// tmpl is the object's pod template: its own, or for an extra kind a
-	// typed copy (see workload.SetTemplateReferences).
+	// typed copy (see workload.Kind.SetTemplateReferences).
 	tmpl *corev1.PodTemplateSpec
 	// sent is the stamp the request's template carried.
 	sent string
@@ -107,7 +111,11 @@ func (s *Stamper[T]) begin(ctx context.Context, obj T) (call, bool) {
 	if err != nil {
 		return call{}, false
 	}
-	c := call{req: req, dryRun: req.DryRun != nil && *req.DryRun, tmpl: workload.PodTemplate(obj),
+	kind, known := s.Kinds.Of(obj)
+	if !known {
+		return call{}, false
+	}
+	c := call{kind: kind, req: req, dryRun: req.DryRun != nil && *req.DryRun, tmpl: kind.PodTemplate(obj),
 		logger: log.FromContext(ctx).WithValues("kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)}
 	if c.tmpl == nil || !obj.GetDeletionTimestamp().IsZero() {
 		return c, false
@@ -152,8 +160,8 @@ func (s *Stamper[T]) compute(ctx context.Context, obj T, c call) (*workload.Comp
 }
 
 // stamp sets the stamp on obj's template and the data record on obj.
-func (s *Stamper[T]) stamp(obj T, stamped string, comp *workload.Computation, logger logr.Logger) {
-	if !workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, stamped) {
+func (s *Stamper[T]) stamp(kind workload.Kind, obj T, stamped string, comp *workload.Computation, logger logr.Logger) {
+	if !kind.SetTemplateAnnotation(obj, stamp.AnnotationHash, stamped) {
 		return // no template to stamp: no record either
 	}
 	meta := obj.GetAnnotations()
@@ -200,16 +208,16 @@ func (s *Stamper[T]) optedIn(ctx context.Context, obj T, namespace string, dryRu
 // otherwise unchanged (keepStamp restores what it dropped), or it is the
 // reconciler's own fresh stamp (trusted only when trustFresh: a pinned
 // workload's new stamp needs its snapshots, made from a read).
-func (s *Stamper[T]) unchanged(obj T, req admission.Request, logger logr.Logger, trustFresh bool) bool {
+func (s *Stamper[T]) unchanged(kind workload.Kind, obj T, req admission.Request, logger logr.Logger, trustFresh bool) bool {
 	old := s.newObject()
 	if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
 		logger.Error(err, "while decoding the old object; admitting unchanged")
 		return true
 	}
-	if keepStamp(old, obj) {
+	if keepStamp(kind, old, obj) {
 		return true
 	}
-	if trustFresh && s.Self != "" && req.UserInfo.Username == s.Self && freshProposal(old, obj) {
+	if trustFresh && s.Self != "" && req.UserInfo.Username == s.Self && freshProposal(kind, old, obj) {
 		logger.V(1).Info("accepted the reconciler's stamp without reads")
 		return true
 	}
@@ -222,8 +230,8 @@ func (s *Stamper[T]) unchanged(obj T, req admission.Request, logger logr.Logger,
 // template changes anyway (the stamp comes for free) or when the stamp itself
 // is being changed (the reconciler's patch), which is then checked against a
 // consistent read so that a lagging cache never flips the hash back.
-func keepStamp(old, obj client.Object) bool {
-	oldT, newT := workload.PodTemplate(old), workload.PodTemplate(obj)
+func keepStamp(kind workload.Kind, old, obj client.Object) bool {
+	oldT, newT := kind.PodTemplate(old), kind.PodTemplate(obj)
 	if oldT == nil || newT == nil || !sameExceptStamp(oldT, newT) {
 		return false
 	}
@@ -232,7 +240,7 @@ func keepStamp(old, obj client.Object) bool {
 		return false
 	}
 	if newStamp == "" && oldStamp != "" {
-		workload.SetTemplateAnnotation(obj, stamp.AnnotationHash, oldStamp)
+		kind.SetTemplateAnnotation(obj, stamp.AnnotationHash, oldStamp)
 	}
 	meta := obj.GetAnnotations()
 	for _, k := range ourAnnotations {
@@ -252,8 +260,8 @@ func keepStamp(old, obj client.Object) bool {
 // those recorded with the current stamp, and all of them orderable: then the
 // proposal cannot flip the hash back and needs no consistent re-read. A fan-out
 // to N workloads so costs N admissions and no reads.
-func freshProposal(old, obj client.Object) bool {
-	proposed := workload.PodTemplate(obj).Annotations[stamp.AnnotationHash]
+func freshProposal(kind workload.Kind, old, obj client.Object) bool {
+	proposed := kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]
 	if proposed == "" || obj.GetAnnotations()[stamp.AnnotationAppliedHash] != proposed {
 		return false
 	}

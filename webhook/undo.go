@@ -26,7 +26,7 @@ const ReasonUndoKept = "UndoKeptConfig"
 // annotations to the earlier revision's, which drops configstamp's rollout
 // record: undone keeps it, so that an undo that changed nothing cannot lift a
 // halt (only a real recovery, or removing configstamp.io/halted, does).
-func (s *Stamper[T]) undone(ctx context.Context, obj client.Object, req admission.Request, sent, current string, dryRun bool) {
+func (s *Stamper[T]) undone(ctx context.Context, kind workload.Kind, obj client.Object, req admission.Request, sent, current string, dryRun bool) {
 	if sent == "" || sent == current {
 		return
 	}
@@ -34,7 +34,7 @@ func (s *Stamper[T]) undone(ctx context.Context, obj client.Object, req admissio
 	if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
 		return
 	}
-	oldT := workload.PodTemplate(old)
+	oldT := kind.PodTemplate(old)
 	if oldT == nil || oldT.Annotations[stamp.AnnotationHash] == sent {
 		return
 	}

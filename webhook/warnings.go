@@ -37,8 +37,8 @@ const DataChanged = `(has(object.data) ? object.data : {}) != (has(oldObject.dat
 // SetupWarnings registers the apply-time warning webhook. It reads the
 // manager's cache, which must carry the workload.IndexSources and
 // workload.IndexHasSelector indexes (controllers.SetupIndexes).
-func SetupWarnings(mgr ctrl.Manager, scope *workload.Scope) {
-	mgr.GetWebhookServer().Register(WarningsPath, &admission.Webhook{Handler: &ChangeWarner{Cache: mgr.GetCache(), Scope: scope}})
+func SetupWarnings(mgr ctrl.Manager, scope *workload.Scope, kinds *workload.Registry) {
+	mgr.GetWebhookServer().Register(WarningsPath, &admission.Webhook{Handler: &ChangeWarner{Cache: mgr.GetCache(), Scope: scope, Kinds: kinds}})
 }
 
 // ChangeWarner answers a ConfigMap or Secret UPDATE with an admission warning
@@ -51,6 +51,8 @@ func SetupWarnings(mgr ctrl.Manager, scope *workload.Scope) {
 type ChangeWarner struct {
 	Cache client.Reader
 	Scope *workload.Scope
+	// Kinds are the workload kinds a change may roll. Nil: the built-in kinds.
+	Kinds *workload.Registry
 }
 
 func (w *ChangeWarner) Handle(ctx context.Context, req admission.Request) admission.Response {
@@ -119,7 +121,7 @@ func (w *ChangeWarner) rolls(ctx context.Context, namespace string, ref stamp.Ob
 	_, selBefore, _ := stamp.RolloutSelector(beforeAnn)
 	_, selAfter, _ := stamp.RolloutSelector(afterAnn)
 	var out []string
-	for _, kind := range workload.Kinds {
+	for _, kind := range w.Kinds.All() {
 		list := kind.NewList()
 		opts := []client.ListOption{client.InNamespace(namespace), client.UnsafeDisableDeepCopy}
 		if !selBefore && !selAfter { // no selector: only the workloads that reference it
@@ -129,7 +131,7 @@ func (w *ChangeWarner) rolls(ctx context.Context, namespace string, ref stamp.Ob
 			return nil, fmt.Errorf("while listing %s: %w", kind.Resource, err)
 		}
 		for _, obj := range kind.Items(list) {
-			tmpl := workload.PodTemplate(obj)
+			tmpl := kind.PodTemplate(obj)
 			if tmpl == nil { // an extra kind's object without a template (workloadRef)
 				continue
 			}

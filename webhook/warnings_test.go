@@ -39,15 +39,21 @@ func cmKey(name, key string) corev1.EnvVar {
 
 func warner(t *testing.T, objs ...client.Object) *ChangeWarner {
 	t.Helper()
+	return warnerFor(t, nil, objs...)
+}
+
+// warnerFor is warner for the workload kinds of kinds.
+func warnerFor(t *testing.T, kinds *workload.Registry, objs ...client.Object) *ChangeWarner {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
-	for _, k := range workload.Kinds {
+	for _, k := range kinds.All() {
 		b = b.WithIndex(k.New(), workload.IndexSources, func(o client.Object) []string {
-			tmpl := workload.PodTemplate(o)
+			tmpl := k.PodTemplate(o)
 			if tmpl == nil {
 				return nil
 			}
@@ -61,7 +67,7 @@ func warner(t *testing.T, objs ...client.Object) *ChangeWarner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &ChangeWarner{Cache: b.Build(), Scope: scope}
+	return &ChangeWarner{Cache: b.Build(), Scope: scope, Kinds: kinds}
 }
 
 func update(t *testing.T, kind string, old, obj any) admission.Request {
@@ -154,7 +160,7 @@ func TestChangeWarnerSecretRevealsNothing(t *testing.T) {
 // of the namespace, those of the extra kinds too: one without a template (an
 // Argo Rollout with workloadRef) is skipped, not a failure of the webhook.
 func TestChangeWarnerSkipsTemplateLessObjects(t *testing.T) {
-	kindstest.Register(t, `kinds: [{group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}]`)
+	kinds := kindstest.Registry(t, `kinds: [{group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}]`)
 	ref := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
 		"workloadRef": map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "name": "a"}}}}
 	ref.SetAPIVersion("argoproj.io/v1alpha1")
@@ -162,7 +168,7 @@ func TestChangeWarnerSkipsTemplateLessObjects(t *testing.T) {
 	ref.SetNamespace("ns")
 	ref.SetName("r")
 	sel := map[string]string{stamp.AnnotationRolloutSelector: "app=a"}
-	resp := warner(t, warnDeployment("a", false), ref).Handle(t.Context(),
+	resp := warnerFor(t, kinds, warnDeployment("a", false), ref).Handle(t.Context(),
 		update(t, "ConfigMap", configMap(map[string]string{"a": "1"}, sel), configMap(map[string]string{"a": "2"}, sel)))
 	if got := strings.Join(resp.Warnings, "\n"); !resp.Allowed || got != "configstamp: this change rolls 1 workload: deployment/a" {
 		t.Fatalf("allowed %v (%v), warnings %q", resp.Allowed, resp.Result, got)

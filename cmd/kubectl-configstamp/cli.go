@@ -35,8 +35,10 @@ type options struct {
 	context       string
 	noColor       bool
 	kindsConfig   string
-	// extra are the kinds of --kinds-config, read with the dynamic client.
-	extra []workloadKind
+	// extra are the kinds of --kinds-config, read with the dynamic client;
+	// registry has them as configstamp does (their template paths).
+	extra    []workloadKind
+	registry *cswl.Registry
 
 	out, errOut io.Writer
 	// client and defaultNamespace are set by connect.
@@ -186,24 +188,22 @@ type workloadKind struct {
 }
 
 // loadKinds reads --kinds-config (or $CONFIGSTAMP_KINDS_CONFIG), the file
-// configstamp runs with, and registers its kinds: the plugin then reads
+// configstamp runs with, into the registry of kinds: the plugin then reads
 // them as configstamp does.
 func (o *options) loadKinds() error {
 	cfg, err := cswl.LoadKindsConfig(cmp.Or(o.kindsConfig, os.Getenv("CONFIGSTAMP_KINDS_CONFIG")))
 	if err != nil {
 		return usagef("%v", err)
 	}
+	custom := make([]cswl.Kind, 0, len(cfg))
 	for _, c := range cfg {
-		k := cswl.Custom(c)
-		u := k.New().(*unstructured.Unstructured)
-		if _, known := cswl.CustomKind(u); !known {
-			cswl.Register(k)
-		}
+		custom = append(custom, cswl.Custom(c))
 		lower := strings.ToLower(c.Kind)
 		o.extra = append(o.extra, workloadKind{kind: c.Kind, resource: c.Resource,
 			aliases: []string{lower, c.Resource, lower + "." + c.Group, c.Resource + "." + c.Group},
 			gvr:     schema.GroupVersionResource{Group: c.Group, Version: c.Version, Resource: c.Resource}})
 	}
+	o.registry = cswl.NewRegistry(custom...)
 	return nil
 }
 
@@ -264,7 +264,7 @@ func (o *options) listWorkloads(ctx context.Context, ns string) ([]workload, err
 			return nil, fmt.Errorf("while listing %s: %w", k.resource, err)
 		}
 		for i := range list.Items {
-			if w, ok := fromUnstructured(&list.Items[i]); ok {
+			if w, ok := fromUnstructured(o.registry, &list.Items[i]); ok {
 				out = append(out, w)
 			}
 		}
@@ -297,7 +297,7 @@ func (o *options) getWorkload(ctx context.Context, k workloadKind, ns, name stri
 		var u *unstructured.Unstructured
 		if u, err = o.dynamic.Resource(k.gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
 			var ok bool
-			if w, ok = fromUnstructured(u); !ok {
+			if w, ok = fromUnstructured(o.registry, u); !ok {
 				return w, fmt.Errorf("%s %s/%s has no pod template where --kinds-config says", k.kind, ns, name)
 			}
 		}

@@ -37,11 +37,15 @@ func fromDaemonSet(d *appsv1.DaemonSet) workload {
 	return workload{kind: "DaemonSet", meta: d.ObjectMeta, template: &d.Spec.Template}
 }
 
-// fromUnstructured reads an object of an extra kind (registered from
+// fromUnstructured reads an object of an extra kind of kinds (from
 // --kinds-config); false when it has no pod template where the kind says
 // (an Argo Rollout with workloadRef).
-func fromUnstructured(u *unstructured.Unstructured) (workload, bool) {
-	tmpl := cswl.PodTemplate(u)
+func fromUnstructured(kinds *cswl.Registry, u *unstructured.Unstructured) (workload, bool) {
+	kind, ok := kinds.Of(u)
+	if !ok {
+		return workload{}, false
+	}
+	tmpl := kind.PodTemplate(u)
 	md, _ := u.Object["metadata"].(map[string]any)
 	var meta metav1.ObjectMeta
 	if tmpl == nil || runtime.DefaultUnstructuredConverter.FromUnstructured(md, &meta) != nil {

@@ -19,7 +19,7 @@ func custom(kind string, gen int64, spec, status map[string]any) *unstructured.U
 // The progress of an extra kind, as its configuration names it: Argo
 // Rollouts' phase and string observedGeneration, and a replica-count kind.
 func TestCustomComplete(t *testing.T) {
-	kindstest.Register(t, `
+	kinds := kindstest.Registry(t, `
 kinds:
   - {group: example.com, version: v1, kind: Rollout, resource: rollouts, templatePath: spec.template,
      progress: {observedGeneration: status.observedGeneration, phase: status.phase, completePhases: [Healthy, Paused], failedPhases: [Degraded]}}
@@ -47,16 +47,19 @@ kinds:
 		{"no progress configured", custom("Blind", 7, nil, nil), true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			complete, exceeded := Complete(tc.obj)
+			kind, _ := kinds.Of(tc.obj)
+			complete, exceeded := Complete(kind, tc.obj)
 			if complete != tc.complete || exceeded != tc.exceeded {
 				t.Fatalf("Complete = %v, %v; want %v, %v", complete, exceeded, tc.complete, tc.exceeded)
 			}
-			if got := NothingToWaitFor(tc.obj); got != tc.nothingToWaitForToo {
+			if got := NothingToWaitFor(kind, tc.obj); got != tc.nothingToWaitForToo {
 				t.Fatalf("NothingToWaitFor = %v", got)
 			}
 		})
 	}
-	j := Judge(custom("Rollout", 3, nil, map[string]any{"observedGeneration": "3", "phase": "Degraded"}), time.Now(), time.Minute, time.Now())
+	degraded := custom("Rollout", 3, nil, map[string]any{"observedGeneration": "3", "phase": "Degraded"})
+	kind, _ := kinds.Of(degraded)
+	j := Judge(kind, degraded, time.Now(), time.Minute, time.Now())
 	if j.Verdict != Failure || !strings.Contains(j.Reason, `"Degraded"`) {
 		t.Fatalf("Judge of a degraded Rollout = %+v", j)
 	}

@@ -28,6 +28,8 @@ const (
 // wave's rules need to decide about it.
 type Observation struct {
 	Key Key
+	// Kind is the workload's kind.
+	Kind workload.Kind
 	// Object is the workload as cached; nil when it is gone.
 	Object client.Object
 	// Record is its rollout record as Verify read it (the zero Record when it
@@ -116,17 +118,17 @@ func (s *Scheduler) Decide(ctx context.Context, o Observation) (Decision, error)
 		return Decision{}, nil
 	}
 	rec := o.Record
-	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), workload.PodTemplate(o.Object)) {
+	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), o.Kind.PodTemplate(o.Object)) {
 		// Complete again with what failed; a pinned workload a user rolled back
 		// to an earlier revision's snapshots runs other data, and recovers nothing.
-		if complete, _ := Complete(o.Object); complete {
+		if complete, _ := Complete(o.Kind, o.Object); complete {
 			resumed := rec.Resume()
 			return Decision{Verb: Resume, Record: &resumed}, nil
 		}
 	}
 	var following time.Duration // > 0: its own rollout is under way
 	if rec.Open() {
-		j := Judge(o.Object, rec.Started, s.Policy.ProgressDeadline, s.now())
+		j := Judge(o.Kind, o.Object, rec.Started, s.Policy.ProgressDeadline, s.now())
 		switch j.Verdict {
 		case Pending:
 			following = j.Recheck
@@ -163,7 +165,7 @@ func (s *Scheduler) Decide(ctx context.Context, o Observation) (Decision, error)
 	}
 	d = Decision{Verb: Stamp, Supersedes: rolling}
 	if s.Policy.Tracks() {
-		start := StartRecord(s.now(), o.Causes, NothingToWaitFor(o.Object))
+		start := StartRecord(s.now(), o.Causes, NothingToWaitFor(o.Kind, o.Object))
 		d.Record = &start
 	}
 	return d, nil
@@ -192,7 +194,7 @@ func (s *Scheduler) gate(ctx context.Context, o Observation, supersedes bool) (D
 		return Decision{}, true, nil
 	}
 	// A rollout with nothing to wait for, or that nobody follows, holds no slot.
-	needsSlot := !NothingToWaitFor(o.Object) && s.Policy.Tracks()
+	needsSlot := !NothingToWaitFor(o.Kind, o.Object) && s.Policy.Tracks()
 	wait, err := s.Acquire(ctx, o.Key, o.Priority, needsSlot)
 	if err != nil || wait > 0 {
 		return Decision{After: wait}, false, err

@@ -58,6 +58,8 @@ type Halts struct {
 	Reader client.Reader
 	// Resolver recomputes a halting workload's data.
 	Resolver *workload.Resolver
+	// Kinds are the kinds of workloads that may halt.
+	Kinds *workload.Registry
 }
 
 // By returns the halted change that holds one of causes, or "". A workload H
@@ -68,14 +70,14 @@ type Halts struct {
 // installation key, lifts nothing; a fix of what H references does.
 func (h *Halts) By(ctx context.Context, namespace string, causes []Change) (string, error) {
 	for _, c := range causes {
-		for _, kind := range workload.Kinds {
+		for _, kind := range h.Kinds.All() {
 			list := kind.NewList()
 			if err := h.Reader.List(ctx, list, client.InNamespace(namespace),
 				client.MatchingFields{IndexHalted: c.Ref.String()}, client.UnsafeDisableDeepCopy); err != nil {
 				return "", fmt.Errorf("while looking up halted changes: %w", err)
 			}
 			for _, w := range kind.Items(list) {
-				halt, err := h.inForce(ctx, w, c.Ref)
+				halt, err := h.inForce(ctx, kind, w, c.Ref)
 				if err != nil || halt != "" {
 					return halt, err
 				}
@@ -87,10 +89,10 @@ func (h *Halts) By(ctx context.Context, namespace string, causes []Change) (stri
 
 // inForce returns w's halted change of ref if what w references of ref is
 // still the content that failed, else "".
-func (h *Halts) inForce(ctx context.Context, w client.Object, ref stamp.ObjectRef) (string, error) {
+func (h *Halts) inForce(ctx context.Context, kind workload.Kind, w client.Object, ref stamp.ObjectRef) (string, error) {
 	rec, err := Verify(w, h.Resolver.Keys)
 	key := rec.Key()
-	tmpl := workload.PodTemplate(w)
+	tmpl := kind.PodTemplate(w)
 	if err != nil || key == nil || tmpl == nil {
 		return "", nil
 	}

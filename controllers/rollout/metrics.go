@@ -87,7 +87,7 @@ var current atomic.Pointer[Scheduler]
 // RegisterMetrics registers the rollout metrics with controller-runtime's
 // registry, once: the manager's /metrics serves them. Importing this package
 // registers nothing (the kubectl plugin reads records with it).
-func RegisterMetrics() {
+func RegisterMetrics(kinds *workload.Registry) {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
 			waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
@@ -96,7 +96,7 @@ func RegisterMetrics() {
 	// first failure as an increase (a series that first appears at 1 shows
 	// none, and the alert on failed rollouts would miss it), and a dashboard
 	// shows 0 rather than no data.
-	for _, k := range workload.Kinds {
+	for _, k := range kinds.All() {
 		InitSeries(k.Name)
 	}
 }

@@ -42,13 +42,13 @@ type Judgement struct {
 // Complete), failed when a Deployment reports ProgressDeadlineExceeded or when
 // it is not complete within deadline (every kind: so no workload holds a slot
 // longer than that, whatever its own progressDeadlineSeconds), else pending.
-func Judge(obj client.Object, started time.Time, deadline time.Duration, now time.Time) Judgement {
-	complete, exceeded := Complete(obj)
+func Judge(kind workload.Kind, obj client.Object, started time.Time, deadline time.Duration, now time.Time) Judgement {
+	complete, exceeded := Complete(kind, obj)
 	switch {
 	case complete:
 		return Judgement{Verdict: Done}
 	case exceeded:
-		return Judgement{Verdict: Failure, Reason: failedReason(obj)}
+		return Judgement{Verdict: Failure, Reason: failedReason(kind, obj)}
 	}
 	left := started.Add(deadline).Sub(now)
 	if left < 0 {
@@ -73,7 +73,7 @@ func Judge(obj client.Object, started time.Time, deadline time.Duration, now tim
 //     one, complete at once.
 //
 // Other objects are complete.
-func Complete(obj client.Object) (complete, exceeded bool) {
+func Complete(kind workload.Kind, obj client.Object) (complete, exceeded bool) {
 	switch w := obj.(type) {
 	case *appsv1.Deployment:
 		return deploymentComplete(w)
@@ -82,8 +82,8 @@ func Complete(obj client.Object) (complete, exceeded bool) {
 	case *appsv1.DaemonSet:
 		return daemonSetComplete(w), false
 	case *unstructured.Unstructured:
-		if k, ok := workload.CustomKind(w); ok && k.Progress != nil {
-			return customComplete(w, k.Progress)
+		if kind.Unstructured() && kind.Progress != nil {
+			return customComplete(w, kind.Progress)
 		}
 	}
 	return true, false
@@ -91,26 +91,23 @@ func Complete(obj client.Object) (complete, exceeded bool) {
 
 // NothingToWaitFor reports whether a new template of obj rolls no pod by
 // itself (update strategy OnDelete), so a rollout holds no slot at all.
-func NothingToWaitFor(obj client.Object) bool {
+func NothingToWaitFor(kind workload.Kind, obj client.Object) bool {
 	switch w := obj.(type) {
 	case *appsv1.StatefulSet:
 		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType
 	case *appsv1.DaemonSet:
 		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
 	case *unstructured.Unstructured:
-		k, ok := workload.CustomKind(w)
-		return !ok || k.Progress == nil
+		return kind.Progress == nil
 	}
 	return false
 }
 
 // failedReason says why Complete found obj's rollout failed.
-func failedReason(obj client.Object) string {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if k, ok := workload.CustomKind(u); ok && k.Progress != nil {
-			phase, _, _ := unstructured.NestedString(u.Object, strings.Split(k.Progress.Phase, ".")...)
-			return fmt.Sprintf("its %s reports the failed phase %q", k.Progress.Phase, phase)
-		}
+func failedReason(kind workload.Kind, obj client.Object) string {
+	if u, ok := obj.(*unstructured.Unstructured); ok && kind.Progress != nil {
+		phase, _, _ := unstructured.NestedString(u.Object, strings.Split(kind.Progress.Phase, ".")...)
+		return fmt.Sprintf("its %s reports the failed phase %q", kind.Progress.Phase, phase)
 	}
 	return "its progress deadline was exceeded (ProgressDeadlineExceeded)"
 }

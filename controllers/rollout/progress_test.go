@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 func deployment(gen int64, replicas int32, st appsv1.DeploymentStatus, mutate ...func(*appsv1.Deployment)) *appsv1.Deployment {
@@ -79,7 +81,7 @@ func TestComplete(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			complete, ex := Complete(tc.obj)
+			complete, ex := Complete(builtin(tc.obj), tc.obj)
 			if complete != tc.complete || ex != tc.exceededWant {
 				t.Fatalf("Complete = (%v, exceeded %v), want (%v, %v)", complete, ex, tc.complete, tc.exceededWant)
 			}
@@ -105,7 +107,7 @@ func TestJudge(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			j := Judge(tc.obj, t0, 30*time.Second, t0.Add(tc.elapsed))
+			j := Judge(builtin(tc.obj), tc.obj, t0, 30*time.Second, t0.Add(tc.elapsed))
 			if j.Verdict != tc.want {
 				t.Fatalf("verdict %v (%s), want %v", j.Verdict, j.Reason, tc.want)
 			}
@@ -124,8 +126,14 @@ func TestNothingToWaitFor(t *testing.T) {
 		daemonSet(1, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{}): false,
 		deployment(1, 1, appsv1.DeploymentStatus{}):                                       false,
 	} {
-		if got := NothingToWaitFor(obj); got != want {
+		if got := NothingToWaitFor(builtin(obj), obj); got != want {
 			t.Errorf("%T %+v: NothingToWaitFor = %v, want %v", obj, obj, got, want)
 		}
 	}
+}
+
+// builtin is the built-in kind of obj.
+func builtin(obj client.Object) workload.Kind {
+	k, _ := workload.NewRegistry().Of(obj)
+	return k
 }

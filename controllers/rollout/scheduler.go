@@ -130,6 +130,8 @@ type Scheduler struct {
 	Cache client.Reader
 	// Keys verifies the seals of the records read from the cache.
 	Keys Keys
+	// Kinds are the kinds of workloads that hold slots.
+	Kinds *workload.Registry
 	// InScope says whether a namespace is this installation's; open records
 	// elsewhere (another installation's) hold none of its slots. Nil: all.
 	InScope func(ctx context.Context, namespace string) bool
@@ -151,13 +153,13 @@ type Scheduler struct {
 
 // NewScheduler returns a Scheduler for policy reading the cache, whose records
 // it verifies with keys.
-func NewScheduler(policy Policy, cache client.Reader, keys Keys) *Scheduler {
+func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload.Registry) *Scheduler {
 	limit := rate.Inf
 	if policy.PerSecond > 0 {
 		limit = rate.Limit(policy.PerSecond)
 	}
 	s := &Scheduler{
-		Policy: policy, Cache: cache, Keys: keys,
+		Policy: policy, Cache: cache, Keys: keys, Kinds: kinds,
 		pending:  map[Key]*pending{},
 		inflight: map[Key]time.Time{},
 		handled:  map[Key]time.Time{},
@@ -319,7 +321,7 @@ func (s *Scheduler) SlotsInUse(ctx context.Context) (int, error) {
 // closeGrace), and this process's stamps the cache does not show yet.
 func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, error) {
 	out := map[Key]bool{}
-	for _, kind := range workload.Kinds {
+	for _, kind := range s.Kinds.All() {
 		list := kind.NewList()
 		if err := s.Cache.List(ctx, list, client.MatchingFields{IndexRolling: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("while listing rolling %s: %w", kind.Resource, err)

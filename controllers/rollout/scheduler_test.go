@@ -36,10 +36,10 @@ func rollingDeployment(ns, name string, started time.Time) client.Object {
 func newTestScheduler(t *testing.T, policy Policy, rolling ...client.Object) (*Scheduler, *clock) {
 	t.Helper()
 	b := fake.NewClientBuilder().WithObjects(rolling...)
-	for _, k := range workload.Kinds {
+	for _, k := range workload.NewRegistry().All() {
 		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc)
 	}
-	s := NewScheduler(policy, b.Build(), testKeys)
+	s := NewScheduler(policy, b.Build(), testKeys, workload.NewRegistry())
 	c := &clock{t: t0}
 	s.now = c.now
 	return s, c

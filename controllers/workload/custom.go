@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -192,31 +191,10 @@ func Custom(c KindConfig) Kind {
 	}
 }
 
-// Register adds extra kinds to Kinds. It is called once at start, before
-// anything reads Kinds (the caches, the reconcilers, the webhook).
-func Register(kinds ...Kind) {
-	Kinds = append(slices.Clip(Kinds), kinds...)
-}
-
-// CustomKind returns the registered extra kind of u.
-func CustomKind(u *unstructured.Unstructured) (Kind, bool) {
-	gvk := u.GroupVersionKind()
-	for _, k := range Kinds {
-		if k.Unstructured() && k.GVK.GroupKind() == gvk.GroupKind() {
-			return k, true
-		}
-	}
-	return Kind{}, false
-}
-
-// customTemplate converts the pod template of u to a PodTemplateSpec: a
-// copy, which SetTemplateAnnotation writes to. nil when u is of no
-// registered kind or its template is missing or malformed.
-func customTemplate(u *unstructured.Unstructured) *corev1.PodTemplateSpec {
-	k, ok := CustomKind(u)
-	if !ok {
-		return nil
-	}
+// customTemplate converts the pod template of u, of the extra kind k, to a
+// PodTemplateSpec: a copy, which SetTemplateAnnotation writes to. nil when
+// its template is missing or malformed.
+func customTemplate(k Kind, u *unstructured.Unstructured) *corev1.PodTemplateSpec {
 	m, found, err := unstructured.NestedFieldNoCopy(u.Object, k.TemplatePath...)
 	tm, isMap := m.(map[string]any)
 	if err != nil || !found || !isMap {
@@ -233,10 +211,9 @@ func customTemplate(u *unstructured.Unstructured) *corev1.PodTemplateSpec {
 // For an extra kind it reports false when the template is not an object
 // (PodTemplate then returns nil too); a null metadata or annotations map is
 // made.
-func SetTemplateAnnotation(obj client.Object, key, value string) bool {
+func (k Kind) SetTemplateAnnotation(obj client.Object, key, value string) bool {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		k, ok := CustomKind(u)
-		if !ok {
+		if !k.of(u) {
 			return false
 		}
 		v, _, _ := unstructured.NestedFieldNoCopy(u.Object, k.TemplatePath...)
@@ -257,7 +234,7 @@ func SetTemplateAnnotation(obj client.Object, key, value string) bool {
 		ann[key] = value
 		return true
 	}
-	tmpl := PodTemplate(obj)
+	tmpl := k.PodTemplate(obj)
 	if tmpl == nil {
 		return false
 	}
@@ -268,12 +245,11 @@ func SetTemplateAnnotation(obj client.Object, key, value string) bool {
 	return true
 }
 
-// SlimCustom keeps of u what configstamp reads (its metadata as it is, the
-// pod template tmpl, the fields its Progress names) and drops the rest, for
-// the cache.
-func SlimCustom(u *unstructured.Unstructured, tmpl *corev1.PodTemplateSpec) {
-	k, ok := CustomKind(u)
-	if !ok {
+// Slim keeps of u, an object of the extra kind k, what configstamp reads (its
+// metadata as it is, the pod template tmpl, the fields its Progress names) and
+// drops the rest, for the cache.
+func (k Kind) Slim(u *unstructured.Unstructured, tmpl *corev1.PodTemplateSpec) {
+	if !k.of(u) {
 		return
 	}
 	out := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": u.Object["metadata"]}
@@ -299,13 +275,9 @@ func SlimCustom(u *unstructured.Unstructured, tmpl *corev1.PodTemplateSpec) {
 // removed when tmpl has none), and nothing else: no typed round trip, which
 // would add fields the CRD's schema does not know. A built-in kind's tmpl is
 // its own: nothing to do.
-func SetTemplateReferences(obj client.Object, tmpl *corev1.PodTemplateSpec) {
+func (k Kind) SetTemplateReferences(obj client.Object, tmpl *corev1.PodTemplateSpec) {
 	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || tmpl == nil {
-		return
-	}
-	k, ok := CustomKind(u)
-	if !ok {
+	if !ok || tmpl == nil || !k.of(u) {
 		return
 	}
 	v, _, _ := unstructured.NestedFieldNoCopy(u.Object, k.TemplatePath...)

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	"strings"
 	"testing"
 
@@ -42,18 +43,14 @@ func TestParseKindsConfig(t *testing.T) {
 	}
 }
 
-// registerArgo registers the Rollout kind for one test.
+// registerArgo returns the Rollout kind.
 func registerArgo(t *testing.T) Kind {
 	t.Helper()
 	cfg, err := ParseKindsConfig([]byte(argo))
 	if err != nil {
 		t.Fatal(err)
 	}
-	saved := Kinds
-	t.Cleanup(func() { Kinds = saved })
-	k := Custom(cfg[0])
-	Register(k)
-	return k
+	return Custom(cfg[0])
 }
 
 func rolloutObject(t *testing.T) *unstructured.Unstructured {
@@ -79,14 +76,14 @@ func rolloutObject(t *testing.T) *unstructured.Unstructured {
 }
 
 func TestCustomPodTemplate(t *testing.T) {
-	registerArgo(t)
+	k := registerArgo(t)
 	u := rolloutObject(t)
-	tmpl := PodTemplate(u)
+	tmpl := k.PodTemplate(u)
 	if tmpl == nil || tmpl.Labels["app"] != "web" || tmpl.Spec.Volumes[0].Secret.SecretName != "s" ||
 		tmpl.Spec.Containers[0].Env[0].ValueFrom.ConfigMapKeyRef.Name != "cfg" {
 		t.Fatalf("template = %+v", tmpl)
 	}
-	SetTemplateAnnotation(u, "configstamp.io/config-hash", "v1-abc")
+	k.SetTemplateAnnotation(u, "configstamp.io/config-hash", "v1-abc")
 	if got, _, _ := unstructured.NestedString(u.Object, "spec", "template", "metadata", "annotations", "configstamp.io/config-hash"); got != "v1-abc" {
 		t.Fatalf("stamp at spec.template = %q", got)
 	}
@@ -99,18 +96,18 @@ func TestCustomPodTemplate(t *testing.T) {
 	broken := rolloutObject(t)
 	_ = unstructured.SetNestedField(broken.Object, "not an object", "spec", "template")
 	for _, o := range []*unstructured.Unstructured{other, broken} {
-		if PodTemplate(o) != nil {
+		if k.PodTemplate(o) != nil {
 			t.Fatalf("%s: a template where there is none", o.GetKind())
 		}
 	}
 }
 
 func TestSlimCustomKeepsWhatIsRead(t *testing.T) {
-	registerArgo(t)
+	k := registerArgo(t)
 	u := rolloutObject(t)
-	tmpl := PodTemplate(u)
+	tmpl := k.PodTemplate(u)
 	tmpl.Spec.Containers[0].Image = ""
-	SlimCustom(u, tmpl)
+	k.Slim(u, tmpl)
 	if _, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "strategy"); found {
 		t.Error("spec.strategy kept")
 	}
@@ -126,7 +123,42 @@ func TestSlimCustomKeepsWhatIsRead(t *testing.T) {
 	if u.GetAnnotations()["configstamp.io/applied-hash"] != "v1-x" || u.GetName() != "web" {
 		t.Errorf("metadata lost: %v", u.Object["metadata"])
 	}
-	if tm := PodTemplate(u); tm == nil || tm.Spec.Containers[0].Env[0].ValueFrom.ConfigMapKeyRef.Name != "cfg" || tm.Spec.Containers[0].Image != "" {
+	if tm := k.PodTemplate(u); tm == nil || tm.Spec.Containers[0].Env[0].ValueFrom.ConfigMapKeyRef.Name != "cfg" || tm.Spec.Containers[0].Image != "" {
 		t.Errorf("template after slimming = %+v", tm)
+	}
+}
+
+// TestRegistry: the built-in kinds come first, then the extra ones; Of finds
+// a typed object's kind by its type and an extra kind's object by its group
+// and kind; All hands out a copy, so no caller can change the registry; a nil
+// registry holds the built-in kinds.
+func TestRegistry(t *testing.T) {
+	argo := registerArgo(t)
+	r := NewRegistry(argo)
+	all := r.All()
+	if len(all) != 4 || all[0].Name != "Deployment" || all[3].Name != "Rollout" {
+		t.Fatalf("kinds %v", all)
+	}
+	all[0] = argo
+	if r.All()[0].Name != "Deployment" {
+		t.Fatal("a caller changed the registry through All")
+	}
+	if k, ok := r.Of(&appsv1.StatefulSet{}); !ok || k.Name != "StatefulSet" {
+		t.Fatalf("Of(StatefulSet) = %v, %v", k.Name, ok)
+	}
+	if k, ok := r.Of(rolloutObject(t)); !ok || k.Name != "Rollout" || k.PodTemplate(rolloutObject(t)) == nil {
+		t.Fatalf("Of(Rollout) = %v, %v", k.Name, ok)
+	}
+	other := rolloutObject(t)
+	other.SetKind("Other")
+	if _, ok := r.Of(other); ok {
+		t.Fatal("an object of a kind not in the registry has a kind")
+	}
+	if _, ok := NewRegistry().Of(rolloutObject(t)); ok {
+		t.Fatal("a registry without the extra kind knows it")
+	}
+	var none *Registry
+	if k, ok := none.Of(&appsv1.DaemonSet{}); !ok || k.Name != "DaemonSet" || len(none.All()) != 3 {
+		t.Fatalf("a nil registry: Of(DaemonSet) = %v, %v; %d kinds", k.Name, ok, len(none.All()))
 	}
 }

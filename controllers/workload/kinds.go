@@ -10,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"reflect"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"slices"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
@@ -47,9 +49,41 @@ func (k Kind) TemplateFields() []string {
 	return k.TemplatePath
 }
 
-// Kinds are the kinds configstamp handles, in a stable order: the built-in
-// ones, then those of --kinds-config (Register).
-var Kinds = builtins
+// Registry is the kinds configstamp handles, in a stable order: the built-in
+// ones, then those of --kinds-config. It is built once at start (NewRegistry)
+// and passed to everything that needs the kinds; nothing changes it after.
+// A nil Registry holds the built-in kinds only.
+type Registry struct{ kinds []Kind }
+
+// NewRegistry returns the built-in kinds followed by extra.
+func NewRegistry(extra ...Kind) *Registry {
+	return &Registry{kinds: append(slices.Clone(builtins), extra...)}
+}
+
+// All returns the kinds, in order (a copy).
+func (r *Registry) All() []Kind { return slices.Clone(r.list()) }
+
+func (r *Registry) list() []Kind {
+	if r == nil {
+		return builtins
+	}
+	return r.kinds
+}
+
+// Of returns the kind of obj: a built-in kind by its Go type, an extra kind
+// by its group and kind.
+func (r *Registry) Of(obj client.Object) (Kind, bool) {
+	u, custom := obj.(*unstructured.Unstructured)
+	for _, k := range r.list() {
+		switch {
+		case custom && k.Unstructured() && k.GVK.GroupKind() == u.GroupVersionKind().GroupKind():
+			return k, true
+		case !custom && !k.Unstructured() && reflect.TypeOf(k.New()) == reflect.TypeOf(obj):
+			return k, true
+		}
+	}
+	return Kind{}, false
+}
 
 // builtins are the typed kinds configstamp always handles.
 var builtins = []Kind{
@@ -91,10 +125,11 @@ func itemPointers[T any, PT interface {
 	return out
 }
 
-// PodTemplate returns the pod template of a workload, or nil for other
-// objects. For a typed kind it is the object's own; for an extra kind a copy,
-// changed only through SetTemplateAnnotation.
-func PodTemplate(obj client.Object) *corev1.PodTemplateSpec {
+// PodTemplate returns the pod template of obj, a workload of kind k, or nil
+// for other objects. For a typed kind it is the object's own; for an extra
+// kind a copy, changed only through SetTemplateAnnotation and
+// SetTemplateReferences.
+func (k Kind) PodTemplate(obj client.Object) *corev1.PodTemplateSpec {
 	switch w := obj.(type) {
 	case *appsv1.Deployment:
 		return &w.Spec.Template
@@ -103,9 +138,16 @@ func PodTemplate(obj client.Object) *corev1.PodTemplateSpec {
 	case *appsv1.DaemonSet:
 		return &w.Spec.Template
 	case *unstructured.Unstructured:
-		return customTemplate(w)
+		if k.of(w) {
+			return customTemplate(k, w)
+		}
 	}
 	return nil
+}
+
+// of reports whether u is an object of k, an extra kind.
+func (k Kind) of(u *unstructured.Unstructured) bool {
+	return k.Unstructured() && k.GVK.GroupKind() == u.GroupVersionKind().GroupKind()
 }
 
 // ReasonInvalidValue is the reason of the Warning event that reports a bad

@@ -116,7 +116,7 @@ func heapProbe(args []string) error {
 	cfg.QPS, cfg.Burst = 300, 600 // configstamp's defaults
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
-	opts := controllers.CacheOptions(nil, false)
+	opts := controllers.CacheOptions(nil, nil, false)
 	opts.Scheme = scheme
 	cache, err := ctrlcache.New(cfg, opts)
 	if err != nil {
@@ -128,7 +128,7 @@ func heapProbe(args []string) error {
 	// (an informer re-indexes what it holds), so each kind's figure includes
 	// its own indexes.
 	var idx deferredIndexes
-	if err := controllers.SetupIndexes(ctx, &idx); err != nil {
+	if err := controllers.SetupIndexes(ctx, &idx, nil); err != nil {
 		return err
 	}
 	// Namespaces first: the first informer also pays for discovery and the

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/workload"
 	"github.com/configstamp/configstamp/test/framework"
 )
 
@@ -159,7 +160,8 @@ func (w *wave) waitComplete(t *testing.T, objs []client.Object, timeout time.Dur
 			if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(o), o); err != nil {
 				return false, err.Error()
 			}
-			if done, _ := rollout.Complete(o); !done {
+			kind, _ := workload.NewRegistry().Of(o)
+			if done, _ := rollout.Complete(kind, o); !done {
 				return false, key(o) + " not complete"
 			}
 		}

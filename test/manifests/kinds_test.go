@@ -80,9 +80,9 @@ func TestKindsComponent(t *testing.T) {
 	}
 
 	// cert-manager mode ships the configuration: it must say what self mode registers.
-	kindstest.Register(t, cm.Data["kinds.yaml"])
+	registry := kindstest.Registry(t, cm.Data["kinds.yaml"])
 	got := getAs[admissionregistrationv1.MutatingWebhookConfiguration](t, r, "MutatingWebhookConfiguration", mwcName)
-	compareWebhooks(t, got, webhook.Configuration(mwcName, ownNamespace, serviceConfig(ownNamespace, webhookService)))
+	compareWebhooks(t, got, webhook.Configuration(mwcName, ownNamespace, serviceConfig(ownNamespace, webhookService), registry))
 }
 
 // withComponent renders config/default (or the overlay named) with component

@@ -122,7 +122,7 @@ func TestNamespacedOverlay(t *testing.T) {
 	}
 	got := getAs[admissionregistrationv1.MutatingWebhookConfiguration](t, r, "MutatingWebhookConfiguration", mwcName)
 	svc, _ := argValue(args, "webhook-service")
-	compareWebhooks(t, got, webhook.ScopedConfiguration(mwcName, scope, serviceConfig(ownNamespace, svc)))
+	compareWebhooks(t, got, webhook.ScopedConfiguration(mwcName, scope, serviceConfig(ownNamespace, svc), nil))
 }
 
 // TestNamespacedServerSideDryRun applies config/namespaced with a server-side

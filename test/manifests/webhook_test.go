@@ -29,7 +29,7 @@ func TestWebhookManifestMatchesConfiguration(t *testing.T) {
 			t.Fatalf("config/webhook/manifests.yaml: want exactly one MutatingWebhookConfiguration, got %d objects", len(objs))
 		}
 		got := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, objs[0])
-		compareWebhooks(t, got, webhook.Configuration(got.Name, "system", serviceConfig("system", "webhook-service")))
+		compareWebhooks(t, got, webhook.Configuration(got.Name, "system", serviceConfig("system", "webhook-service"), nil))
 	})
 	for name, tc := range overlays {
 		t.Run(name, func(t *testing.T) {
@@ -47,7 +47,7 @@ func TestWebhookManifestMatchesConfiguration(t *testing.T) {
 			if v, ok := argValue(args, "webhook-service"); ok {
 				svc = v
 			}
-			compareWebhooks(t, got, webhook.Configuration(name, ownNamespace, serviceConfig(ownNamespace, svc)))
+			compareWebhooks(t, got, webhook.Configuration(name, ownNamespace, serviceConfig(ownNamespace, svc), nil))
 		})
 	}
 }

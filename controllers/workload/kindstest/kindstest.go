@@ -1,5 +1,5 @@
-// Package kindstest registers extra workload kinds (--kinds-config) for the
-// length of one test.
+// Package kindstest builds a registry of workload kinds with the extra kinds
+// of a --kinds-config document, for tests.
 package kindstest
 
 import (
@@ -8,17 +8,17 @@ import (
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-// Register parses a --kinds-config document and registers its kinds until t
-// ends.
-func Register(t testing.TB, yaml string) {
+// Registry parses a --kinds-config document and returns the built-in kinds
+// followed by its kinds.
+func Registry(t testing.TB, yaml string) *workload.Registry {
 	t.Helper()
 	cfg, err := workload.ParseKindsConfig([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	saved := workload.Kinds
-	t.Cleanup(func() { workload.Kinds = saved })
-	for _, c := range cfg {
-		workload.Register(workload.Custom(c))
+	extra := make([]workload.Kind, len(cfg))
+	for i, c := range cfg {
+		extra[i] = workload.Custom(c)
 	}
+	return workload.NewRegistry(extra...)
 }
