@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -27,14 +26,12 @@ import (
 type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
 // mapper maps ConfigMap, Secret and Namespace events to the workloads of one
-// kind that they concern. Everything it reads comes from the cache, but for the
-// UID of an object a Warning event is about.
+// kind that they concern. Everything it reads comes from the cache; it emits
+// no events (bad selectors: SelectorWarner).
 type mapper struct {
-	client    client.Reader
-	apiReader client.Reader // live reads: the UID of an object an event is about
-	kind      workload.Kind
-	kinds     *workload.Registry
-	recorder  events.EventRecorder
+	client client.Reader
+	kind   workload.Kind
+	kinds  *workload.Registry
 	// scheduler learns of the workloads a source change concerns, with their
 	// priorities, before they ask for a slot (rollout.Scheduler.Announce).
 	scheduler *rollout.Scheduler
@@ -46,11 +43,9 @@ type mapper struct {
 func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
 	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q queue) {
-			m.reportSelector(ctx, kind, e.Object, "")
 			m.enqueue(ctx, kind, q, e.Object)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) {
-			m.reportSelector(ctx, kind, e.ObjectNew, selectorValue(e.ObjectOld))
 			m.enqueue(ctx, kind, q, e.ObjectOld, e.ObjectNew)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
@@ -138,18 +133,6 @@ func (m *mapper) concerned(ctx context.Context, k workload.Kind, kind stamp.Kind
 func selectorValue(obj client.Object) string {
 	a := obj.GetAnnotations()
 	return a[stamp.AnnotationRolloutSelector] + "\x00" + a[stamp.AnnotationPodDeleteMatch]
-}
-
-// reportSelector emits a Warning event on a ConfigMap or Secret whose rollout
-// selector does not parse, once per new value (not on every resync).
-func (m *mapper) reportSelector(ctx context.Context, kind stamp.Kind, obj client.Object, previous string) {
-	if m.recorder == nil || m.kind.Name != m.kinds.All()[0].Name || selectorValue(obj) == previous {
-		return // one workload kind reports for all
-	}
-	if _, _, problem := stamp.RolloutSelector(obj.GetAnnotations()); problem != nil {
-		ref := sourceReference(ctx, m.apiReader, obj.GetNamespace(), stamp.ObjectRef{Kind: kind, Name: obj.GetName()})
-		m.recorder.Eventf(ref, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", problem.String())
-	}
 }
 
 // sourceReference refers to a ConfigMap or Secret for an event. The cache keeps no

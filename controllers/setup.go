@@ -86,6 +86,12 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("while setting up the %s reconciler: %w", kind.Name, err)
 		}
 	}
+	for _, kind := range []stamp.Kind{stamp.KindConfigMap, stamp.KindSecret} {
+		w := &SelectorWarner{Kind: kind, Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Recorder: rollout.CountWarnings(mgr.GetEventRecorder("configstamp"))}
+		if err := w.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("while setting up the %s selector warnings: %w", kind, err)
+		}
+	}
 	if o.Pin {
 		snapshots := &pin.Snapshots{Reader: mgr.GetAPIReader(), Writer: writer}
 		for _, rev := range []func() client.Object{func() client.Object { return &appsv1.ReplicaSet{} }, func() client.Object { return &appsv1.ControllerRevision{} }} {

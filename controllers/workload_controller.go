@@ -515,7 +515,7 @@ func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, cau
 // lifted), ConfigMap, Secret and Namespace events mapped to the workloads they
 // concern, and nudges from the other reconcilers.
 func (r *WorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	m := &mapper{client: mgr.GetClient(), apiReader: r.APIReader, kind: r.Kind, kinds: r.Kinds, recorder: r.Recorder, scheduler: r.Scheduler}
+	m := &mapper{client: mgr.GetClient(), kind: r.Kind, kinds: r.Kinds, scheduler: r.Scheduler}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(strings.ToLower(r.Kind.Name)).
 		For(r.Kind.New(), builder.WithPredicates(workloadChanged())).
