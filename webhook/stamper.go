@@ -77,8 +77,8 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 			return nil
 		}
 	}
-	if c.req.Operation == admissionv1.Update && c.req.UserInfo.Username != s.Self && stamped == comp.Hash {
-		s.undone(ctx, c.kind, obj, c.req, c.sent, comp.Hash, c.dryRun)
+	if c.req.Operation == admissionv1.Update && c.req.UserInfo.Username != s.Self {
+		s.undone(ctx, c.kind, obj, c.req, c.sent, stamped, c.dryRun)
 	}
 	s.stamp(c.kind, obj, stamped, comp, c.logger)
 	return nil

@@ -17,7 +17,9 @@ import (
 const ReasonUndoKept = "UndoKeptConfig"
 
 // undone handles a user's UPDATE that sets the template's stamp to one that
-// is neither the current stamp nor the one computed now: an undo to an
+// is neither the current stamp nor the one configstamp keeps (current: the
+// hash computed now, or for a pinned workload the stamp stampFor kept across
+// a key rotation): an undo to an
 // earlier revision (kubectl rollout undo), whose template differs from the
 // current one in the stamp, while the ConfigMaps and Secrets hold the current
 // data. The stamp is replaced by the current one as always, so the undo rolls
