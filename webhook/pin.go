@@ -33,6 +33,11 @@ type pinRequest struct {
 	obj  client.Object
 	comp *workload.Computation
 	memo *pin.Memo
+	// current are the snapshots the workload's current template names (an
+	// UPDATE's old object): their names are kept for unchanged content even
+	// when the request's template names others (an undo, a manifest applied
+	// with the source names).
+	current pin.Pins
 }
 
 // pinStep pins (or unpins) the template of p and returns its stamp; kept
@@ -90,6 +95,9 @@ func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
 	}
 	setAnnotation(p.obj, pin.AnnotationRolledBack, "")
 	tmpl.Spec = *pin.SourceSpec(tmpl)
+	if old != nil {
+		p.current = pin.Pinned(p.kind.PodTemplate(old))
+	}
 	if err := s.pin(ctx, p); err != nil {
 		return "", err
 	}
@@ -185,7 +193,7 @@ func (s *Stamper[T]) pin(ctx context.Context, p pinRequest) error {
 		owner := ownerOf(p.obj, p.req)
 		for _, ref := range pinnable(tmpl, p.comp, p.memo) {
 			src := p.memo.Object(ref)
-			name := snapshotName(s.Resolver.Keys, src, had[ref])
+			name := snapshotName(s.Resolver.Keys, src, had[ref], p.current[ref])
 			if !p.dryRun {
 				if err := s.Snapshots.Ensure(ctx, pin.Snapshot(src, name), owners(owner)...); err != nil {
 					return fmt.Errorf("while making the snapshot %s of %s: %w", name, ref, err)
@@ -225,15 +233,16 @@ func pinnable(tmpl *corev1.PodTemplateSpec, comp *workload.Computation, memo *pi
 	return out
 }
 
-// snapshotName is the name of src's snapshot: had, the template's current
-// one, when one of the keys configstamp knows names src's content so (the
-// content did not change, only the key: no rollout), else a new one.
-func snapshotName(keys *stamp.Keyring, src client.Object, had string) string {
+// snapshotName is the name of src's snapshot: the first of had (the
+// request's template's name, the current template's) that one of the keys
+// configstamp knows gives src's content (the content did not change, only the
+// key: no rollout), else a new one under the current key.
+func snapshotName(keys *stamp.Keyring, src client.Object, had ...string) string {
 	hashers := keys.Hashers()
-	if had != "" {
+	for _, name := range had {
 		for _, h := range hashers {
-			if pin.Name(h, src) == had {
-				return had
+			if name != "" && pin.Name(h, src) == name {
+				return name
 			}
 		}
 	}

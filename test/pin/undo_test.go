@@ -14,9 +14,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/test/framework"
 	"github.com/configstamp/configstamp/webhook"
@@ -185,17 +187,24 @@ func plugin(t *testing.T, args ...string) string {
 }
 
 // TestUndoAcrossKeyRotation: the hash key is rotated (as docs/security.md
-// says: a new key in the key Secret) after two revisions of a pinned
+// says: a new key in the key Secret) after three revisions of a pinned
 // Deployment. Nothing rolls, not for the rotation nor for a re-apply of the
-// manifest: the stamp and the snapshot names stay. kubectl rollout undo then
-// brings back the first revision, stamped under the old key, and configstamp
+// manifest: the stamp and the snapshot names stay. An undo to the first
+// revision, whose snapshot was deleted meanwhile, cannot bring its
+// configuration back: it keeps the current stamp and snapshots and the
+// rollout record, and kubectl prints why. kubectl rollout undo then brings
+// back the second revision, stamped under the old key, and configstamp
 // recognises it as a rollback and keeps it.
 func TestUndoAcrossKeyRotation(t *testing.T) {
-	ns := withSources(t, "pinrot", "1")
+	ns := withSources(t, "pinrot", "0")
 	d := app(ns, false)
 	env.Apply(t, d)
 	waitRolledOut(t, d)
-	h1, cm1 := framework.TemplateHash(d), mountedSnapshot(d)
+	h0, cm0 := framework.TemplateHash(d), mountedSnapshot(d)
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "1"}, nil))
+	h1 := env.WaitTemplateHash(t, d, h0)
+	waitRolledOut(t, d)
+	cm1 := mountedSnapshot(d)
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "2"}, nil))
 	h2 := env.WaitTemplateHash(t, d, h1)
 	waitRolledOut(t, d)
@@ -218,16 +227,32 @@ func TestUndoAcrossKeyRotation(t *testing.T) {
 		if cm, sec := refs(d); framework.TemplateHash(d) != h2 || cm != cm2 || sec != sec2 {
 			return fmt.Sprintf("after the key rotation and a re-apply: stamp %s on %s, %s; want %s on %s, %s (nothing rolls)", framework.TemplateHash(d), cm, sec, h2, cm2, sec2)
 		}
-		if n := len(env.ReplicaSets(t, ns, "app")); n != 2 {
-			return fmt.Sprintf("ReplicaSets after the key rotation: %d, want 2", n)
+		if n := len(env.ReplicaSets(t, ns, "app")); n != 3 {
+			return fmt.Sprintf("ReplicaSets after the key rotation: %d, want 3", n)
 		}
 		return ""
 	})
 
-	_, stderr := env.Kubectl(t, "", "rollout", "undo", "-n", ns, "deployment/app")
+	// The first revision's snapshot is gone: its undo brings nothing back.
+	if err := env.Client.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cm0}}); err != nil {
+		t.Fatal(err)
+	}
+	env.Get(t, d)
+	record := func() string {
+		return strings.Join([]string{d.Annotations[rollout.AnnotationState], d.Annotations[rollout.AnnotationStarted], d.Annotations[rollout.AnnotationSeal]}, " ")
+	}
+	recorded := record()
+	_, stderr := env.Kubectl(t, "", "rollout", "undo", "-n", ns, "deployment/app", "--to-revision=1")
+	env.Get(t, d)
+	if framework.TemplateHash(d) != h2 || mountedSnapshot(d) != cm2 || record() != recorded || !strings.Contains(stderr, "revert the ConfigMap") {
+		t.Fatalf("after an undo to the revision (%s, %s) whose snapshot is gone: stamp %s on %s, record %q (was %q); want %s on %s and the record kept, with the warning; kubectl said %s",
+			h0, cm0, framework.TemplateHash(d), mountedSnapshot(d), record(), recorded, h2, cm2, stderr)
+	}
+
+	_, stderr = env.Kubectl(t, "", "rollout", "undo", "-n", ns, "deployment/app")
 	env.Get(t, d)
 	if framework.TemplateHash(d) != h1 || mountedSnapshot(d) != cm1 || d.Annotations[pin.AnnotationRolledBack] != h1 {
-		t.Fatalf("after the undo across the rotation: stamp %s on %s (%s=%q), want the first revision's %s on %s; kubectl said %s",
+		t.Fatalf("after the undo across the rotation: stamp %s on %s (%s=%q), want the second revision's %s on %s; kubectl said %s",
 			framework.TemplateHash(d), mountedSnapshot(d), pin.AnnotationRolledBack, d.Annotations[pin.AnnotationRolledBack], h1, cm1, stderr)
 	}
 	env.WaitEvent(t, d, webhook.ReasonRolledBack, h1)
@@ -238,7 +263,7 @@ func TestUndoAcrossKeyRotation(t *testing.T) {
 		}
 		return ""
 	})
-	if n := len(env.ReplicaSets(t, ns, "app")); n != 2 {
-		t.Fatalf("ReplicaSets after the undo: %d, want 2 (the first one back)", n)
+	if n := len(env.ReplicaSets(t, ns, "app")); n != 3 {
+		t.Fatalf("ReplicaSets after the undo: %d, want 3 (the second one back)", n)
 	}
 }
