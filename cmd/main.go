@@ -32,6 +32,7 @@ import (
 
 	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/fence"
+	"github.com/configstamp/configstamp/controllers/hashkey"
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -240,7 +241,8 @@ func run() error {
 	defer restart()
 	var restarting atomic.Bool
 
-	keys, err := controllers.EnsureHashKey(ctx, direct, o.namespace, o.hashKeySecret)
+	keySecret := hashkey.Secret{Namespace: o.namespace, Name: o.hashKeySecret}
+	keys, err := keySecret.Load(ctx, direct)
 	if err != nil {
 		return err
 	}
@@ -265,8 +267,8 @@ func run() error {
 	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer(), o.kinds); err != nil {
 		return err
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Kinds: o.kinds, Policy: o.rollout, Keys: keys, Namespace: o.namespace,
-		KeySecret: o.hashKeySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease, Pin: o.pin}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{Kinds: o.kinds, Policy: o.rollout, Keys: keys,
+		KeySecret: keySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease, Pin: o.pin}); err != nil {
 		return err
 	}
 	self, err := setupWebhook(ctx, o, mgr, cfg, scheme, keys, direct)

@@ -12,9 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers/hashkey"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -35,7 +35,7 @@ import (
 //     a halt whose content was fixed since would have been lifted. So no id
 //     the previous release wrote (unkeyed ones included) is left behind.
 //
-// Then it marks the key Secret (AnnotationRecordsSealed), so it never runs
+// Then it marks the key Secret (hashkey.AnnotationRecordsSealed), so it never runs
 // again and an unsealed record written later counts for nothing.
 type Adopter struct {
 	Client client.Client
@@ -45,8 +45,8 @@ type Adopter struct {
 	Scope    *workload.Scope
 	// Kinds are the kinds of workloads whose records are taken over.
 	Kinds *workload.Registry
-	// Namespace and KeySecret name the key Secret.
-	Namespace, KeySecret string
+	// KeySecret is the key Secret, which the Adopter marks.
+	KeySecret hashkey.Secret
 	// Done is closed once the records are taken over (or were already).
 	Done chan struct{}
 	Log  logr.Logger
@@ -57,11 +57,11 @@ func (a *Adopter) NeedLeaderElection() bool { return true }
 
 // Start takes the records over, marks the Secret and closes Done.
 func (a *Adopter) Start(ctx context.Context) error {
-	secret := &corev1.Secret{}
-	if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.KeySecret}, secret); err != nil {
-		return fmt.Errorf("while reading the hash key secret: %w", err)
+	sealed, err := a.KeySecret.RecordsSealed(ctx, a.Reader)
+	if err != nil {
+		return err
 	}
-	if secret.Annotations[AnnotationRecordsSealed] == "" {
+	if !sealed {
 		n, err := a.adoptAll(ctx)
 		if err != nil {
 			return err
@@ -183,28 +183,14 @@ func (a *Adopter) inScope(ctx context.Context, namespace string) bool {
 	return a.Scope.InScope(ns.Name, ns.Labels)
 }
 
-// mark sets AnnotationRecordsSealed on the key Secret, trying again every
+// mark sets hashkey.AnnotationRecordsSealed on the key Secret, trying again every
 // second until it is written or ctx ends.
 func (a *Adopter) mark(ctx context.Context) error {
 	return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := a.markOnce(ctx); err != nil {
+		if err := a.KeySecret.MarkRecordsSealed(ctx, a.Reader, a.Client); err != nil {
 			a.Log.Error(err, "while marking the hash key secret; trying again")
 			return false, nil
 		}
 		return true, nil
-	})
-}
-
-func (a *Adopter) markOnce(ctx context.Context) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		secret := &corev1.Secret{}
-		if err := a.Reader.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: a.KeySecret}, secret); err != nil {
-			return err
-		}
-		if secret.Annotations == nil {
-			secret.Annotations = map[string]string{}
-		}
-		secret.Annotations[AnnotationRecordsSealed] = "true"
-		return a.Client.Update(ctx, secret)
 	})
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/configstamp/configstamp/controllers/hashkey"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -80,7 +81,7 @@ func newAdoptWorld(t *testing.T, secretAnnotations map[string]string, objs ...fu
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: adoptSystemNS, Name: adoptSecret, Annotations: secretAnnotations},
-			Data: map[string][]byte{HashKeyDataKey: testKeys.Key()}},
+			Data: map[string][]byte{hashkey.DataKey: testKeys.Key()}},
 	}
 	// The computation of the template needs only "shared": compute it first.
 	pre := fake.NewClientBuilder().WithObjects(shared).
@@ -106,7 +107,7 @@ func newAdoptWorld(t *testing.T, secretAnnotations map[string]string, objs ...fu
 	}
 	w.a = &Adopter{Client: w.c, Reader: w.c, Scope: scope,
 		Resolver:  &workload.Resolver{Sources: w.c, Index: w.c, Keys: testKeys},
-		Namespace: adoptSystemNS, KeySecret: adoptSecret, Done: make(chan struct{})}
+		KeySecret: hashkey.Secret{Namespace: adoptSystemNS, Name: adoptSecret}, Done: make(chan struct{})}
 	return w
 }
 
@@ -260,10 +261,10 @@ func TestAdopterSealsLegacyRecords(t *testing.T) {
 		if err := w.c.Get(t.Context(), client.ObjectKey{Namespace: adoptSystemNS, Name: adoptSecret}, s); err != nil {
 			t.Fatal(err)
 		}
-		if s.Annotations[AnnotationRecordsSealed] == "" {
-			t.Fatalf("secret annotations %v lack %s: the takeover would run again", s.Annotations, AnnotationRecordsSealed)
+		if s.Annotations[hashkey.AnnotationRecordsSealed] == "" {
+			t.Fatalf("secret annotations %v lack %s: the takeover would run again", s.Annotations, hashkey.AnnotationRecordsSealed)
 		}
-		if string(s.Data[HashKeyDataKey]) != string(testKeys.Key()) {
+		if string(s.Data[hashkey.DataKey]) != string(testKeys.Key()) {
 			t.Fatal("marking the secret changed its key")
 		}
 	})
@@ -273,7 +274,7 @@ func TestAdopterSealsLegacyRecords(t *testing.T) {
 // (an unsealed record written later counts for nothing) and lets the
 // reconcilers go at once.
 func TestAdopterRunsOnce(t *testing.T) {
-	w := newAdoptWorld(t, map[string]string{AnnotationRecordsSealed: "true"},
+	w := newAdoptWorld(t, map[string]string{hashkey.AnnotationRecordsSealed: "true"},
 		func(w *adoptWorld) client.Object {
 			return w.legacyDeployment("ns", "forged", w.hash, map[string]string{
 				rollout.AnnotationState: string(rollout.Failed), rollout.AnnotationHalted: sharedRef.String() + "@" + w.legacy})
@@ -378,7 +379,7 @@ func TestAdopterSkipsRefusedAndKeepsAResume(t *testing.T) {
 		t.Fatalf("resumed: %+v, %v (resume simulated: %v); want sealed, failed, and the user's resume kept", rec, err, resumed)
 	}
 	s := &corev1.Secret{}
-	if err := w.c.Get(t.Context(), client.ObjectKey{Namespace: adoptSystemNS, Name: adoptSecret}, s); err != nil || s.Annotations[AnnotationRecordsSealed] == "" {
+	if err := w.c.Get(t.Context(), client.ObjectKey{Namespace: adoptSystemNS, Name: adoptSecret}, s); err != nil || s.Annotations[hashkey.AnnotationRecordsSealed] == "" {
 		t.Fatalf("secret not marked (%v): %v", err, s.Annotations)
 	}
 }

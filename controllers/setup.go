@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/fence"
+	"github.com/configstamp/configstamp/controllers/hashkey"
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -25,9 +26,9 @@ type Options struct {
 	Policy rollout.Policy
 	// Keys is the installation key, shared with the webhook.
 	Keys *stamp.Keyring
-	// Namespace and KeySecret name the Secret holding the key, which every
-	// replica follows (KeyWatcher).
-	Namespace, KeySecret string
+	// KeySecret is the Secret holding the key, which every replica follows
+	// (hashkey.Watcher).
+	KeySecret hashkey.Secret
 	// MaxConcurrentReconciles bounds parallel reconciles per kind.
 	MaxConcurrentReconciles int
 	// Scope is the installation's, the webhook's too: workloads in other
@@ -43,7 +44,7 @@ type Options struct {
 }
 
 // Setup adds the reconciler of every workload kind, sharing one Scheduler and
-// one Nudger, and the KeyWatcher, to mgr.
+// one Nudger, and the hash key's Watcher, to mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
 	if err := o.Policy.Validate(); err != nil {
 		return err
@@ -67,7 +68,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	adopter := &Adopter{Client: writer, Reader: mgr.GetAPIReader(), Scope: o.Scope,
 		Resolver:  &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
-		Namespace: o.Namespace, KeySecret: o.KeySecret, Kinds: o.Kinds, Done: make(chan struct{}), Log: mgr.GetLogger().WithName("records")}
+		KeySecret: o.KeySecret, Kinds: o.Kinds, Done: make(chan struct{}), Log: mgr.GetLogger().WithName("records")}
 	if err := mgr.Add(adopter); err != nil {
 		return fmt.Errorf("while adding the record takeover: %w", err)
 	}
@@ -108,8 +109,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("while creating a clientset for the hash key: %w", err)
 	}
 	logger := mgr.GetLogger().WithName("hash-key")
-	watcher := &KeyWatcher{
-		Clientset: clientset, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: o.Namespace, Name: o.KeySecret, Keys: o.Keys, Log: logger,
+	watcher := &hashkey.Watcher{
+		Secret: o.KeySecret, Clientset: clientset, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Keys: o.Keys, Log: logger,
 		OnChange: func(ctx context.Context) {
 			select {
 			case <-mgr.Elected(): // the leader re-baselines; followers' reconcilers do not run

@@ -76,7 +76,7 @@ type Keyring struct {
 }
 
 // KeepPrevious bounds the previous keys kept (in memory, and in the key
-// Secret: see controllers.KeyWatcher). A rollout record or halt sealed with a
+// Secret: see hashkey.Watcher). A rollout record or halt sealed with a
 // key older than that can no longer be verified and counts for nothing.
 const KeepPrevious = 8
 

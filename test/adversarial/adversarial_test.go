@@ -21,7 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/hashkey"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/test/framework"
@@ -387,7 +387,7 @@ func TestUpgradeTakesOverRecords(t *testing.T) {
 	env.Kubectl(t, "", "-n", busyNS, "annotate", "--overwrite", "deployment", "busy",
 		rollout.AnnotationState+"=rolling", rollout.AnnotationStarted+"="+time.Now().UTC().Format(time.RFC3339),
 		rollout.AnnotationCause+"=ConfigMap/cfg@"+legacyID)
-	env.Kubectl(t, "", "-n", framework.OwnNamespace, "annotate", "secret", "configstamp-hash-key", controllers.AnnotationRecordsSealed+"-")
+	env.Kubectl(t, "", "-n", framework.OwnNamespace, "annotate", "secret", "configstamp-hash-key", hashkey.AnnotationRecordsSealed+"-")
 
 	if err := env.Configstamp.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -399,8 +399,8 @@ func TestUpgradeTakesOverRecords(t *testing.T) {
 	key := &corev1.Secret{}
 	key.Namespace, key.Name = framework.OwnNamespace, "configstamp-hash-key"
 	env.Get(t, key)
-	if key.Annotations[controllers.AnnotationRecordsSealed] == "" {
-		t.Errorf("the key Secret is not marked %s after the takeover", controllers.AnnotationRecordsSealed)
+	if key.Annotations[hashkey.AnnotationRecordsSealed] == "" {
+		t.Errorf("the key Secret is not marked %s after the takeover", hashkey.AnnotationRecordsSealed)
 	}
 	for _, d := range []*appsv1.Deployment{deployment(t, ns, "first"), deployment(t, busyNS, "busy")} {
 		a := d.Annotations

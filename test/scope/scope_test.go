@@ -112,7 +112,7 @@ func TestWatchNamespaces(t *testing.T) {
 		switch {
 		case ns == "scope-a" || ns == "scope-b":
 		case ns == framework.OwnNamespace && ev.ObjectRef.Resource == "secrets" && strings.Contains(ev.RequestURI, "fieldSelector="):
-			// the hash key Secret, by name (KeyWatcher)
+			// the hash key Secret, by name (hashkey.Watcher)
 		default:
 			t.Errorf("%s %s in namespace %q: %s", ev.Verb, ev.ObjectRef.Resource, ns, ev.RequestURI)
 		}
