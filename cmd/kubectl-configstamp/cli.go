@@ -35,9 +35,8 @@ type options struct {
 	context       string
 	noColor       bool
 	kindsConfig   string
-	// extra are the kinds of --kinds-config, read with the dynamic client;
-	// registry has them as configstamp does (their template paths).
-	extra    []workloadKind
+	// registry holds the workload kinds as configstamp does: the built-in
+	// ones and those of --kinds-config, read with the dynamic client.
 	registry *cswl.Registry
 
 	out, errOut io.Writer
@@ -178,15 +177,6 @@ func header(names ...string) []cell {
 	return out
 }
 
-// workloadKind is one kind of workload the plugin reads.
-type workloadKind struct {
-	kind     string // "Deployment"
-	resource string // "deployments"
-	aliases  []string
-	// gvr is set for the extra kinds of --kinds-config.
-	gvr schema.GroupVersionResource
-}
-
 // loadKinds reads --kinds-config (or $CONFIGSTAMP_KINDS_CONFIG), the file
 // configstamp runs with, into the registry of kinds: the plugin then reads
 // them as configstamp does.
@@ -198,35 +188,27 @@ func (o *options) loadKinds() error {
 	custom := make([]cswl.Kind, 0, len(cfg))
 	for _, c := range cfg {
 		custom = append(custom, cswl.Custom(c))
-		lower := strings.ToLower(c.Kind)
-		o.extra = append(o.extra, workloadKind{kind: c.Kind, resource: c.Resource,
-			aliases: []string{lower, c.Resource, lower + "." + c.Group, c.Resource + "." + c.Group},
-			gvr:     schema.GroupVersionResource{Group: c.Group, Version: c.Version, Resource: c.Resource}})
 	}
 	o.registry = cswl.NewRegistry(custom...)
 	return nil
 }
 
-// kinds are the built-in kinds and the extra ones.
-func (o *options) kinds() []workloadKind { return append(slices.Clip(workloadKinds), o.extra...) }
-
-var workloadKinds = []workloadKind{
-	{kind: "Deployment", resource: "deployments", aliases: []string{"deployment", "deployments", "deploy", "deployment.apps", "deployments.apps"}},
-	{kind: "StatefulSet", resource: "statefulsets", aliases: []string{"statefulset", "statefulsets", "sts", "statefulset.apps", "statefulsets.apps"}},
-	{kind: "DaemonSet", resource: "daemonsets", aliases: []string{"daemonset", "daemonsets", "ds", "daemonset.apps", "daemonsets.apps"}},
+// resource is where the dynamic client reads an extra kind.
+func resource(k cswl.Kind) schema.GroupVersionResource {
+	return k.GVK.GroupVersion().WithResource(k.Resource)
 }
 
 // parseWorkloadArg reads KIND/NAME (kubectl's spellings of the kind).
-func (o *options) parseWorkloadArg(arg string) (workloadKind, string, error) {
+func (o *options) parseWorkloadArg(arg string) (cswl.Kind, string, error) {
 	kind, name, ok := strings.Cut(arg, "/")
 	names := []string{}
-	for _, k := range o.kinds() {
-		if ok && name != "" && slices.ContainsFunc(k.aliases, func(a string) bool { return strings.EqualFold(a, kind) }) {
+	for _, k := range o.registry.All() {
+		if ok && name != "" && slices.ContainsFunc(k.Spellings(), func(a string) bool { return strings.EqualFold(a, kind) }) {
 			return k, name, nil
 		}
-		names = append(names, strings.ToLower(k.kind))
+		names = append(names, strings.ToLower(k.Name))
 	}
-	return workloadKind{}, "", usagef("%q is not KIND/NAME with KIND %s or %s", arg,
+	return cswl.Kind{}, "", usagef("%q is not KIND/NAME with KIND %s or %s", arg,
 		strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
 
@@ -255,13 +237,16 @@ func (o *options) listWorkloads(ctx context.Context, ns string) ([]workload, err
 	for i := range dss.Items {
 		out = append(out, fromDaemonSet(&dss.Items[i]))
 	}
-	for _, k := range o.extra {
-		list, err := o.dynamic.Resource(k.gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+	for _, k := range o.registry.All() {
+		if !k.Unstructured() {
+			continue // listed above
+		}
+		list, err := o.dynamic.Resource(resource(k)).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if apierrors.IsNotFound(err) {
 			continue // the CRD is not installed
 		}
 		if err != nil {
-			return nil, fmt.Errorf("while listing %s: %w", k.resource, err)
+			return nil, fmt.Errorf("while listing %s: %w", k.Resource, err)
 		}
 		for i := range list.Items {
 			if w, ok := fromUnstructured(o.registry, &list.Items[i]); ok {
@@ -274,10 +259,10 @@ func (o *options) listWorkloads(ctx context.Context, ns string) ([]workload, err
 }
 
 // getWorkload reads one workload.
-func (o *options) getWorkload(ctx context.Context, k workloadKind, ns, name string) (workload, error) {
+func (o *options) getWorkload(ctx context.Context, k cswl.Kind, ns, name string) (workload, error) {
 	var w workload
 	var err error
-	switch k.kind {
+	switch k.Name {
 	case "Deployment":
 		var d *appsv1.Deployment
 		if d, err = o.client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
@@ -295,18 +280,18 @@ func (o *options) getWorkload(ctx context.Context, k workloadKind, ns, name stri
 		}
 	default:
 		var u *unstructured.Unstructured
-		if u, err = o.dynamic.Resource(k.gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if u, err = o.dynamic.Resource(resource(k)).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
 			var ok bool
 			if w, ok = fromUnstructured(o.registry, u); !ok {
-				return w, fmt.Errorf("%s %s/%s has no pod template where --kinds-config says", k.kind, ns, name)
+				return w, fmt.Errorf("%s %s/%s has no pod template where --kinds-config says", k.Name, ns, name)
 			}
 		}
 	}
 	if apierrors.IsNotFound(err) {
-		return w, fmt.Errorf("%s %s/%s not found", k.kind, ns, name)
+		return w, fmt.Errorf("%s %s/%s not found", k.Name, ns, name)
 	}
 	if err != nil {
-		return w, fmt.Errorf("while reading %s %s/%s: %w", k.kind, ns, name, err)
+		return w, fmt.Errorf("while reading %s %s/%s: %w", k.Name, ns, name, err)
 	}
 	return w, nil
 }

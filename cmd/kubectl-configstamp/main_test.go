@@ -129,12 +129,23 @@ func TestKindsConfig(t *testing.T) {
 	}
 	for _, arg := range []string{"rollout/web", "rollouts/web", "rollout.argoproj.io/web", "Rollout/web"} {
 		k, name, err := o.parseWorkloadArg(arg)
-		if err != nil || k.kind != "Rollout" || k.gvr.Group != "argoproj.io" || k.gvr.Resource != "rollouts" || name != "web" {
+		if err != nil || k.Name != "Rollout" || resource(k).Group != "argoproj.io" || resource(k).Resource != "rollouts" || name != "web" {
 			t.Errorf("%s: %+v %q %v", arg, k, name, err)
 		}
 	}
+	for arg, want := range map[string]string{"deploy/web": "Deployment", "Deployments.apps/web": "Deployment",
+		"sts/web": "StatefulSet", "statefulset.apps/web": "StatefulSet", "ds/web": "DaemonSet", "daemonsets/web": "DaemonSet"} {
+		if k, _, err := o.parseWorkloadArg(arg); err != nil || k.Name != want {
+			t.Errorf("%s: kind %q, %v; want %s (kubectl's spelling)", arg, k.Name, err, want)
+		}
+	}
+	for _, arg := range []string{"deploy.argoproj.io/web", "rollout.apps/web", "deploy/", "web"} {
+		if k, _, err := o.parseWorkloadArg(arg); err == nil {
+			t.Errorf("%s: read as %s, want a usage error", arg, k.Name)
+		}
+	}
 	t.Setenv("CONFIGSTAMP_KINDS_CONFIG", kinds)
-	if o, _, _, err = parse([]string{"why", "rollout/web"}, &bytes.Buffer{}); err != nil || len(o.extra) != 1 {
+	if o, _, _, err = parse([]string{"why", "rollout/web"}, &bytes.Buffer{}); err != nil || len(o.registry.All()) != 4 {
 		t.Fatalf("from the environment: %v, %v", o, err)
 	}
 	var out, errOut bytes.Buffer

@@ -51,7 +51,7 @@ func runResume(ctx context.Context, o *options, args []string) error {
 			_, err = apps.DaemonSets(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
 		default:
 			k, _, _ := o.parseWorkloadArg(args[0])
-			_, err = o.dynamic.Resource(k.gvr).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
+			_, err = o.dynamic.Resource(resource(k)).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
 		}
 		if err != nil {
 			return fmt.Errorf("while removing %s from %s %s/%s: %w", rollout.AnnotationHalted, w.kind, ns, name, err)

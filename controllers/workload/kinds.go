@@ -6,13 +6,15 @@
 package workload
 
 import (
+	"reflect"
+	"slices"
+	"strings"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"reflect"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"slices"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
@@ -23,8 +25,10 @@ type Kind struct {
 	Name string
 	// Resource is the plural resource name, e.g. "deployments".
 	Resource string
-	New      func() client.Object
-	NewList  func() client.ObjectList
+	// ShortName is kubectl's short name of a built-in kind (deploy, sts, ds).
+	ShortName string
+	New       func() client.Object
+	NewList   func() client.ObjectList
 	// Items returns the objects of a list made by NewList.
 	Items func(client.ObjectList) []client.Object
 	// GVK is set for the extra kinds of --kinds-config (read as
@@ -40,6 +44,29 @@ type Kind struct {
 
 // Unstructured reports whether k is an extra kind (--kinds-config).
 func (k Kind) Unstructured() bool { return !k.GVK.Empty() }
+
+// Group is k's API group: apps for the built-in kinds.
+func (k Kind) Group() string {
+	if k.Unstructured() {
+		return k.GVK.Group
+	}
+	return appsv1.GroupName
+}
+
+// Spellings are the ways kubectl accepts k as the KIND of KIND/NAME: the
+// kind in lower case, the resource and the short name, each also followed by
+// the group (deployment.apps). Compare them without regard to case.
+func (k Kind) Spellings() []string {
+	names := []string{strings.ToLower(k.Name), k.Resource}
+	if k.ShortName != "" {
+		names = append(names, k.ShortName)
+	}
+	out := slices.Clone(names)
+	for _, n := range names {
+		out = append(out, n+"."+k.Group())
+	}
+	return out
+}
 
 // TemplateFields returns the path of k's pod template.
 func (k Kind) TemplateFields() []string {
@@ -88,7 +115,7 @@ func (r *Registry) Of(obj client.Object) (Kind, bool) {
 // builtins are the typed kinds configstamp always handles.
 var builtins = []Kind{
 	{
-		Name: "Deployment", Resource: "deployments",
+		Name: "Deployment", Resource: "deployments", ShortName: "deploy",
 		New:     func() client.Object { return &appsv1.Deployment{} },
 		NewList: func() client.ObjectList { return &appsv1.DeploymentList{} },
 		Items: func(l client.ObjectList) []client.Object {
@@ -96,7 +123,7 @@ var builtins = []Kind{
 		},
 	},
 	{
-		Name: "StatefulSet", Resource: "statefulsets",
+		Name: "StatefulSet", Resource: "statefulsets", ShortName: "sts",
 		New:     func() client.Object { return &appsv1.StatefulSet{} },
 		NewList: func() client.ObjectList { return &appsv1.StatefulSetList{} },
 		Items: func(l client.ObjectList) []client.Object {
@@ -104,7 +131,7 @@ var builtins = []Kind{
 		},
 	},
 	{
-		Name: "DaemonSet", Resource: "daemonsets",
+		Name: "DaemonSet", Resource: "daemonsets", ShortName: "ds",
 		New:     func() client.Object { return &appsv1.DaemonSet{} },
 		NewList: func() client.ObjectList { return &appsv1.DaemonSetList{} },
 		Items: func(l client.ObjectList) []client.Object {
