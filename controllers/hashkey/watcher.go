@@ -75,7 +75,7 @@ func (w *Watcher) seen(ctx context.Context, obj any) {
 	}
 	key := secret.Data[DataKey]
 	if len(key) < minLength {
-		w.Log.Error(nil, "hash key secret holds no usable key; keeping the key in force", "secret", w.Secret.String())
+		w.Log.Error(nil, "hash key secret holds no usable key; keeping the key in force", "secret", w.String())
 		return
 	}
 	w.Keys.MergePrevious(previousKeys(secret))
@@ -100,7 +100,7 @@ func (w *Watcher) deleted(ctx context.Context) {
 	err := w.create(ctx, w.Client, w.Keys.Key())
 	switch {
 	case err == nil:
-		w.Log.Info("hash key secret was deleted; created it again with the key in force", "secret", w.Secret.String())
+		w.Log.Info("hash key secret was deleted; created it again with the key in force", "secret", w.String())
 	case apierrors.IsAlreadyExists(err): // a peer was first: its key arrives as an update
 	default:
 		w.Log.Error(err, "while creating the hash key secret again")

@@ -1,10 +1,10 @@
 package workload
 
 import (
-	appsv1 "k8s.io/api/apps/v1"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
