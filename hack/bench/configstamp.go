@@ -28,6 +28,7 @@ type configstampProcess struct {
 	metricsAddr string
 	started     time.Time
 	readyAfter  time.Duration // from process start to the first /readyz 200
+	leaderAfter time.Duration // from process start to holding the leader lease
 	http        *http.Client
 }
 
@@ -41,7 +42,9 @@ func freePort() (int, error) {
 }
 
 // startConfigstamp starts the binary and waits for /readyz 200 (caches synced,
-// webhook serving).
+// webhook serving), then until it holds the leader lease: a predecessor
+// stopped while it was taking the lease may hold it for the lease duration,
+// and a scenario measured before the reconcilers run would time that wait.
 func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extra []string) (*configstampProcess, error) {
 	var ports [3]int
 	for i := range ports {
@@ -100,6 +103,18 @@ func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extr
 		return nil, err
 	}
 	p.readyAfter = time.Since(p.started)
+	err = poll(ctx, "configstamp leader", time.Minute, 50*time.Millisecond, func() (bool, string, error) {
+		ss, err := p.scrape()
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return ss.sum("leader_election_master_status", nil) == 1, "not the leader yet", nil
+	})
+	if err != nil {
+		_ = p.stop()
+		return nil, err
+	}
+	p.leaderAfter = time.Since(p.started)
 	return p, nil
 }
 

@@ -19,6 +19,7 @@ func runStartup(ctx context.Context, cfg *config, e *env, res *results) error {
 		return err
 	}
 	res.add(scStartup, "process start → /readyz 200 with "+e.inventory.String()+" present", fmtDuration(p.readyAfter))
+	res.add(scStartup, "process start → leader lease held", fmtDuration(p.leaderAfter))
 	if err := p.waitIdle(ctx, 5*time.Minute); err != nil {
 		return err
 	}
