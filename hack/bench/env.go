@@ -51,7 +51,7 @@ func startEnv(ctx context.Context, cfg *config, dir string, full bool) (*env, er
 	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	cp, err := localcp.Start(startCtx, localcp.Options{
-		Dir: dir, Full: full, AuditLog: full, EtcdQuotaBytes: cfg.etcdQuota,
+		Dir: dir, Full: full, AuditLog: full, Profiling: cfg.apiserverCPU, EtcdQuotaBytes: cfg.etcdQuota,
 		Logf: func(f string, a ...any) { logf("localcp: "+f, a...) },
 	})
 	if err != nil {

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -40,12 +43,16 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 	before := w.stamps()
 	cpuBefore := e.cpuTimes()
 	from := time.Now()
+	profiled := e.profileAPIServer(ctx, "apiserver-fanout.pprof")
 	answered, err := f.updateConfigMap(ctx, e, ns, f.sharedName(0), "v2")
 	if err != nil {
 		return err
 	}
 	seen, err := w.waitChanged(ctx, before, names, 10*time.Minute)
 	if err != nil {
+		return err
+	}
+	if err := <-profiled; err != nil {
 		return err
 	}
 	cpuAfter, cpuAt := e.cpuTimes(), time.Now()
@@ -83,7 +90,7 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 	}
 	res.add(scFanout, "webhook calls failed open (timeout/error, API server counter)", fmt.Sprintf("%.0f", failOpenAfter-failOpenBefore))
 
-	floor, err := fanoutFloor(ctx, cfg, e, n)
+	floor, err := fanoutFloor(ctx, cfg, e, n, res)
 	if err != nil {
 		return err
 	}
@@ -106,8 +113,8 @@ const (
 // webhook sees them), then patches one annotation of each pod template with
 // configstamp's concurrency and client rate, and returns how long that took
 // (first request to last response): what the same fan-out costs the API
-// server without configstamp's work.
-func fanoutFloor(ctx context.Context, cfg *config, e *env, n int) (time.Duration, error) {
+// server without configstamp's work. It adds the CPU time of that window.
+func fanoutFloor(ctx context.Context, cfg *config, e *env, n int, res *results) (time.Duration, error) {
 	f := &fixture{namespaces: []string{"bench-fanout-floor"}, configMaps: n, secrets: n, shared: 1, deployments: n,
 		size: cfg.size, keys: cfg.keys, noop: true}
 	if _, err := f.createSources(ctx, e, cfg.workers); err != nil {
@@ -118,6 +125,8 @@ func fanoutFloor(ctx context.Context, cfg *config, e *env, n int) (time.Duration
 	}
 	limit := ratelimit.NewLimiter(fanoutQPS, fanoutBurst)
 	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"metadata":{"annotations":{"bench.example/stamp":"v2"}}}}}`))
+	profiled := e.profileAPIServer(ctx, "apiserver-floor.pprof")
+	cpuBefore := e.cpuTimes()
 	began := time.Now()
 	err := parallel(ctx, "floor patches", n, fanoutWorkers, func(ctx context.Context, i int) error {
 		if err := limit.Wait(ctx); err != nil {
@@ -125,5 +134,27 @@ func fanoutFloor(ctx context.Context, cfg *config, e *env, n int) (time.Duration
 		}
 		return e.client.Patch(ctx, f.deployment(i), patch)
 	})
-	return time.Since(began), err
+	took := time.Since(began)
+	res.addCPU(scFanout, "the floor's patches", cpuBefore, e.cpuTimes(), took)
+	return took, errors.Join(err, <-profiled)
+}
+
+// profileAPIServer starts a 4 s CPU profile of kube-apiserver (with
+// -apiserver-profile) and writes it to name in the output directory; the
+// channel gives its error once written. Without the flag it gives nil at once.
+func (e *env) profileAPIServer(ctx context.Context, name string) <-chan error {
+	done := make(chan error, 1)
+	if !e.cfg.apiserverCPU {
+		done <- nil
+		return done
+	}
+	go func() {
+		b, err := e.clientset.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "4").DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(e.cfg.outDir, name), b, 0o644)
+			logf("kube-apiserver CPU profile: go tool pprof -top %s", filepath.Join(e.cfg.outDir, name))
+		}
+		done <- err
+	}()
+	return done
 }

@@ -57,6 +57,7 @@ type config struct {
 	scenarios       map[string]bool
 	timeout         time.Duration
 	heapProfile     bool
+	apiserverCPU    bool
 	keep            bool
 }
 
@@ -135,6 +136,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&extra, "configstamp-args", "", "extra configstamp flags, space-separated (appended after "+strings.Join(rolloutFlags, " ")+")")
 	fs.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "scenarios to run, comma-separated")
 	fs.DurationVar(&cfg.timeout, "timeout", 40*time.Minute, "bound on the whole run")
+	fs.BoolVar(&cfg.apiserverCPU, "apiserver-profile", false, "fan-out: write kube-apiserver's CPU profile of the fan-out and of its floor (4 s each from their start) to apiserver-fanout.pprof and apiserver-floor.pprof in -out")
 	fs.BoolVar(&cfg.heapProfile, "heap-profile", true, "after the main scenarios, profile the heap of a process holding configstamp's cache (same transforms and indexes) over the same objects")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the control planes' state directories")
 	if err := fs.Parse(args); err != nil {

@@ -78,6 +78,9 @@ type Options struct {
 	// at level Metadata (stage RequestReceived omitted) to AuditLogPath(), for
 	// benchmarks that count requests by user agent.
 	AuditLog bool
+	// Profiling serves kube-apiserver's /debug/pprof (--profiling), for
+	// benchmarks that profile it.
+	Profiling bool
 	// Logf receives progress lines. Default: discard.
 	Logf func(format string, args ...any)
 }
@@ -92,14 +95,16 @@ type ControlPlane struct {
 	binDir   string
 	stages   string
 	auditLog bool
-	detach   bool
-	ownsDir  bool
-	logf     func(string, ...any)
-	procs    []*process
-	pki      *pki
-	etcdURL  string
-	stopOnce sync.Once
-	stopErr  error
+	// profiling: kube-apiserver serves /debug/pprof.
+	profiling bool
+	detach    bool
+	ownsDir   bool
+	logf      func(string, ...any)
+	procs     []*process
+	pki       *pki
+	etcdURL   string
+	stopOnce  sync.Once
+	stopErr   error
 }
 
 // Start starts a fresh control plane and returns once it is usable: the API
@@ -109,7 +114,7 @@ type ControlPlane struct {
 // stopped again.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	began := time.Now()
-	c := &ControlPlane{Full: opts.Full, detach: opts.Detach, logf: opts.Logf, auditLog: opts.AuditLog}
+	c := &ControlPlane{Full: opts.Full, detach: opts.Detach, logf: opts.Logf, auditLog: opts.AuditLog, profiling: opts.Profiling}
 	if c.logf == nil {
 		c.logf = func(string, ...any) {}
 	}
@@ -284,7 +289,7 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 		// the `kubernetes` Service, which validation rejects (loopback).
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(c.profiling),
 	}, audit...)); err != nil {
 		return err
 	}
