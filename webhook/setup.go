@@ -92,6 +92,21 @@ func Configuration(name, ownNamespace string, cc admissionregistrationv1.Webhook
 	return ScopedConfiguration(name, scope, cc, kinds)
 }
 
+// MayRestamp is the webhooks' match condition: the API server calls
+// configstamp only for a write that can change what it decides. That is a
+// CREATE; an UPDATE of an extra kind (its template may sit anywhere); and an
+// UPDATE of a Deployment, StatefulSet or DaemonSet that changes its spec, its
+// labels (opt-in) or one of its configstamp.io/ annotations (pinning, extra
+// references, a data record to restore), except the rollout record's, which
+// only the reconciler reads. So an UPDATE that only touches other annotations
+// (the Deployment controller's revision, kubectl annotate) or the rollout
+// record (the reconciler closing it, a resume) never waits on configstamp.
+const MayRestamp = "request.operation != 'UPDATE' || request.kind.group != 'apps' || object.spec != oldObject.spec || " +
+	"object.metadata.?labels.orValue({}) != oldObject.metadata.?labels.orValue({}) || " +
+	"[object, oldObject].exists(o, o.metadata.?annotations.orValue({}).exists(k, k.startsWith('configstamp.io/') && " +
+	"!(k in ['configstamp.io/rollout-state', 'configstamp.io/rollout-started', 'configstamp.io/rollout-cause', 'configstamp.io/rollout-seal', 'configstamp.io/halted']) && " +
+	"object.metadata.?annotations.orValue({})[?k] != oldObject.metadata.?annotations.orValue({})[?k]))"
+
 // ScopedConfiguration is Configuration for an installation scoped by scope:
 // every webhook's namespaceSelector starts with scope.NamespaceSelector() (the
 // excluded namespaces, own first; the watched ones; the namespace label
@@ -112,6 +127,7 @@ func ScopedConfiguration(name string, scope *workload.Scope, cc admissionregistr
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: objSel},
 			NamespaceSelector:       &metav1.LabelSelector{MatchExpressions: append(scope.NamespaceSelector(), nsSel...)},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "may-restamp", Expression: MayRestamp}},
 		}
 	}
 	label := stamp.LabelEnabled

@@ -17,6 +17,7 @@ import (
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/test/framework"
+	"github.com/configstamp/configstamp/webhook"
 )
 
 var env *framework.Env
@@ -293,5 +294,51 @@ func TestFanOutCostsOnePatchAndNoReads(t *testing.T) {
 	}
 	if n := patches() - patchesBefore; n != 10 {
 		t.Errorf("configstamp sent %v PATCH requests for 10 workloads, want 10", n)
+	}
+}
+
+// The API server calls configstamp's webhook only for writes that can change
+// what it decides (webhook.MayRestamp): a user's annotation of their own, like
+// the Deployment controller's revision, never waits on configstamp; a label,
+// and a configstamp.io/ annotation removed (the data record, which the webhook
+// puts back) do reach it.
+func TestOnlyWritesThatMayRestampReachTheWebhook(t *testing.T) {
+	ns := env.Namespace(t, "reach", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "app-config")
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil), dep)
+	h := env.WaitTemplateHash(t, dep, "")
+	applied := dep.Annotations[stamp.AnnotationAppliedHash]
+
+	calls := func() float64 {
+		v, err := env.Configstamp.Metrics("controller_runtime_webhook_requests_total", `webhook="`+webhook.Path+`"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// The webhook calls kubectl with args caused: the API server calls a
+	// webhook within the request, and the handler counts the call before it
+	// answers, so the count is complete once kubectl returns.
+	callsFor := func(args ...string) float64 {
+		t.Helper()
+		n := calls()
+		env.Kubectl(t, "", append([]string{"-n", ns}, args...)...)
+		return calls() - n
+	}
+	if n := callsFor("annotate", "deployment/app", "example.com/owner=me", "deployment.kubernetes.io/revision=7"); n != 0 {
+		t.Errorf("annotations of others' reached the webhook %v times, want 0", n)
+	}
+	if n := callsFor("annotate", "deployment/app", stamp.AnnotationAppliedHash+"-"); n != 1 {
+		t.Errorf("removing configstamp's data record reached the webhook %v times, want 1", n)
+	}
+	if n := callsFor("label", "deployment/app", "tier=web"); n != 1 {
+		t.Errorf("a label reached the webhook %v times, want 1", n)
+	}
+	env.Get(t, dep)
+	if framework.TemplateHash(dep) != h || dep.Annotations[stamp.AnnotationAppliedHash] != applied {
+		t.Fatalf("stamp %s, data record %q; want %s and %q kept (put back by the webhook)",
+			framework.TemplateHash(dep), dep.Annotations[stamp.AnnotationAppliedHash], h, applied)
 	}
 }
