@@ -140,19 +140,17 @@ func (w *ChangeWarner) rolls(ctx context.Context, namespace string, ref stamp.Ob
 			if refsBefore.Len() == 0 && refsAfter.Len() == 0 {
 				continue
 			}
-			// Opted in, or selected by this object's selector before and
-			// after; a workload the selector only brings in or lets go is
-			// baselined or dropped, not rolled (as plan says). One neither
-			// opted in nor selected here may be selected by another object.
+			// Handled before and after (workload.Handled); another object's
+			// selectors are looked up only when that can make the difference.
 			optedIn, _ := stamp.Enabled(obj.GetLabels(), ns.Labels)
-			managed := optedIn || inBefore && inAfter
-			if !managed && !inBefore && !inAfter {
+			byOthers := false
+			if !optedIn && !(inBefore && inAfter) {
 				var err error
-				if managed, err = w.selectedByOthers(ctx, namespace, ref, tmpl.Labels); err != nil {
+				if byOthers, err = w.selectedByOthers(ctx, namespace, ref, tmpl.Labels); err != nil {
 					return nil, err
 				}
 			}
-			if !managed {
+			if before, after := workload.Handled(optedIn, byOthers, inBefore, inAfter); !before || !after {
 				continue
 			}
 			if workload.ChangeRolls(namespace, ref, refsBefore, refsAfter, before, after) {

@@ -117,6 +117,21 @@ func TestChangeWarner(t *testing.T) {
 			new:  configMap(map[string]string{"a": "2"}, map[string]string{stamp.AnnotationRolloutSelector: "app=a"}),
 			want: "configstamp: this change rolls 1 workload: deployment/a",
 		},
+		"its selector lets go of a workload another object's selector keeps": {
+			// Still configstamp's after the change, and no longer referencing
+			// cfg: its stamp changes (as kubectl configstamp plan says).
+			objs: []client.Object{warnDeployment("a", false),
+				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other",
+					Annotations: map[string]string{stamp.AnnotationRolloutSelector: "app=a"}}}},
+			old:  configMap(map[string]string{"a": "1"}, map[string]string{stamp.AnnotationRolloutSelector: "app=a"}),
+			new:  configMap(map[string]string{"a": "1"}, map[string]string{stamp.AnnotationRolloutSelector: "app=b"}),
+			want: "configstamp: this change rolls 1 workload: deployment/a",
+		},
+		"its selector brings in a workload nothing else handles": {
+			objs: []client.Object{warnDeployment("a", false)},
+			old:  configMap(map[string]string{"a": "1"}, nil),
+			new:  configMap(map[string]string{"a": "2"}, map[string]string{stamp.AnnotationRolloutSelector: "app=a"}),
+		},
 		"capped at ten names": {
 			objs: many,
 			old:  configMap(map[string]string{"a": "1"}, nil), new: configMap(map[string]string{"a": "2"}, nil),

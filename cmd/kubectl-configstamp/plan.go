@@ -245,8 +245,7 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels fu
 				}
 			}
 		}
-		optedIn := w.optedIn(nsLabels(w.meta.Namespace))
-		managedLive, managedNext := optedIn || byOthers || selLive, optedIn || byOthers || selNext
+		managedLive, managedNext := sharedworkload.Handled(w.optedIn(nsLabels(w.meta.Namespace)), byOthers, selLive, selNext)
 		e := planEntry{Kind: w.kind, Name: w.meta.Name}
 		referenced := referencedKeys(refsNext.Keys(next.ref), refsLive.Keys(next.ref), res.ChangedKeys)
 		switch {

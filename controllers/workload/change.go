@@ -57,3 +57,15 @@ func ChangeRolls(namespace string, ref stamp.ObjectRef, refsBefore, refsAfter *s
 	a := h.Compute(namespace, refsAfter, map[stamp.ObjectRef]stamp.Source{ref: after}).Hash
 	return a != b
 }
+
+// Handled reports whether configstamp handles a workload before and after one
+// ConfigMap or Secret changes: a workload is configstamp's when it is opted
+// in, or selected by a rollout selector, this source's (selectedBefore, with
+// its annotations before the change; selectedAfter, after) or another
+// object's (byOthers). A change rolls a workload only when it is handled on
+// both sides and ChangeRolls: one configstamp starts to handle gets a
+// baseline, one it stops handling is let go. The webhook's apply-time
+// warnings and the plugin's plan both decide with it.
+func Handled(optedIn, byOthers, selectedBefore, selectedAfter bool) (before, after bool) {
+	return optedIn || byOthers || selectedBefore, optedIn || byOthers || selectedAfter
+}
