@@ -144,7 +144,7 @@ func (w *ChangeWarner) rolls(ctx context.Context, namespace string, ref stamp.Ob
 			// selectors are looked up only when that can make the difference.
 			optedIn, _ := stamp.Enabled(obj.GetLabels(), ns.Labels)
 			byOthers := false
-			if !optedIn && !(inBefore && inAfter) {
+			if !optedIn && (!inBefore || !inAfter) {
 				var err error
 				if byOthers, err = w.selectedByOthers(ctx, namespace, ref, tmpl.Labels); err != nil {
 					return nil, err
