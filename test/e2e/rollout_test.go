@@ -59,11 +59,7 @@ func waitDaemonSetRolledOut(t *testing.T, d *appsv1.DaemonSet) {
 }
 
 func TestDeploymentRollsOncePerChange(t *testing.T) {
-	ns := env.Namespace(t, "deploy", nil)
-	spec := framework.PodSpec()
-	framework.MountConfigMap(&spec, "app-config")
-	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
-	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil), dep)
+	ns, dep := env.MountingApp(t, "deploy")
 	waitDeploymentRolledOut(t, dep)
 	h1 := framework.TemplateHash(dep)
 	if rs := replicaSets(t, ns, "app"); len(rs) != 1 {

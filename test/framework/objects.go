@@ -134,16 +134,20 @@ func (e *Env) Apply(t testing.TB, objs ...client.Object) string {
 // stamp, if the webhook gave one, is the CREATE response's).
 func (e *Env) App(t testing.TB, ns string) *appsv1.Deployment {
 	t.Helper()
-	if err := e.Client.Create(t.Context(), ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil)); err != nil {
-		t.Fatal(err)
-	}
-	spec := PodSpec()
-	MountConfigMap(&spec, "app-config")
-	dep := Deployment(ns, "app", OptIn, spec)
-	if err := e.Client.Create(t.Context(), dep); err != nil {
-		t.Fatal(err)
+	cm, dep := appObjects(ns)
+	for _, obj := range []client.Object{cm, dep} {
+		if err := e.Client.Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return dep
+}
+
+// appObjects are App's ConfigMap and Deployment in ns.
+func appObjects(ns string) (*corev1.ConfigMap, *appsv1.Deployment) {
+	spec := PodSpec()
+	MountConfigMap(&spec, "app-config")
+	return ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil), Deployment(ns, "app", OptIn, spec)
 }
 
 // Get reads obj (by its namespace and name) live.
@@ -326,4 +330,14 @@ func (e *Env) WaitStatefulSetRolledOut(t testing.TB, s *appsv1.StatefulSet) {
 			st.ReadyReplicas == *s.Spec.Replicas && st.UpdatedReplicas == *s.Spec.Replicas
 		return ok, fmt.Sprintf("statefulset %s: %+v", s.Name, st)
 	})
+}
+
+// MountingApp is App applied with kubectl, as a user would, in a new
+// namespace named from prefix.
+func (e *Env) MountingApp(t testing.TB, prefix string) (string, *appsv1.Deployment) {
+	t.Helper()
+	ns := e.Namespace(t, prefix, nil)
+	cm, dep := appObjects(ns)
+	e.Apply(t, cm, dep)
+	return ns, dep
 }

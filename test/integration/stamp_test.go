@@ -62,11 +62,7 @@ func TestWebhookStampsOnCreate(t *testing.T) {
 }
 
 func TestUpdateWithoutStampGetsItBack(t *testing.T) {
-	ns := env.Namespace(t, "restore", nil)
-	spec := framework.PodSpec()
-	framework.MountConfigMap(&spec, "app-config")
-	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
-	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil), dep)
+	_, dep := env.MountingApp(t, "restore")
 	got := dep.DeepCopy()
 	env.Get(t, got)
 	h := framework.TemplateHash(got)
@@ -303,11 +299,7 @@ func TestFanOutCostsOnePatchAndNoReads(t *testing.T) {
 // and a configstamp.io/ annotation removed (the data record, which the webhook
 // puts back) do reach it.
 func TestOnlyWritesThatMayRestampReachTheWebhook(t *testing.T) {
-	ns := env.Namespace(t, "reach", nil)
-	spec := framework.PodSpec()
-	framework.MountConfigMap(&spec, "app-config")
-	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
-	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil), dep)
+	ns, dep := env.MountingApp(t, "reach")
 	h := env.WaitTemplateHash(t, dep, "")
 	applied := dep.Annotations[stamp.AnnotationAppliedHash]
 
