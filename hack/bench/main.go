@@ -45,6 +45,8 @@ type config struct {
 	sweepCount      int
 	sweepSizes      []int
 	latencyChanges  int
+	wave            int
+	waveBudget      int
 	fanout          int
 	webhookCreates  int
 	webhookParallel int
@@ -76,9 +78,11 @@ const (
 	scManyRefs = "manyrefs"
 	// scPin: the latency scenario with pinned config (pin.go).
 	scPin = "pin"
+	// scWave: a budgeted wave of rollouts with pods against its ideal (wave.go).
+	scWave = "wave"
 )
 
-var allScenarios = []string{scMemory, scLatency, scPin, scFanout, scWebhook, scManyRefs, scStartup, scSweep, scHostile, scApplyWarnings}
+var allScenarios = []string{scMemory, scLatency, scPin, scFanout, scWebhook, scManyRefs, scWave, scStartup, scSweep, scHostile, scApplyWarnings}
 
 // rolloutFlags switch off configstamp's deliberate delays (see the notes printed with the results).
 var rolloutFlags = []string{"--max-concurrent-rollouts=0", "--debounce=0"}
@@ -127,6 +131,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&sweepSizes, "sweep-sizes", "1Ki,10Ki,50Ki", "size sweep: data sizes, comma-separated")
 	fs.IntVar(&cfg.latencyChanges, "latency-changes", 100, "latency: sequential changes, each to its own ConfigMap and Deployment")
 	fs.IntVar(&cfg.fanout, "fanout", 1000, "fan-out: Deployments sharing one ConfigMap")
+	fs.IntVar(&cfg.wave, "wave", 100, "wave: Deployments of one pod sharing one ConfigMap (-scale: 1000)")
+	fs.IntVar(&cfg.waveBudget, "wave-budget", 10, "wave: --max-concurrent-rollouts (-scale: 50)")
 	fs.IntVar(&cfg.webhookCreates, "webhook-creates", 200, "webhook: Deployment creations")
 	fs.IntVar(&cfg.webhookParallel, "webhook-parallel", 20, "webhook: creations in flight at once")
 	fs.IntVar(&cfg.workers, "workers", 32, "parallel creations of ConfigMaps and Secrets")
@@ -149,9 +155,10 @@ func parseFlags(args []string) (*config, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if cfg.scale {
 		for name, v := range map[string]*int{"namespaces": &cfg.namespaces, "configmaps": &cfg.configMaps, "secrets": &cfg.secrets,
-			"deployments": &cfg.deployments, "fanout": &cfg.fanout} {
+			"deployments": &cfg.deployments, "fanout": &cfg.fanout, "wave": &cfg.wave, "wave-budget": &cfg.waveBudget} {
 			if !set[name] {
-				*v = map[string]int{"namespaces": 100, "configmaps": 10000, "secrets": 10000, "deployments": 5000, "fanout": 1000}[name]
+				*v = map[string]int{"namespaces": 100, "configmaps": 10000, "secrets": 10000, "deployments": 5000, "fanout": 1000,
+					"wave": 1000, "wave-budget": 50}[name]
 			}
 		}
 	}
@@ -266,7 +273,7 @@ func run(ctx context.Context, cfg *config) error {
 	res.notes = append(res.notes, scaleNotes(cfg)...)
 	res.notes = append(res.notes, provenance(cfg.configstampBin))
 	needMain := cfg.scenarios[scMemory] || cfg.scenarios[scLatency] || cfg.scenarios[scPin] || cfg.scenarios[scFanout] ||
-		cfg.scenarios[scWebhook] || cfg.scenarios[scManyRefs] || cfg.scenarios[scStartup]
+		cfg.scenarios[scWebhook] || cfg.scenarios[scManyRefs] || cfg.scenarios[scStartup] || cfg.scenarios[scWave]
 	if needMain {
 		if err := runMain(ctx, cfg, res); err != nil {
 			return err
@@ -343,6 +350,7 @@ func runMain(ctx context.Context, cfg *config, res *results) (err error) {
 		{scFanout, runFanout},
 		{scWebhook, runWebhook},
 		{scManyRefs, runManyRefs},
+		{scWave, runWave},
 	}
 	for _, s := range steps {
 		if !cfg.scenarios[s.name] {

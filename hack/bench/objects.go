@@ -39,6 +39,8 @@ type fixture struct {
 	noop bool
 	// pinned: the Deployments are pinned (configstamp.io/pin, runPin).
 	pinned bool
+	// replicas of each Deployment: 0 unless a scenario needs pods (runWave).
+	replicas int32
 }
 
 // sharedKey is the key of a shared ConfigMap that every Deployment references.
@@ -128,7 +130,7 @@ func (f *fixture) deployment(i int) *appsv1.Deployment {
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace(i), Name: name, Labels: labels, Annotations: annotations},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](0),
+			Replicas: ptr.To(f.replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: pod},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod}, Spec: spec},
 		},
