@@ -290,20 +290,14 @@ func (f *fixture) setup(ctx context.Context, e *env, cfg *config) error {
 // complete (what frees configstamp's rollout slot) and configstamp is idle.
 func (f *fixture) waitSettled(ctx context.Context, e *env, timeout time.Duration) error {
 	err := poll(ctx, "rollouts followed to completion", timeout, 200*time.Millisecond, func() (bool, string, error) {
+		deps, err := f.list(ctx, e)
+		if err != nil {
+			return false, "", err
+		}
 		rolling := 0
-		for _, ns := range f.namespaces {
-			list := &appsv1.DeploymentList{}
-			if err := e.client.List(ctx, list, client.InNamespace(ns)); err != nil {
-				return false, "", err
-			}
-			for _, d := range list.Items {
-				s, want := d.Status, int32(1)
-				if d.Spec.Replicas != nil {
-					want = *d.Spec.Replicas
-				}
-				if s.ObservedGeneration < d.Generation || s.UpdatedReplicas != want || s.AvailableReplicas != want || s.Replicas != want {
-					rolling++
-				}
+		for _, d := range deps {
+			if !complete(d) {
+				rolling++
 			}
 		}
 		return rolling == 0, fmt.Sprintf("%d Deployments still rolling", rolling), nil
@@ -312,4 +306,26 @@ func (f *fixture) waitSettled(ctx context.Context, e *env, timeout time.Duration
 		return err
 	}
 	return e.configstamp.waitIdle(ctx, timeout)
+}
+
+// list returns every Deployment of the fixture's namespaces.
+func (f *fixture) list(ctx context.Context, e *env) ([]appsv1.Deployment, error) {
+	var out []appsv1.Deployment
+	for _, ns := range f.namespaces {
+		list := &appsv1.DeploymentList{}
+		if err := e.client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		out = append(out, list.Items...)
+	}
+	return out, nil
+}
+
+// complete reports whether d's status shows its current generation rolled out.
+func complete(d appsv1.Deployment) bool {
+	s, want := d.Status, int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	return s.ObservedGeneration >= d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
 }

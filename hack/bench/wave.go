@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	appsv1 "k8s.io/api/apps/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // runWave measures a budgeted wave against its ideal. cfg.wave Deployments of
@@ -68,15 +65,13 @@ func runWave(ctx context.Context, cfg *config, e *env, res *results) error {
 
 // generations returns the generation of every Deployment of the fixture.
 func (f *fixture) generations(ctx context.Context, e *env) (map[string]int64, error) {
+	deps, err := f.list(ctx, e)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]int64{}
-	for _, ns := range f.namespaces {
-		list := &appsv1.DeploymentList{}
-		if err := e.client.List(ctx, list, client.InNamespace(ns)); err != nil {
-			return nil, err
-		}
-		for _, d := range list.Items {
-			out[d.Namespace+"/"+d.Name] = d.Generation
-		}
+	for _, d := range deps {
+		out[d.Namespace+"/"+d.Name] = d.Generation
 	}
 	return out, nil
 }
@@ -85,18 +80,14 @@ func (f *fixture) generations(ctx context.Context, e *env) (map[string]int64, er
 // generation than in before and report that rollout complete.
 func (f *fixture) waitRolledOut(ctx context.Context, e *env, before map[string]int64, want int, timeout time.Duration) error {
 	return poll(ctx, "rollouts complete", timeout, 100*time.Millisecond, func() (bool, string, error) {
+		deps, err := f.list(ctx, e)
+		if err != nil {
+			return false, "", err
+		}
 		done := 0
-		for _, ns := range f.namespaces {
-			list := &appsv1.DeploymentList{}
-			if err := e.client.List(ctx, list, client.InNamespace(ns)); err != nil {
-				return false, "", err
-			}
-			for _, d := range list.Items {
-				s, r := d.Status, *d.Spec.Replicas
-				if d.Generation > before[d.Namespace+"/"+d.Name] && s.ObservedGeneration >= d.Generation &&
-					s.UpdatedReplicas == r && s.AvailableReplicas == r && s.Replicas == r {
-					done++
-				}
+		for _, d := range deps {
+			if d.Generation > before[d.Namespace+"/"+d.Name] && complete(d) {
+				done++
 			}
 		}
 		return done >= want, fmt.Sprintf("%d of %d rollouts complete", done, want), nil
