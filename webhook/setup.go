@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -101,10 +102,10 @@ func Configuration(name, ownNamespace string, cc admissionregistrationv1.Webhook
 // only the reconciler reads. So an UPDATE that only touches other annotations
 // (the Deployment controller's revision, kubectl annotate) or the rollout
 // record (the reconciler closing it, a resume) never waits on configstamp.
-const MayRestamp = "request.operation != 'UPDATE' || request.kind.group != 'apps' || object.spec != oldObject.spec || " +
+var MayRestamp = "request.operation != 'UPDATE' || request.kind.group != 'apps' || object.spec != oldObject.spec || " +
 	"object.metadata.?labels.orValue({}) != oldObject.metadata.?labels.orValue({}) || " +
 	"[object, oldObject].exists(o, o.metadata.?annotations.orValue({}).exists(k, k.startsWith('configstamp.io/') && " +
-	"!(k in ['configstamp.io/rollout-state', 'configstamp.io/rollout-started', 'configstamp.io/rollout-cause', 'configstamp.io/rollout-seal', 'configstamp.io/halted']) && " +
+	"!(k in ['" + strings.Join(rollout.RecordAnnotations, "', '") + "']) && " +
 	"object.metadata.?annotations.orValue({})[?k] != oldObject.metadata.?annotations.orValue({})[?k]))"
 
 // ScopedConfiguration is Configuration for an installation scoped by scope:

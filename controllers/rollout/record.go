@@ -74,6 +74,10 @@ const (
 // halt, as it always did.
 const AnnotationSeal = "configstamp.io/rollout-seal"
 
+// RecordAnnotations are the record's annotations: configstamp writes them,
+// and only the reconciler reads them (webhook.MayRestamp).
+var RecordAnnotations = []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationSeal, AnnotationHalted}
+
 // domainRecord separates the record's seal from every other keyed value.
 const domainRecord = "configstamp.io/rollout-record"
 
