@@ -73,8 +73,10 @@ func newHaltWorld(t *testing.T, policy rollout.Policy, funcs interceptor.Funcs) 
 	}
 	w.c = b.Build()
 	resolver := &workload.Resolver{Sources: w.c, Index: w.c, Keys: testKeys}
+	scheduler := rollout.NewScheduler(policy, w.c, testKeys, nil)
+	scheduler.Halts = &rollout.Halts{Reader: w.c, Resolver: resolver}
 	w.r = &WorkloadReconciler{Client: w.c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10), Resolver: resolver,
-		Scheduler: rollout.NewScheduler(policy, w.c, testKeys, nil), Nudger: NewNudger(nil)}
+		Scheduler: scheduler, Nudger: NewNudger(nil)}
 	comp, err := resolver.Compute(t.Context(), "ns", nil, &tmpl)
 	if err != nil {
 		t.Fatal(err)
@@ -102,10 +104,8 @@ func (w *haltWorld) setFailed(t *testing.T, edit func(d *appsv1.Deployment)) {
 // gate asks the wave's rules about "waiting", which needs a rollout of the
 // change: open when it may be stamped now.
 func (w *haltWorld) gate(t *testing.T) (reconcile.Result, bool, error) {
-	causes := []rollout.Change{w.change}
 	o := rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "waiting"}, Object: w.waiting,
-		Ours: true, Need: rollout.NeedRollout, Hash: "v1-new", Causes: causes,
-		Halted: func(ctx context.Context) (string, error) { return w.r.haltedBy(ctx, "ns", causes) }}
+		Ours: true, Need: rollout.NeedRollout, Hash: "v1-new", Sources: map[stamp.ObjectRef]string{sharedRef: w.change.Content}}
 	d, err := w.r.Scheduler.Decide(t.Context(), o)
 	return reconcile.Result{RequeueAfter: d.After}, d.Verb == rollout.Stamp, err
 }
@@ -246,11 +246,7 @@ func TestStaleReadClosesNothing(t *testing.T) {
 	r := &WorkloadReconciler{Client: c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10),
 		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
 		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys, nil), Nudger: NewNudger(nil)}
-	rec, err := rollout.Verify(stale, testKeys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Object: stale, Record: rec}}
+	o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Object: stale}}
 	decision, err := r.Scheduler.Decide(t.Context(), o.Observation)
 	if err != nil || decision.Verb != rollout.Close {
 		t.Fatalf("Decide on the read = %+v, %v; want to close the completed rollout", decision, err)
@@ -308,11 +304,11 @@ func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), obj); err != nil {
 				t.Fatal(err)
 			}
-			o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Object: obj,
-				Causes: []rollout.Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "cfg"}, Content: "00aa"}}},
+			o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Object: obj},
 				comp: &workload.Computation{Result: stamp.Result{Hash: "v1-second"}}}
-			if err := r.roll(t.Context(), o, rollout.Decision{Verb: rollout.Stamp}); err != nil {
-				t.Fatal(err)
+			decision := rollout.Decision{Verb: rollout.Stamp, Causes: []rollout.Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "cfg"}, Content: "00aa"}}}
+			if stale, err := r.roll(t.Context(), o, decision); stale || err != nil {
+				t.Fatalf("roll = stale %v, %v", stale, err)
 			}
 			var got []string
 			for len(rec.Events) > 0 {

@@ -51,6 +51,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	rollout.RegisterMetrics(o.Kinds)
 	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys, o.Kinds)
+	scheduler.Halts = &rollout.Halts{Reader: mgr.GetCache(), Kinds: o.Kinds,
+		Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys}}
 	if o.Scope != nil {
 		scheduler.InScope = func(ctx context.Context, namespace string) bool {
 			ns := &corev1.Namespace{}

@@ -136,26 +136,14 @@ func (r *WorkloadReconciler) observe(ctx context.Context, key rollout.Key) (*obs
 		return nil, nil
 	}
 	o.Object = obj
-	rec, err := rollout.Verify(obj, r.Resolver.Keys)
-	if err != nil {
-		// Written or altered by someone else (or sealed with a key long
-		// retired): it holds no slot and halts nothing. Removing the halted
-		// annotation, the documented resume, lands here too.
-		log.FromContext(ctx).V(1).Info("rollout record not sealed by configstamp; ignored", "why", err.Error())
-	}
-	o.Record = rec
 	p, err := r.compute(ctx, obj)
 	if p == nil || err != nil { // neither opted in nor matched by a rollout selector: not ours
 		return o, err
 	}
-	o.comp, o.Ours, o.Hash, o.Priority, o.Window = p.comp, true, p.comp.Hash, p.priority, p.window
+	o.comp, o.Ours, o.Hash, o.Sources, o.Priority, o.Window = p.comp, true, p.comp.Hash, p.comp.Sources, p.priority, p.window
 	if o.Need, o.CacheBehind, err = r.need(ctx, obj, p.comp); err != nil {
 		return nil, err
 	}
-	if o.Need == rollout.NeedRollout {
-		o.Causes = rollout.Causes(obj.GetAnnotations(), p.comp)
-	}
-	o.Halted = func(ctx context.Context) (string, error) { return r.haltedBy(ctx, obj.GetNamespace(), o.Causes) }
 	return o, nil
 }
 
@@ -176,16 +164,18 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 		}
 		if d.Failure != "" {
 			rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
-			r.reportFailure(ctx, obj, o.Record, d.Failure)
+			r.reportFailure(ctx, obj, d.Judged, d.Failure)
 		} else {
 			rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
-			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(o.Record.Started).Round(time.Second).String())
+			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
 		}
 		r.Nudger.Wake(d.Wake...) // a slot is free: the next in line need not wait for their recheck
 	case rollout.Baseline:
 		return res, r.record(ctx, obj, o.comp)
 	case rollout.Stamp:
-		return res, r.roll(ctx, o, d)
+		if stale, err := r.roll(ctx, o, d); stale || err != nil {
+			return reconcile.Result{RequeueAfter: staleRecheck}, err
+		}
 	}
 	return res, nil
 }
@@ -284,12 +274,12 @@ func deref(ps ...*stamp.Problem) []stamp.Problem {
 	return out
 }
 
-// need applies Decide (the no-surprise-rollout rule) to obj and comp.
+// need applies the no-surprise-rollout rule (rollout.NeedOf) to obj and comp.
 // cacheBehind: the stamp was written from a live read newer than this cache
 // (a ConfigMap and a workload applied together); ask again once it caught up.
 func (r *WorkloadReconciler) need(ctx context.Context, obj client.Object, comp *workload.Computation) (rollout.Need, bool, error) {
 	a := obj.GetAnnotations()
-	f := Facts{
+	f := rollout.Facts{
 		Stamped: r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash], Recorded: a[stamp.AnnotationAppliedHash],
 		RecordedKey: a[stamp.AnnotationKeyID], Computed: comp.Hash, Key: comp.KeyID,
 		Bookkeeping: a[stamp.AnnotationSources] != sourcesRecord(comp) || a[stamp.AnnotationKeyID] != comp.KeyID,
@@ -299,7 +289,7 @@ func (r *WorkloadReconciler) need(ctx context.Context, obj client.Object, comp *
 			f.RecordedUnderKey = h.Compute(obj.GetNamespace(), comp.Refs, comp.Data).Hash
 		}
 	}
-	need := Decide(f)
+	need := rollout.NeedOf(f)
 	if need == rollout.NeedNothing {
 		return need, false, nil
 	}
@@ -366,25 +356,28 @@ func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, comp
 }
 
 // roll stamps the template and writes the record and the rollout's start in
-// one patch: exactly one rollout.
-// The slot Decide granted goes back (Release) when the stamp did not happen.
-func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.Decision) error {
+// one patch: exactly one rollout. The patch applies to the version of the
+// workload that was judged only: a cache behind this process's own stamp
+// (the next reconcile can run before the watch delivers it), or behind any
+// other write, must not stamp again (stale: nothing was written; ask again).
+// The slot Decide granted goes back (Release) when the stamp did not happen;
+// a superseding stamp keeps the slot its rollout under way holds.
+func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.Decision) (bool, error) {
 	obj, key, comp := o.Object, o.Key, o.comp
 	previous := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]
 	meta := recordAnnotations(comp)
 	if d.Record != nil {
 		maps.Copy(meta, d.Record.Annotations(obj.GetUID(), comp.Hasher))
 	}
-	version := ""
-	if d.Supersedes {
-		version = obj.GetResourceVersion()
-	}
-	if err := r.patchAt(ctx, obj, version, meta, comp.Hash); err != nil {
-		if d.Supersedes && apierrors.IsConflict(err) {
-			return nil // read before the rollout it would supersede changed: the update that follows asks again
+	if err := r.patchAt(ctx, obj, obj.GetResourceVersion(), meta, comp.Hash); err != nil {
+		if !d.Supersedes {
+			r.Scheduler.Release(key)
 		}
-		r.Scheduler.Release(key)
-		return err
+		if apierrors.IsConflict(err) {
+			log.FromContext(ctx).V(1).Info("workload changed since it was read; asking again", "hash", comp.Hash)
+			return true, nil
+		}
+		return false, err
 	}
 	stamped := comp.Hash
 	if kept := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]; kept != comp.Hash {
@@ -400,22 +393,22 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 				"the API server dropped %s from %s.metadata.annotations: this kind's CRD prunes the pod template's metadata, so configstamp cannot roll it "+
 					"(keep the template's metadata in the CRD schema, e.g. controller-gen crd:generateEmbeddedObjectMeta=true)",
 				stamp.AnnotationHash, strings.Join(r.Kind.TemplateFields(), "."))
-			return nil
+			return false, nil
 		}
 		if kept == previous { // the stamp stands: nothing rolled
 			r.Scheduler.Release(key)
 			if pin.Pinned(r.Kind.PodTemplate(obj)) != nil {
 				// A snapshot could not be made (the webhook's PinFailed event
 				// says why): retried with the controller's backoff.
-				return fmt.Errorf("the webhook kept the stamp %s: the new snapshot could not be made", previous)
+				return false, fmt.Errorf("the webhook kept the stamp %s: the new snapshot could not be made", previous)
 			}
-			return nil
+			return false, nil
 		}
 		stamped = kept // a newer hash than this cache knows: it rolled, with the open record written above
 	}
 	rollout.StartedTotal.WithLabelValues(r.Kind.Name).Inc()
-	names := make([]string, len(o.Causes))
-	for i, c := range o.Causes {
+	names := make([]string, len(d.Causes))
+	for i, c := range d.Causes {
 		names[i] = c.Ref.String()
 	}
 	what := strings.Join(names, ", ")
@@ -430,7 +423,7 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 	}
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
 		"%s changed: pod template stamped with %s=%s%s", what, stamp.AnnotationHash, stamped, then)
-	return nil
+	return false, nil
 }
 
 // staleRecheck is how soon a reconcile that read an outdated workload from
@@ -503,12 +496,6 @@ func stampPatch(path []string, hash string) map[string]any {
 		at = map[string]any{path[i]: at}
 	}
 	return map[string]any{path[0]: at}
-}
-
-// haltedBy returns the halted change that holds one of causes, or ""
-// (rollout.Halts.By, over this reconciler's cache).
-func (r *WorkloadReconciler) haltedBy(ctx context.Context, namespace string, causes []rollout.Change) (string, error) {
-	return (&rollout.Halts{Reader: r.Client, Resolver: r.Resolver, Kinds: r.Kinds}).By(ctx, namespace, causes)
 }
 
 // SetupWithManager wires the reconciler: its own kind (and its halts being

@@ -142,7 +142,7 @@ func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object
 	if old == nil || s.Halts == nil || p.req.UserInfo.Username == s.Self || pin.Pinned(p.kind.PodTemplate(old)) == nil {
 		return nil
 	}
-	halt, err := s.Halts.By(ctx, p.req.Namespace, rollout.Causes(old.GetAnnotations(), p.comp))
+	halt, err := s.Halts.By(ctx, p.req.Namespace, rollout.Causes(old.GetAnnotations(), p.comp.Sources))
 	if err != nil || halt == "" {
 		return err
 	}

@@ -5,8 +5,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
@@ -24,32 +25,35 @@ const (
 	NeedRollout
 )
 
-// Observation is what the reconciler observed of one workload, and all the
-// wave's rules need to decide about it.
+// Observation is what the reconciler observed of one workload: plain data,
+// all the wave's rules need to decide about it.
 type Observation struct {
 	Key Key
 	// Kind is the workload's kind.
 	Kind workload.Kind
-	// Object is the workload as cached; nil when it is gone.
+	// Object is the workload as cached; nil when it is gone. Its rollout
+	// record is read (and its seal verified) by Decide.
 	Object client.Object
-	// Record is its rollout record as Verify read it (the zero Record when it
-	// is not sealed by configstamp: such a record counts for nothing).
-	Record Record
 	// Ours: opted in, or selected by a ConfigMap's rollout selector. The rest
 	// describe a workload of ours.
 	Ours bool
 	Need Need
 	// CacheBehind: its record names source versions newer than this cache's.
 	CacheBehind bool
-	// Hash is the stamp its data asks for; Causes the changes behind it.
-	Hash   string
-	Causes []Change
+	// Hash is the stamp its data asks for; Sources the keyed digest of what it
+	// references of each source now (workload.Computation.Sources), which
+	// name the changes behind a rollout.
+	Hash    string
+	Sources map[stamp.ObjectRef]string
 	// Priority and Window are its rollout priority and debounce window.
 	Priority int
 	Window   time.Duration
-	// Halted reads, from the cache, the halted change that holds one of
-	// Causes ("" when none): asked before and again after a slot is granted.
-	Halted func(context.Context) (string, error)
+}
+
+// HaltFinder finds the halted change that holds one of causes in namespace
+// ("" when none), from the cache (Halts).
+type HaltFinder interface {
+	By(ctx context.Context, namespace string, causes []Change) (string, error)
 }
 
 // Verb is what a Decision asks the reconciler to write.
@@ -72,8 +76,15 @@ const (
 
 // Decision is the one answer to an Observation.
 type Decision struct {
-	Verb   Verb
+	Verb Verb
+	// Record: the record to write (Resume, Close; Stamp: the rollout's start,
+	// nil when rollouts are not followed).
 	Record *Record
+	// Judged: the workload's record as it was read (its seal verified), the
+	// one Close ends.
+	Judged Record
+	// Causes: the changes a Stamp rolls out.
+	Causes []Change
 	// After: ask again after this long (0: when something changes).
 	After time.Duration
 	// Failure: Close of a failed rollout, and why it failed.
@@ -87,103 +98,77 @@ type Decision struct {
 	Wake []Key
 }
 
-// Wave rules of the reconcile, in the order they apply.
-const (
-	// staleRecheck: how soon a reconcile whose cache lags behind asks again.
-	staleRecheck = 200 * time.Millisecond
-	// haltedRecheck: how often a workload waiting on a halted change looks
-	// again, in case the wake-up of the lift was missed.
-	haltedRecheck = 30 * time.Second
-)
-
-// Decide is the one question the reconciler asks about a workload. The rules,
-// in order:
-//
-//  1. Gone: it needs nothing, and holds no slot.
-//  2. Failed, halting its change, and complete again: resume (lift the halt).
-//  3. Its record is open: judge the rollout. Completed or failed: close the
-//     record, with the halt in the same patch; the slot it held is free once
-//     the cache shows that patch, never before, and the next in the wave are
-//     woken. Still rolling: follow it, by its deadline, unless a new change
-//     supersedes it (6).
-//  4. Not ours, or nothing new: nothing (still following a rollout under way).
-//  5. Its cache lags behind its record: ask again shortly.
-//  6. A record only: write it. A rollout: gate it (halt, debounce, budget and
-//     rate, see gate); a change during its own rollout supersedes it and keeps
-//     its slot.
+// Decide is the one question the reconciler asks about a workload: the
+// wave's rules (Rules, a pure function) say which step applies, and the
+// scheduler takes it, keeping its own state: the wave's order, debounce
+// windows, slots granted, workloads told of a halt.
 func (s *Scheduler) Decide(ctx context.Context, o Observation) (Decision, error) {
-	if o.Object == nil {
+	sit := s.situation(ctx, o)
+	plan := Rules(sit, s.Policy)
+	d := Decision{Verb: plan.Verb, Record: plan.Record, Judged: sit.Record, Causes: sit.Causes, Failure: plan.Failure, After: plan.After}
+	switch plan.Step {
+	case StepGone:
 		s.settle(o.Key)
 		s.Release(o.Key)
-		return Decision{}, nil
-	}
-	rec := o.Record
-	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), o.Kind.PodTemplate(o.Object)) {
-		// Complete again with what failed; a pinned workload a user rolled back
-		// to an earlier revision's snapshots runs other data, and recovers nothing.
-		if complete, _ := Complete(o.Kind, o.Object); complete {
-			resumed := rec.Resume()
-			return Decision{Verb: Resume, Record: &resumed}, nil
-		}
-	}
-	var following time.Duration // > 0: its own rollout is under way
-	if rec.Open() {
-		j := Judge(o.Kind, o.Object, rec.Started, s.Policy.ProgressDeadline, s.now())
-		switch j.Verdict {
-		case Pending:
-			following = j.Recheck
-		case Done:
-			return s.close(ctx, o.Key, rec.Complete(), ""), nil
-		case Failure:
-			return s.close(ctx, o.Key, rec.Fail(s.Policy.HaltOnFailure), j.Reason), nil
-		}
-	}
-	rolling := following > 0
-	switch {
-	case !o.Ours && rolling:
-		return Decision{After: following}, nil
-	case !o.Ours:
+	case StepSettle:
 		s.settle(o.Key)
-		return Decision{}, nil
-	case o.CacheBehind:
-		return Decision{After: staleRecheck}, nil
-	case rolling && o.Need != NeedRollout: // nothing new: keep following the rollout under way
-		return Decision{After: following}, nil
-	case o.Need == NeedNothing:
-		s.settle(o.Key)
-		return Decision{}, nil
-	case o.Need == NeedRecord:
-		s.settle(o.Key)
-		return Decision{Verb: Baseline}, nil
+	case StepClose:
+		// The slot stays counted until the cache shows the closed record (it
+		// is read from the open records there), so the halt a failure writes
+		// is known before the next in the wave may take the slot.
+		s.Release(o.Key)
+		d.Wake = s.Next(ctx, 2)
+	case StepGate:
+		return s.gate(ctx, sit, plan.After)
 	}
-	d, open, err := s.gate(ctx, o, rolling)
+	return d, nil
+}
+
+// situation is o with what the rules weigh besides: its record (verified),
+// the changes it would roll out, the time, and whether this process stamped
+// it without the cache showing that yet.
+func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
+	sit := Situation{Observation: o, Now: s.now()}
+	if o.Object == nil {
+		return sit
+	}
+	var err error
+	if sit.Record, err = Verify(o.Object, s.Keys); err != nil {
+		// Written or altered by someone else (or sealed with a key long
+		// retired): it holds no slot and halts nothing. Removing the halted
+		// annotation, the documented resume, lands here too.
+		log.FromContext(ctx).V(1).Info("rollout record not sealed by configstamp; ignored", "why", err.Error())
+	}
+	if o.Need == NeedRollout {
+		sit.Causes = Causes(o.Object.GetAnnotations(), o.Sources)
+	}
+	sit.Stamping = s.stamping(o.Key)
+	return sit
+}
+
+// gate lets a rollout start only when its change is not halted, its debounce
+// window has passed and, unless it supersedes its own rollout under way (it
+// is being followed: the rollout is judged again by then), a slot is granted.
+func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Duration) (Decision, error) {
+	d, open, err := s.open(ctx, sit, following > 0)
 	if !open || err != nil {
-		if rolling && d.After > following {
+		if following > 0 && d.After > following {
 			d.After = following // the rollout under way is judged by its deadline meanwhile
 		}
 		return d, err
 	}
-	d = Decision{Verb: Stamp, Supersedes: rolling}
+	d = Decision{Verb: Stamp, Supersedes: following > 0, Judged: sit.Record, Causes: sit.Causes}
 	if s.Policy.Tracks() {
-		start := StartRecord(s.now(), o.Causes, NothingToWaitFor(o.Kind, o.Object))
+		start := StartRecord(sit.Now, sit.Causes, NothingToWaitFor(sit.Kind, sit.Object))
 		d.Record = &start
 	}
 	return d, nil
 }
 
-// close ends k's open record with rec. The slot stays counted until the cache
-// shows rec (it is read from the open records there), so the halt a failure
-// writes is known before the next in the wave may take the slot.
-func (s *Scheduler) close(ctx context.Context, k Key, rec Record, failure string) Decision {
-	s.Release(k)
-	return Decision{Verb: Close, Record: &rec, Failure: failure, Wake: s.Next(ctx, 2)}
-}
-
-// gate lets a rollout start only when its change is not halted, its debounce
-// window has passed and, unless it supersedes its own rollout under way, a
-// slot is granted. open: stamp now.
-func (s *Scheduler) gate(ctx context.Context, o Observation, supersedes bool) (Decision, bool, error) {
-	if d, halted, err := s.checkHalt(ctx, o); halted || err != nil {
+// open: the gate's checks in order; true when the rollout may start now.
+func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (Decision, bool, error) {
+	o := sit.Observation
+	if d, halted, err := s.checkHalt(ctx, sit); halted || err != nil {
 		return d, false, err
 	}
 	if wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority); wait > 0 {
@@ -202,23 +187,27 @@ func (s *Scheduler) gate(ctx context.Context, o Observation, supersedes bool) (D
 	// The slot may be free because a rollout of this very change just
 	// failed: its close and its halt reach the cache in one update, which may
 	// have landed after the look above. Look again now that the slot is ours.
-	if d, halted, err := s.checkHalt(ctx, o); halted || err != nil {
+	if d, halted, err := s.checkHalt(ctx, sit); halted || err != nil {
 		s.Release(o.Key)
 		return d, false, err
 	}
 	return Decision{}, true, nil
 }
 
-// checkHalt reports whether one of o's changes is halted, and notes that o
-// waits on it (news: Decision.Halted, to tell once).
-func (s *Scheduler) checkHalt(ctx context.Context, o Observation) (Decision, bool, error) {
-	halted, err := o.Halted(ctx)
+// checkHalt reports whether one of the changes is halted, and notes that the
+// workload waits on it (news: Decision.Halted, to tell once).
+func (s *Scheduler) checkHalt(ctx context.Context, sit Situation) (Decision, bool, error) {
+	halted := ""
+	var err error
+	if s.Halts != nil {
+		halted, err = s.Halts.By(ctx, sit.Key.Namespace, sit.Causes)
+	}
 	if err != nil || halted == "" {
-		s.ClearHalted(o.Key)
+		s.ClearHalted(sit.Key)
 		return Decision{}, false, err
 	}
 	d := Decision{After: haltedRecheck}
-	if s.NoteHalted(o.Key, halted, o.Priority) {
+	if s.NoteHalted(sit.Key, halted, sit.Priority) {
 		d.Halted = halted
 	}
 	// Lifting a halt wakes its waiters at once (Lifted); a lift that lands

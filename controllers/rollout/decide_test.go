@@ -28,16 +28,16 @@ func workloadIn(name string, complete bool, rec *Record) *appsv1.Deployment {
 	return d
 }
 
-// TestDecideStates walks Decide over the states a workload can be in, each
+// TestDecideStates walks Decide over the states where the scheduler's own
+// state takes part (the gate: halt, debounce, budget; a slot freed), each
 // with what it needs, and checks the one decision the reconciler acts on.
+// The rules alone are TestRules'.
 func TestDecideStates(t *testing.T) {
 	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
 	deadline := time.Minute
 	open := StartRecord(t0.Add(-10*time.Second), cause, false)
-	late := StartRecord(t0.Add(-2*deadline), cause, false)
-	failed := late.Fail(true)
-	notHalted := func(context.Context) (string, error) { return "", nil }
-	halted := func(context.Context) (string, error) { return cause[0].String(), nil }
+	notHalted := haltsFunc(func() string { return "" })
+	halted := haltsFunc(func() string { return cause[0].String() })
 	budget := Policy{MaxConcurrent: 1, ProgressDeadline: deadline, HaltOnFailure: true}
 
 	tests := []struct {
@@ -49,37 +49,18 @@ func TestDecideStates(t *testing.T) {
 		need    Need
 		behind  bool
 		window  time.Duration
-		halted  func(context.Context) (string, error)
+		halted  HaltFinder
 		want    Verb
 		after   time.Duration // exact, or any > 0 when -1
 		check   func(t *testing.T, d Decision)
 	}{
 		{name: "gone", obj: nil, want: Idle},
-		{name: "failed, halting, complete again: resume", obj: workloadIn("w", true, &failed), ours: true, want: Resume,
-			check: func(t *testing.T, d Decision) {
-				if d.Record.Halted != "" || d.Record.State != Failed {
-					t.Errorf("resumed record %+v, want failed without a halt", *d.Record)
-				}
-			}},
-		{name: "failed, halting, still broken: its halt stands", obj: workloadIn("w", false, &failed), ours: true, need: NeedNothing, want: Idle},
 		{name: "rolling, complete: close", obj: workloadIn("w", true, &open), ours: true, want: Close,
 			check: func(t *testing.T, d Decision) {
 				if d.Record.State != Completed || d.Failure != "" {
 					t.Errorf("closed %+v failure %q, want complete", *d.Record, d.Failure)
 				}
 			}},
-		{name: "rolling past its deadline: close as failed, halting its change", obj: workloadIn("w", false, &late), ours: true, want: Close,
-			check: func(t *testing.T, d Decision) {
-				if d.Record.State != Failed || d.Record.Halted != FormatChanges(cause) || d.Failure == "" {
-					t.Errorf("closed %+v failure %q, want failed and halting %s", *d.Record, d.Failure, FormatChanges(cause))
-				}
-			}},
-		{name: "rolling, not ours: follow it by its deadline", obj: workloadIn("w", false, &open), want: Idle, after: 51 * time.Second},
-		{name: "rolling, nothing new: follow it", obj: workloadIn("w", false, &open), ours: true, need: NeedRecord, want: Idle, after: 51 * time.Second},
-		{name: "not ours", obj: workloadIn("w", true, nil), want: Idle},
-		{name: "cache behind its record", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, behind: true, want: Idle, after: staleRecheck},
-		{name: "up to date", obj: workloadIn("w", true, nil), ours: true, need: NeedNothing, want: Idle},
-		{name: "record only", obj: workloadIn("w", true, nil), ours: true, need: NeedRecord, want: Baseline},
 		{name: "rollout of a halted change", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, halted: halted, want: Idle, after: haltedRecheck,
 			check: func(t *testing.T, d Decision) {
 				if d.Halted != cause[0].String() {
@@ -117,15 +98,12 @@ func TestDecideStates(t *testing.T) {
 				policy = budget
 			}
 			s, _ := newTestScheduler(t, policy, tc.rolling...)
+			s.Halts = tc.halted
 			if tc.halted == nil {
-				tc.halted = notHalted
+				s.Halts = notHalted
 			}
-			o := Observation{Key: dep("w"), Ours: tc.ours, Need: tc.need, CacheBehind: tc.behind, Hash: "v1-new",
-				Causes: cause, Window: tc.window, Halted: tc.halted}
-			if tc.obj != nil {
-				o.Object = tc.obj
-				o.Record, _ = Verify(tc.obj, testKeys)
-			}
+			o := Observation{Key: dep("w"), Object: tc.obj, Ours: tc.ours, Need: tc.need, CacheBehind: tc.behind, Hash: "v1-new",
+				Sources: sourcesOf(cause), Window: tc.window}
 			d, err := s.Decide(t.Context(), o)
 			if err != nil {
 				t.Fatal(err)
@@ -149,13 +127,13 @@ func TestDecideHaltedNewsOnce(t *testing.T) {
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute, HaltOnFailure: true})
 	change := "ConfigMap/shared@00aa"
 	holds := true
-	o := Observation{Key: dep("w"), Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new",
-		Halted: func(context.Context) (string, error) {
-			if holds {
-				return change, nil
-			}
-			return "", nil
-		}}
+	s.Halts = haltsFunc(func() string {
+		if holds {
+			return change
+		}
+		return ""
+	})
+	o := Observation{Key: dep("w"), Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new"}
 	for i, want := range []string{change, ""} {
 		d, err := s.Decide(t.Context(), o)
 		if err != nil || d.Verb != Idle || d.Halted != want {
@@ -165,5 +143,39 @@ func TestDecideHaltedNewsOnce(t *testing.T) {
 	holds = false
 	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Stamp {
 		t.Fatalf("after the lift: %+v %v; want to stamp", d, err)
+	}
+}
+
+// haltsFunc is a HaltFinder whose answer is the function's.
+type haltsFunc func() string
+
+func (f haltsFunc) By(context.Context, string, []Change) (string, error) { return f(), nil }
+
+// sourcesOf is what a workload references now, for a rollout of changes.
+func sourcesOf(changes []Change) map[stamp.ObjectRef]string {
+	out := map[stamp.ObjectRef]string{}
+	for _, c := range changes {
+		out[c.Ref] = c.Content
+	}
+	return out
+}
+
+// Once it granted a stamp, the scheduler does not grant the same workload
+// another from a read that does not show that stamp (a cache behind this
+// process's own write): it asks again shortly instead. Once the cache shows
+// the rollout under way, the workload is followed.
+func TestDecideNeverStampsTwice(t *testing.T) {
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 2, ProgressDeadline: time.Minute, HaltOnFailure: true})
+	o := Observation{Key: dep("w"), Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new"}
+	d, err := s.Decide(t.Context(), o)
+	if err != nil || d.Verb != Stamp {
+		t.Fatalf("first decision %+v, %v; want to stamp", d, err)
+	}
+	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Idle || d.After != staleRecheck {
+		t.Fatalf("the same read again: %+v, %v; want to ask again after %v", d, err, staleRecheck)
+	}
+	o.Object, o.Need = workloadIn("w", false, d.Record), NeedNothing
+	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Idle || d.After <= staleRecheck {
+		t.Fatalf("the stamp seen: %+v, %v; want to follow the rollout by its deadline", d, err)
 	}
 }

@@ -34,16 +34,17 @@ func IndexHaltedFunc(obj client.Object) []string {
 }
 
 // Causes names the changes behind a rollout of a workload with these metadata
-// annotations, whose data comp computed now: each referenced source whose
+// annotations, whose sources hash to sources now (the keyed digests of
+// workload.Computation.Sources): each referenced source whose
 // short digest differs from the record, with its keyed, key-precise digest of
 // what the workload references (so an edit of a key it does not reference
 // leaves its changes, and a halt of them, as they are).
-func Causes(annotations map[string]string, comp *workload.Computation) []Change {
-	changed := stamp.Changed(stamp.ParseSources(annotations[stamp.AnnotationSources]), comp.Sources)
+func Causes(annotations map[string]string, sources map[stamp.ObjectRef]string) []Change {
+	changed := stamp.Changed(stamp.ParseSources(annotations[stamp.AnnotationSources]), sources)
 	out := make([]Change, 0, len(changed))
 	for _, ref := range changed {
 		content := "unreferenced"
-		if d, ok := comp.Sources[ref]; ok {
+		if d, ok := sources[ref]; ok {
 			content = d
 		}
 		out = append(out, Change{Ref: ref, Content: content})

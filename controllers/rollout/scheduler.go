@@ -135,6 +135,8 @@ type Scheduler struct {
 	// InScope says whether a namespace is this installation's; open records
 	// elsewhere (another installation's) hold none of its slots. Nil: all.
 	InScope func(ctx context.Context, namespace string) bool
+	// Halts finds the halted changes that hold a rollout (nil: none).
+	Halts HaltFinder
 
 	mu      sync.Mutex
 	pending map[Key]*pending
@@ -277,6 +279,19 @@ func (s *Scheduler) Release(k Key) {
 	delete(s.inflight, k)
 }
 
+// inflightFor is how long a stamp this process wrote holds its slot without
+// the cache showing its record (a write the cache never shows is let go).
+const inflightFor = 30 * time.Second
+
+// stamping reports whether this process stamped k and the cache it judges by
+// does not show that yet.
+func (s *Scheduler) stamping(k Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.inflight[k]
+	return ok && s.now().Sub(at) <= inflightFor
+}
+
 // Forget drops k's pending state: it no longer needs a rollout.
 func (s *Scheduler) Forget(k Key) {
 	s.mu.Lock()
@@ -339,7 +354,7 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 		}
 	}
 	for k, at := range s.inflight {
-		if out[k] || now.Sub(at) > 30*time.Second {
+		if out[k] || now.Sub(at) > inflightFor {
 			delete(s.inflight, k) // the cache shows it now (or never will)
 		} else {
 			out[k] = true

@@ -263,7 +263,8 @@ func RolledOut(d *appsv1.Deployment) bool {
 }
 
 // CountEvents returns how many events with reason are about obj (by name and,
-// when obj has one, UID).
+// when obj has one, UID). An event repeated within the recorder's series
+// window is one Event object with a series: each occurrence counts.
 func (e *Env) CountEvents(t testing.TB, obj client.Object, reason string) int {
 	t.Helper()
 	list := &eventsv1.EventList{}
@@ -273,7 +274,7 @@ func (e *Env) CountEvents(t testing.TB, obj client.Object, reason string) int {
 	n := 0
 	for _, ev := range list.Items {
 		if ev.Regarding.Name == obj.GetName() && ev.Reason == reason && (obj.GetUID() == "" || ev.Regarding.UID == obj.GetUID()) {
-			n++
+			n += max(1, seriesCount(ev))
 		}
 	}
 	return n
@@ -340,4 +341,12 @@ func (e *Env) MountingApp(t testing.TB, prefix string) (string, *appsv1.Deployme
 	cm, dep := appObjects(ns)
 	e.Apply(t, cm, dep)
 	return ns, dep
+}
+
+// seriesCount is how many times ev occurred by its series (0: no series).
+func seriesCount(ev eventsv1.Event) int {
+	if ev.Series == nil {
+		return 0
+	}
+	return int(ev.Series.Count)
 }

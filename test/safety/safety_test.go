@@ -165,6 +165,16 @@ func (c *concurrency) stats() (peak, done int) {
 	return c.peak, len(c.done)
 }
 
+// startedRollouts is configstamp_rollouts_started_total for Deployments.
+func startedRollouts(t *testing.T) float64 {
+	t.Helper()
+	v, err := env.Configstamp.Metrics("configstamp_rollouts_started_total", `kind="Deployment"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func names(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -225,6 +235,8 @@ func TestBudgetBoundsConcurrentRollouts(t *testing.T) {
 	wave := names("app", 30)
 	initial := createWave(t, ns, wave, nil)
 	c := watchConcurrency(t, ns, initial)
+	started := startedRollouts(t)
+	since := map[string]float64{"deployment": env.Configstamp.ReconcileCounts(t)["deployment"]}
 
 	began := time.Now()
 	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "two"}, nil))
@@ -232,6 +244,20 @@ func TestBudgetBoundsConcurrentRollouts(t *testing.T) {
 		peak, done := c.stats()
 		return done == len(wave), fmt.Sprintf("%d of %d rolled out, peak %d", done, len(wave), peak)
 	})
+	// Each workload was stamped once: one rollout started, one ConfigChanged
+	// event (a repeat of an identical event is counted in its series).
+	env.Configstamp.WaitIdle(t, since)
+	if got := startedRollouts(t) - started; got != float64(len(wave)) {
+		t.Errorf("configstamp started %v rollouts for a wave of %d workloads, want one each", got, len(wave))
+	}
+	for _, n := range wave {
+		d := &appsv1.Deployment{}
+		d.Namespace, d.Name = ns, n
+		env.Get(t, d)
+		if got := env.CountEvents(t, d, "ConfigChanged"); got != 1 {
+			t.Errorf("%s has %d ConfigChanged events, want 1 (stamped once)", n, got)
+		}
+	}
 	peak, _ := c.stats()
 	t.Logf("30-workload wave with budget 5: %v, peak concurrent rollouts %d", time.Since(began).Round(time.Millisecond), peak)
 	if peak > 5 {

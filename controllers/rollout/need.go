@@ -1,22 +1,6 @@
-package controllers
+package rollout
 
-import "github.com/configstamp/configstamp/controllers/rollout"
-
-// Action is what a workload's data asks for (rollout.Need): the wave's rules
-// (rollout.Scheduler.Decide) then decide when.
-type Action = rollout.Need
-
-const (
-	// Nothing: the workload is up to date.
-	Nothing = rollout.NeedNothing
-	// Record: write the metadata record only (a baseline, a re-baseline after a
-	// key change, or bookkeeping); no rollout.
-	Record = rollout.NeedRecord
-	// Rollout: stamp the template and the record in one patch; exactly one rollout.
-	Rollout = rollout.NeedRollout
-)
-
-// Facts is what Decide weighs: what the workload carries and what the data
+// Facts is what NeedOf weighs: what the workload carries and what the data
 // hashes to now.
 type Facts struct {
 	// Stamped is the template's stamp; Recorded the hash recorded on the
@@ -34,7 +18,8 @@ type Facts struct {
 	Bookkeeping bool
 }
 
-// Decide applies the no-surprise-rollout rule:
+// NeedOf applies the no-surprise-rollout rule: what the workload's data
+// asks for (the wave's rules, Decide, then say when).
 //
 //   - The template already carries the computed hash: nothing can roll; at
 //     most the record is brought up to date, quietly (a re-applied manifest
@@ -47,7 +32,7 @@ type Facts struct {
 //   - The known hash differs from computed: referenced data changed since the
 //     pods were made: roll.
 //   - Otherwise at most bookkeeping.
-func Decide(f Facts) Action {
+func NeedOf(f Facts) Need {
 	known := f.Recorded
 	if known == "" {
 		known = f.Stamped
@@ -56,21 +41,21 @@ func Decide(f Facts) Action {
 	switch {
 	case f.Stamped == f.Computed:
 		if f.Recorded != f.Computed || keyChanged || f.Bookkeeping {
-			return Record
+			return NeedRecord
 		}
-		return Nothing
+		return NeedNothing
 	case known == "":
-		return Record
+		return NeedRecord
 	case keyChanged && f.RecordedUnderKey == "":
-		return Record
+		return NeedRecord
 	case keyChanged && f.RecordedUnderKey == f.Recorded:
-		return Record
+		return NeedRecord
 	case keyChanged:
-		return Rollout
+		return NeedRollout
 	case known != f.Computed:
-		return Rollout
+		return NeedRollout
 	case f.Recorded != f.Computed || f.Bookkeeping:
-		return Record
+		return NeedRecord
 	}
-	return Nothing
+	return NeedNothing
 }

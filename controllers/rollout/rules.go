@@ -1,0 +1,132 @@
+package rollout
+
+import (
+	"time"
+
+	"github.com/configstamp/configstamp/controllers/pin"
+)
+
+// Timings of the wave's rules.
+const (
+	// staleRecheck: how soon a reconcile whose cache lags behind asks again.
+	staleRecheck = 200 * time.Millisecond
+	// haltedRecheck: how often a workload waiting on a halted change looks
+	// again, in case the wake-up of the lift was missed.
+	haltedRecheck = 30 * time.Second
+)
+
+// Situation is everything the wave's rules weigh about one workload at one
+// moment: the observation, its record, and what this process alone knows.
+type Situation struct {
+	Observation
+	// Record is the workload's rollout record, its seal verified (the zero
+	// Record when it is not sealed by configstamp: such a record counts for
+	// nothing).
+	Record Record
+	// Causes are the changes a rollout of it now would roll out.
+	Causes []Change
+	// Now is the time of the decision.
+	Now time.Time
+	// Stamping: this process stamped it, and the cache it was read from does
+	// not show that yet.
+	Stamping bool
+}
+
+// Step is the rule that applies to a Situation, and what the scheduler does
+// of its own state when taking it.
+type Step int
+
+const (
+	// StepGone: the workload is gone; forget it and free any slot it held.
+	StepGone Step = iota
+	// StepResume: failed, halting its change, and complete again: lift the halt.
+	StepResume
+	// StepClose: its rollout completed or failed: close the record (with the
+	// halt a failure writes, in the same patch) and wake the next in the wave.
+	StepClose
+	// StepFollow: its rollout is under way and nothing new asks for another:
+	// judge it again by its deadline.
+	StepFollow
+	// StepSettle: nothing to roll out; forget that it ever waited.
+	StepSettle
+	// StepStale: it was read from a cache behind a write (its record names
+	// newer sources, or this process stamped it already): look again shortly.
+	StepStale
+	// StepBaseline: write the data record only, no rollout.
+	StepBaseline
+	// StepGate: a rollout is wanted; the gate (halt, debounce, budget, rate)
+	// says when. After > 0: it supersedes its own rollout under way.
+	StepGate
+)
+
+// Plan is what Rules decide: the step, and what it writes.
+type Plan struct {
+	Step Step
+	Verb Verb
+	// Record: the record Resume or Close writes.
+	Record *Record
+	// Failure: why a closed rollout failed.
+	Failure string
+	// After: ask again after this long (StepFollow, StepStale); for StepGate,
+	// when the rollout under way it would supersede is judged again.
+	After time.Duration
+}
+
+// Rules are the wave's rules, in the order they apply, as a pure function of
+// the situation and the policy:
+//
+//  1. Gone: it needs nothing, and holds no slot.
+//  2. Failed, halting its change, and complete again: resume (lift the halt).
+//     A pinned workload a user rolled back to an earlier revision's snapshots
+//     runs other data, and recovers nothing.
+//  3. Its record is open: judge the rollout. Completed or failed: close the
+//     record. Still rolling: follow it, by its deadline, unless a new change
+//     supersedes it (7).
+//  4. Not ours, or nothing new: nothing (still following a rollout under way).
+//  5. Its cache lags behind its record, or behind this process's own stamp:
+//     ask again shortly (never stamp twice).
+//  6. A record only: write it.
+//  7. A rollout: the gate decides when; a change during its own rollout
+//     supersedes it and keeps its slot.
+func Rules(sit Situation, p Policy) Plan {
+	o, rec := sit.Observation, sit.Record
+	if o.Object == nil {
+		return Plan{Step: StepGone}
+	}
+	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), o.Kind.PodTemplate(o.Object)) {
+		if complete, _ := Complete(o.Kind, o.Object); complete {
+			resumed := rec.Resume()
+			return Plan{Step: StepResume, Verb: Resume, Record: &resumed}
+		}
+	}
+	var following time.Duration // > 0: its own rollout is under way
+	if rec.Open() {
+		j := Judge(o.Kind, o.Object, rec.Started, p.ProgressDeadline, sit.Now)
+		switch j.Verdict {
+		case Pending:
+			following = j.Recheck
+		case Done:
+			closed := rec.Complete()
+			return Plan{Step: StepClose, Verb: Close, Record: &closed}
+		case Failure:
+			closed := rec.Fail(p.HaltOnFailure)
+			return Plan{Step: StepClose, Verb: Close, Record: &closed, Failure: j.Reason}
+		}
+	}
+	rolling := following > 0
+	switch {
+	case !o.Ours && rolling:
+		return Plan{Step: StepFollow, After: following}
+	case !o.Ours:
+		return Plan{Step: StepSettle}
+	case o.CacheBehind, !rolling && sit.Stamping:
+		return Plan{Step: StepStale, After: staleRecheck}
+	case rolling && o.Need != NeedRollout: // nothing new: keep following the rollout under way
+		return Plan{Step: StepFollow, After: following}
+	case o.Need == NeedNothing:
+		return Plan{Step: StepSettle}
+	case o.Need == NeedRecord:
+		return Plan{Step: StepBaseline, Verb: Baseline}
+	}
+	return Plan{Step: StepGate, After: following}
+}

@@ -1,0 +1,120 @@
+package rollout
+
+import (
+	"testing"
+	"time"
+
+	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+// TestRules walks the wave's rules over the states a workload's record can be
+// in (none, open, completed, failed and halting), what it is and needs, and
+// what this process knows of it, and checks the step that applies and the
+// record transition it writes. Rules is pure: no scheduler, no cache.
+func TestRules(t *testing.T) {
+	deadline := time.Minute
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	open := StartRecord(t0.Add(-10*time.Second), cause, false)
+	late := StartRecord(t0.Add(-2*deadline), cause, false)
+	halting := late.Fail(true)
+	done := open.Complete()
+	halt := Policy{MaxConcurrent: 1, ProgressDeadline: deadline, HaltOnFailure: true}
+	noHalt := Policy{MaxConcurrent: 1, ProgressDeadline: deadline}
+
+	tests := []struct {
+		name     string
+		policy   Policy // zero: halt
+		complete bool
+		record   *Record
+		gone     bool
+		ours     bool
+		need     Need
+		behind   bool
+		stamping bool
+		want     Step
+		after    time.Duration
+		// written: the record the step writes (nil: none)
+		written *Record
+		failure bool
+	}{
+		{name: "gone", gone: true, want: StepGone},
+		{name: "gone while rolling", gone: true, record: &open, want: StepGone},
+		{name: "failed, halting, complete again: resume", complete: true, record: &halting, ours: true, want: StepResume,
+			written: &Record{State: Failed, Started: halting.Started, Cause: halting.Cause}},
+		{name: "failed, halting, still broken: its halt stands", record: &halting, ours: true, want: StepSettle},
+		{name: "failed, halting, complete, not ours: still resumes", complete: true, record: &halting, want: StepResume,
+			written: &Record{State: Failed, Started: halting.Started, Cause: halting.Cause}},
+		{name: "rolling, complete: close as completed", complete: true, record: &open, ours: true, want: StepClose,
+			written: &Record{State: Completed, Started: open.Started, Cause: open.Cause}},
+		{name: "rolling, complete, not ours: still closed", complete: true, record: &open, want: StepClose,
+			written: &Record{State: Completed, Started: open.Started, Cause: open.Cause}},
+		{name: "rolling past its deadline: close as failed, halting its change", record: &late, ours: true, want: StepClose,
+			written: &Record{State: Failed, Started: late.Started, Cause: late.Cause, Halted: late.Cause}, failure: true},
+		{name: "rolling past its deadline, halting off: close as failed only", policy: noHalt, record: &late, ours: true, want: StepClose,
+			written: &Record{State: Failed, Started: late.Started, Cause: late.Cause}, failure: true},
+		{name: "rolling, not ours: follow it by its deadline", record: &open, want: StepFollow, after: 51 * time.Second},
+		{name: "rolling, nothing new: follow it", record: &open, ours: true, need: NeedRecord, want: StepFollow, after: 51 * time.Second},
+		{name: "rolling, up to date: follow it", record: &open, ours: true, need: NeedNothing, want: StepFollow, after: 51 * time.Second},
+		{name: "rolling, a new change: gate it, to supersede", record: &open, ours: true, need: NeedRollout, want: StepGate, after: 51 * time.Second},
+		{name: "rolling and stamped by this process, a new change: gate it", record: &open, ours: true, need: NeedRollout, stamping: true,
+			want: StepGate, after: 51 * time.Second},
+		{name: "completed, not ours", complete: true, record: &done, want: StepSettle},
+		{name: "no record, not ours", complete: true, want: StepSettle},
+		{name: "cache behind its record", complete: true, ours: true, need: NeedRollout, behind: true, want: StepStale, after: staleRecheck},
+		{name: "stamped by this process, the cache shows no rollout", complete: true, ours: true, need: NeedRollout, stamping: true,
+			want: StepStale, after: staleRecheck},
+		{name: "completed, up to date", complete: true, record: &done, ours: true, need: NeedNothing, want: StepSettle},
+		{name: "record only", complete: true, ours: true, need: NeedRecord, want: StepBaseline},
+		{name: "completed, a new change: gate it", complete: true, record: &done, ours: true, need: NeedRollout, want: StepGate},
+		{name: "failed and halting, a new change, still broken: gate it", record: &halting, ours: true, need: NeedRollout, want: StepGate},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			policy := tc.policy
+			if policy == (Policy{}) {
+				policy = halt
+			}
+			sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Ours: tc.ours, Need: tc.need,
+				CacheBehind: tc.behind}, Now: t0, Stamping: tc.stamping}
+			if !tc.gone {
+				sit.Object = workloadIn("w", tc.complete, nil)
+			}
+			if tc.record != nil {
+				sit.Record = *tc.record
+			}
+			p := Rules(sit, policy)
+			if p.Step != tc.want || p.After != tc.after {
+				t.Fatalf("step %v after %v, want %v after %v (plan %+v)", p.Step, p.After, tc.want, tc.after, p)
+			}
+			switch {
+			case tc.written == nil && p.Record != nil:
+				t.Errorf("writes %+v, want no record", *p.Record)
+			case tc.written != nil && (p.Record == nil || *p.Record != *tc.written):
+				t.Errorf("writes %+v, want %+v", p.Record, *tc.written)
+			}
+			if (p.Failure != "") != tc.failure {
+				t.Errorf("failure %q, want one: %v", p.Failure, tc.failure)
+			}
+		})
+	}
+}
+
+// A pinned workload a user rolled back to an earlier revision's snapshots
+// runs other data than the change that failed on it: complete, it recovers
+// nothing, and its halt stands.
+func TestRulesRolledBackRecoversNothing(t *testing.T) {
+	halting := StartRecord(t0.Add(-2*time.Minute), []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}, false).Fail(true)
+	w := workloadIn("w", true, nil)
+	w.Spec.Template.Annotations = map[string]string{stamp.AnnotationHash: "v1-old"}
+	w.Annotations = map[string]string{pin.AnnotationRolledBack: "v1-old"}
+	sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: w, Ours: true}, Record: halting, Now: t0}
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepSettle {
+		t.Fatalf("step %v, want %v: a rolled-back workload keeps the halt", p.Step, StepSettle)
+	}
+	delete(w.Annotations, pin.AnnotationRolledBack)
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepResume {
+		t.Fatalf("step %v, want %v once it runs what failed again", p.Step, StepResume)
+	}
+}
