@@ -48,6 +48,25 @@ func runMemory(ctx context.Context, cfg *config, e *env, res *results) error {
 		}
 		res.goal(scMemory, "peak RSS after sync", fmtBytes(mem.hwm), "< "+fmtBytes(target), mem.hwm < target)
 	}
+	return addMemoryFloor(ctx, e, res)
+}
+
+// addMemoryFloor adds the memory floor (memoryFloor) and configstamp's
+// distance to it.
+func addMemoryFloor(ctx context.Context, e *env, res *results) error {
+	mem, err := e.configstamp.memory()
+	if err != nil {
+		return err
+	}
+	floor, err := memoryFloor(ctx, e)
+	if err != nil {
+		return err
+	}
+	res.add(scMemory, "floor: bare controller-runtime manager caching the same objects (names only), peak RSS / RSS",
+		fmt.Sprintf("%s / %s (anon %s, file %s)", fmtBytes(floor.hwm), fmtBytes(floor.rss), fmtBytes(floor.anon), fmtBytes(floor.file)))
+	res.add(scMemory, "configstamp above the floor: peak RSS, anon, file",
+		fmt.Sprintf("+%s (%.2f×), %+.1f MiB, %+.1f MiB", fmtBytes(mem.hwm-min(mem.hwm, floor.hwm)), float64(mem.hwm)/float64(floor.hwm),
+			(float64(mem.anon)-float64(floor.anon))/(1<<20), (float64(mem.file)-float64(floor.file))/(1<<20)))
 	return nil
 }
 
