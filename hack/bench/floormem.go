@@ -39,12 +39,19 @@ func memoryFloor(ctx context.Context, e *env) (procMemory, error) {
 	if err := cmd.Start(); err != nil {
 		return procMemory{}, err
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+		<-exited
 	}()
 	hc := &http.Client{Timeout: 5 * time.Second}
 	err = poll(ctx, "floor manager /readyz", 3*time.Minute, 50*time.Millisecond, func() (bool, string, error) {
+		select {
+		case <-exited:
+			return false, "", fmt.Errorf("the floor manager exited; see %s", logFile.Name())
+		default:
+		}
 		resp, err := hc.Get("http://" + probe + "/readyz")
 		if err != nil {
 			return false, err.Error(), nil

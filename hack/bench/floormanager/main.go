@@ -21,7 +21,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,8 +29,7 @@ import (
 )
 
 func main() {
-	var kubeconfig, namespace, probeAddr, metricsAddr string
-	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the control plane")
+	var namespace, probeAddr, metricsAddr string // --kubeconfig is controller-runtime's
 	flag.StringVar(&namespace, "namespace", "configstamp-system", "namespace of the leader lease")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", "127.0.0.1:0", "health probes")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "127.0.0.1:0", "metrics")
@@ -45,7 +43,7 @@ func main() {
 	}
 	log := zapr.NewLogger(zl)
 	ctrl.SetLogger(log)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		log.Error(err, "kubeconfig")
 		os.Exit(1)
