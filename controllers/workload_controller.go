@@ -363,7 +363,7 @@ func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, comp
 // The slot Decide granted goes back (Release) when the stamp did not happen;
 // a superseding stamp keeps the slot its rollout under way holds.
 func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.Decision) (bool, error) {
-	obj, key, comp := o.Object, o.Key, o.comp
+	obj, comp := o.Object, o.comp
 	previous := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]
 	meta := recordAnnotations(comp)
 	if d.Record != nil {
@@ -371,7 +371,7 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 	}
 	if err := r.patchAt(ctx, obj, obj.GetResourceVersion(), meta, comp.Hash); err != nil {
 		if !d.Supersedes {
-			r.Scheduler.Release(key)
+			r.Scheduler.Release(o.Key)
 		}
 		if apierrors.IsConflict(err) {
 			log.FromContext(ctx).V(1).Info("workload changed since it was read; asking again", "hash", comp.Hash)
@@ -379,33 +379,51 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 		}
 		return false, err
 	}
-	stamped := comp.Hash
-	if kept := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]; kept != comp.Hash {
-		// The webhook's consistent read disagreed with this cache (it lags
-		// behind a write the webhook already saw) and stamped what it read.
-		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", comp.Hash, "kept", kept)
-		if kept == "" {
-			// The patch succeeded, yet the template carries no stamp: the API
-			// server pruned it (a CRD whose schema drops unknown fields of the
-			// template's metadata). Nothing can roll this workload; say so.
-			r.Scheduler.Release(key)
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonStampDropped, "Rollout",
-				"the API server dropped %s from %s.metadata.annotations: this kind's CRD prunes the pod template's metadata, so configstamp cannot roll it "+
-					"(keep the template's metadata in the CRD schema, e.g. controller-gen crd:generateEmbeddedObjectMeta=true)",
-				stamp.AnnotationHash, strings.Join(r.Kind.TemplateFields(), "."))
-			return false, nil
-		}
-		if kept == previous { // the stamp stands: nothing rolled
-			r.Scheduler.Release(key)
-			if pin.Pinned(r.Kind.PodTemplate(obj)) != nil {
-				// A snapshot could not be made (the webhook's PinFailed event
-				// says why): retried with the controller's backoff.
-				return false, fmt.Errorf("the webhook kept the stamp %s: the new snapshot could not be made", previous)
-			}
-			return false, nil
-		}
-		stamped = kept // a newer hash than this cache knows: it rolled, with the open record written above
+	stamped, rolled, err := r.kept(ctx, o, previous)
+	if !rolled {
+		r.Scheduler.Release(o.Key)
+		return false, err
 	}
+	r.started(ctx, obj, d, previous, stamped)
+	return false, nil
+}
+
+// kept reads the stamp the patch left (obj as the API server returned it):
+// the one proposed, or the webhook's, whose consistent read disagreed with
+// this cache (it lags behind a write the webhook already saw). rolled: the
+// template changed.
+func (r *WorkloadReconciler) kept(ctx context.Context, o *observed, previous string) (string, bool, error) {
+	tmpl := r.Kind.PodTemplate(o.Object)
+	kept := tmpl.Annotations[stamp.AnnotationHash]
+	if kept != o.comp.Hash {
+		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", o.comp.Hash, "kept", kept)
+	}
+	switch {
+	case kept == "":
+		// The patch succeeded, yet the template carries no stamp: the API
+		// server pruned it (a CRD whose schema drops unknown fields of the
+		// template's metadata). Nothing can roll this workload; say so.
+		r.Recorder.Eventf(o.Object, nil, corev1.EventTypeWarning, ReasonStampDropped, "Rollout",
+			"the API server dropped %s from %s.metadata.annotations: this kind's CRD prunes the pod template's metadata, so configstamp cannot roll it "+
+				"(keep the template's metadata in the CRD schema, e.g. controller-gen crd:generateEmbeddedObjectMeta=true)",
+			stamp.AnnotationHash, strings.Join(r.Kind.TemplateFields(), "."))
+		return "", false, nil
+	case kept == previous && kept != o.comp.Hash: // the stamp stands: nothing rolled
+		if pin.Pinned(tmpl) != nil {
+			// A snapshot could not be made (the webhook's PinFailed event
+			// says why): retried with the controller's backoff.
+			return "", false, fmt.Errorf("the webhook kept the stamp %s: the new snapshot could not be made", previous)
+		}
+		return "", false, nil
+	}
+	// The proposed hash, or a newer one than this cache knows: it rolled,
+	// with the open record written by the same patch.
+	return kept, true, nil
+}
+
+// started tells that a rollout started: the metric, the log and a
+// ConfigChanged event naming what changed.
+func (r *WorkloadReconciler) started(ctx context.Context, obj client.Object, d rollout.Decision, previous, stamped string) {
 	rollout.StartedTotal.WithLabelValues(r.Kind.Name).Inc()
 	names := make([]string, len(d.Causes))
 	for i, c := range d.Causes {
@@ -423,7 +441,6 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 	}
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
 		"%s changed: pod template stamped with %s=%s%s", what, stamp.AnnotationHash, stamped, then)
-	return false, nil
 }
 
 // staleRecheck is how soon a reconcile that read an outdated workload from
