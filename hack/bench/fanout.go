@@ -10,6 +10,10 @@ import (
 	"time"
 
 	ratelimit "golang.org/x/time/rate"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -98,7 +102,60 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 		fmtDuration(floor))
 	ratio := last.Sub(answered).Seconds() / floor.Seconds()
 	res.goal(scFanout, "all templates restamped / the floor", fmt.Sprintf("%.2fx", ratio), "<= 1.2x", ratio <= 1.2)
+	obliged, err := fanoutFloorObliged(ctx, e, n, res)
+	if err != nil {
+		return err
+	}
+	res.add(scFanout, fmt.Sprintf("the floor with configstamp's obligations: the same %d patches each through a no-op webhook and followed by one event", n),
+		fmtDuration(obliged))
+	res.add(scFanout, "all templates restamped / the floor with configstamp's obligations", fmt.Sprintf("%.2fx", last.Sub(answered).Seconds()/obliged.Seconds()))
 	return nil
+}
+
+// fanoutFloorObliged patches the floor's Deployments again (another value),
+// each through a no-op mutating webhook registered for UPDATE and followed by
+// one Event about it, with the same concurrency and client rate: what the
+// fan-out costs any implementation that keeps configstamp's promises (the
+// webhook's consistent check of every stamp, a ConfigChanged event per
+// workload) without configstamp's own work. It adds the CPU time of that window.
+func fanoutFloorObliged(ctx context.Context, e *env, n int, res *results) (time.Duration, error) {
+	stop, err := noopWebhook(ctx, e, admissionregistrationv1.Create, admissionregistrationv1.Update)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	f := &fixture{namespaces: []string{"bench-fanout-floor"}, configMaps: n, secrets: n, shared: 1, deployments: n, noop: true} // fanoutFloor's
+	limit := ratelimit.NewLimiter(fanoutQPS, fanoutBurst)
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"metadata":{"annotations":{"bench.example/stamp":"v3"}}}}}`))
+	cpuBefore := e.cpuTimes()
+	began := time.Now()
+	err = parallel(ctx, "floor patches with obligations", n, fanoutWorkers, func(ctx context.Context, i int) error {
+		if err := limit.Wait(ctx); err != nil {
+			return err
+		}
+		d := f.deployment(i)
+		if err := e.client.Patch(ctx, d, patch); err != nil {
+			return err
+		}
+		if err := limit.Wait(ctx); err != nil {
+			return err
+		}
+		return e.client.Create(ctx, floorEvent(d))
+	})
+	took := time.Since(began)
+	res.addCPU(scFanout, "the floor's patches with configstamp's obligations", cpuBefore, e.cpuTimes(), took)
+	return took, err
+}
+
+// floorEvent is an Event about d like configstamp's ConfigChanged.
+func floorEvent(d client.Object) *eventsv1.Event {
+	return &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: d.GetNamespace(), GenerateName: d.GetName() + "."},
+		EventTime:  metav1.NowMicro(), ReportingController: "bench.example/floor", ReportingInstance: "bench",
+		Action: "Rollout", Reason: "ConfigChanged", Type: corev1.EventTypeNormal,
+		Regarding: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: d.GetNamespace(), Name: d.GetName(), UID: d.GetUID()},
+		Note:      "ConfigMap/shared changed: pod template stamped with bench.example/stamp=v3",
+	}
 }
 
 // configstamp's defaults for its fan-out: --max-concurrent-reconciles and

@@ -32,8 +32,12 @@ const (
 	noopLabel       = "bench.example/noop"
 )
 
-// noopWebhook serves the floor and registers it; stop removes both.
-func noopWebhook(ctx context.Context, e *env) (stop func(), err error) {
+// noopWebhook serves the floor and registers it for ops (default: CREATE);
+// stop removes both.
+func noopWebhook(ctx context.Context, e *env, ops ...admissionregistrationv1.OperationType) (stop func(), err error) {
+	if len(ops) == 0 {
+		ops = []admissionregistrationv1.OperationType{admissionregistrationv1.Create}
+	}
 	certPEM, cert, err := selfSigned()
 	if err != nil {
 		return nil, err
@@ -51,7 +55,7 @@ func noopWebhook(ctx context.Context, e *env) (stop func(), err error) {
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{
 				URL: ptr.To("https://" + ln.Addr().String() + "/mutate"), CABundle: certPEM},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Operations: ops,
 				Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"},
 					Resources: []string{"deployments"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 			}},
