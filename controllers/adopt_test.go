@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -84,9 +83,7 @@ func newAdoptWorld(t *testing.T, secretAnnotations map[string]string, objs ...fu
 			Data: map[string][]byte{hashkey.DataKey: testKeys.Key()}},
 	}
 	// The computation of the template needs only "shared": compute it first.
-	pre := fake.NewClientBuilder().WithObjects(shared).
-		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
-		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).Build()
+	pre := indexedBuilder(shared).Build()
 	comp, err := (&workload.Resolver{Sources: pre, Index: pre, Keys: testKeys}).Compute(t.Context(), "ns", nil, &w.tmpl)
 	if err != nil {
 		t.Fatal(err)
@@ -98,9 +95,7 @@ func newAdoptWorld(t *testing.T, secretAnnotations map[string]string, objs ...fu
 	for _, o := range objs {
 		base = append(base, o(w))
 	}
-	w.c = fake.NewClientBuilder().WithObjects(base...).WithInterceptorFuncs(w.writes.funcs()).
-		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
-		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).Build()
+	w.c = indexedBuilder(base...).WithInterceptorFuncs(w.writes.funcs()).Build()
 	scope, err := workload.NewScope(adoptSystemNS, nil, []string{"other"}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -297,14 +292,7 @@ func TestReconcileWaitsForAdoption(t *testing.T) {
 		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c",
 			EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}}}}}}}}
 	wr := &writes{}
-	b := fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, cfg, d).
-		WithInterceptorFuncs(wr.funcs()).
-		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
-		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc)
-	for _, k := range workload.NewRegistry().All() {
-		b = b.WithIndex(k.New(), IndexHalted, indexHalted).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
-	}
-	c := b.Build()
+	c := indexedBuilder(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, cfg, d).WithInterceptorFuncs(wr.funcs()).Build()
 	adopted := make(chan struct{})
 	r := &WorkloadReconciler{Client: c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10),
 		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},

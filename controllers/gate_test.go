@@ -65,13 +65,7 @@ func newHaltWorld(t *testing.T, policy rollout.Policy, funcs interceptor.Funcs) 
 		waiting: &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "waiting", UID: "uid-waiting"}, Spec: appsv1.DeploymentSpec{Template: tmpl}},
 	}
 	shared := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: sharedRef.Name}, Data: map[string]string{"k": "broken"}}
-	b := fake.NewClientBuilder().WithObjects(shared, w.failed, w.waiting).WithInterceptorFuncs(funcs).
-		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
-		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc)
-	for _, k := range workload.NewRegistry().All() {
-		b = b.WithIndex(k.New(), IndexHalted, indexHalted).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
-	}
-	w.c = b.Build()
+	w.c = indexedBuilder(shared, w.failed, w.waiting).WithInterceptorFuncs(funcs).Build()
 	resolver := &workload.Resolver{Sources: w.c, Index: w.c, Keys: testKeys}
 	scheduler := rollout.NewScheduler(policy, w.c, testKeys, nil)
 	scheduler.Halts = &rollout.Halts{Reader: w.c, Resolver: resolver}

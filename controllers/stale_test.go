@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -39,7 +38,7 @@ func TestStaleReadStampsOnce(t *testing.T) {
 					Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{
 						ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "shared"}}}}}}}}}
 			var stale *appsv1.Deployment // set: the cache serves this copy of app
-			b := fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, app,
+			c := indexedBuilder(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, app,
 				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared"}, Data: map[string]string{"k": "new"}}).
 				WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 					if d, ok := obj.(*appsv1.Deployment); ok && stale != nil {
@@ -52,13 +51,7 @@ func TestStaleReadStampsOnce(t *testing.T) {
 						return nil // this cache shows no rollout under way yet
 					}
 					return c.List(ctx, list, opts...)
-				}}).
-				WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
-				WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc)
-			for _, k := range workload.NewRegistry().All() {
-				b = b.WithIndex(k.New(), IndexHalted, indexHalted).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
-			}
-			c := b.Build()
+				}}).Build()
 			rec := events.NewFakeRecorder(10)
 			kinds := workload.NewRegistry()
 			r := &WorkloadReconciler{Client: c, Kind: kinds.All()[0], Kinds: kinds, Recorder: rec,
