@@ -150,7 +150,7 @@ func fanoutFloorObliged(ctx context.Context, e *env, n int, res *results) (time.
 // floorEvent is an Event about d like configstamp's ConfigChanged.
 func floorEvent(d client.Object) *eventsv1.Event {
 	return &eventsv1.Event{
-		ObjectMeta: metav1.ObjectMeta{Namespace: d.GetNamespace(), GenerateName: d.GetName() + "."},
+		ObjectMeta: metav1.ObjectMeta{Namespace: d.GetNamespace(), Name: fmt.Sprintf("%s.%x", d.GetName(), time.Now().UnixNano())},
 		EventTime:  metav1.NowMicro(), ReportingController: "bench.example/floor", ReportingInstance: "bench",
 		Action: "Rollout", Reason: "ConfigChanged", Type: corev1.EventTypeNormal,
 		Regarding: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: d.GetNamespace(), Name: d.GetName(), UID: d.GetUID()},
