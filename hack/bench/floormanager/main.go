@@ -14,13 +14,13 @@ import (
 	"flag"
 	"net/http"
 	"os"
+	"reflect"
 	"runtime/debug"
 
 	"github.com/go-logr/zapr"
 	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,29 +87,20 @@ func main() {
 }
 
 // namesOnly keeps an object's name, namespace and resourceVersion: the least
-// a cache of it holds.
+// a cache of it holds (a new, empty object of the same type with those set).
 func namesOnly(in any) (any, error) {
 	obj, ok := in.(client.Object)
 	if !ok {
 		return in, nil
 	}
-	keep := metav1.ObjectMeta{Name: obj.GetName(), Namespace: obj.GetNamespace(), ResourceVersion: obj.GetResourceVersion()}
-	switch obj.(type) {
-	case *corev1.ConfigMap:
-		return &corev1.ConfigMap{ObjectMeta: keep}, nil
-	case *corev1.Secret:
-		return &corev1.Secret{ObjectMeta: keep}, nil
-	case *corev1.Namespace:
-		return &corev1.Namespace{ObjectMeta: keep}, nil
-	case *appsv1.Deployment:
-		return &appsv1.Deployment{ObjectMeta: keep}, nil
-	case *appsv1.StatefulSet:
-		return &appsv1.StatefulSet{ObjectMeta: keep}, nil
-	case *appsv1.DaemonSet:
-		return &appsv1.DaemonSet{ObjectMeta: keep}, nil
-	default:
+	out, ok := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
+	if !ok {
 		return in, nil
 	}
+	out.SetName(obj.GetName())
+	out.SetNamespace(obj.GetNamespace())
+	out.SetResourceVersion(obj.GetResourceVersion())
+	return out, nil
 }
 
 var errNotSynced = errors.New("caches not synced")
