@@ -161,7 +161,7 @@ func floorEvent(d client.Object) *eventsv1.Event {
 // configstamp's defaults for its fan-out: --max-concurrent-reconciles and
 // --kube-api-qps / --kube-api-burst.
 const (
-	fanoutWorkers = 16
+	fanoutWorkers = 32
 	fanoutQPS     = 300
 	fanoutBurst   = 600
 )
