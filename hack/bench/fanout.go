@@ -125,7 +125,8 @@ func fanoutFloorObliged(ctx context.Context, e *env, n int, res *results) (time.
 	}
 	defer stop()
 	f := &fixture{namespaces: []string{"bench-fanout-floor"}, configMaps: n, secrets: n, shared: 1, deployments: n, noop: true} // fanoutFloor's
-	limit := ratelimit.NewLimiter(fanoutQPS, fanoutBurst)
+	// Two limiters, as configstamp has: its event recorder has a client of its own.
+	limit, eventLimit := ratelimit.NewLimiter(fanoutQPS, fanoutBurst), ratelimit.NewLimiter(fanoutQPS, fanoutBurst)
 	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"metadata":{"annotations":{"bench.example/stamp":"v3"}}}}}`))
 	cpuBefore := e.cpuTimes()
 	began := time.Now()
@@ -137,7 +138,7 @@ func fanoutFloorObliged(ctx context.Context, e *env, n int, res *results) (time.
 		if err := e.client.Patch(ctx, d, patch); err != nil {
 			return err
 		}
-		if err := limit.Wait(ctx); err != nil {
+		if err := eventLimit.Wait(ctx); err != nil {
 			return err
 		}
 		return e.client.Create(ctx, floorEvent(d))
