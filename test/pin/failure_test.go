@@ -120,6 +120,13 @@ func TestUndoIsNeverSilent(t *testing.T) {
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"a": "2"}, nil))
 	h2 := env.WaitTemplateHash(t, d, h1)
 	waitRolledOut(t, d)
+	// configstamp closes the rollout record once it sees the rollout
+	// complete, a moment after the Deployment says so: that closed record is
+	// the one the undo must keep.
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		env.Get(t, d)
+		return d.Annotations[rollout.AnnotationState] == string(rollout.Completed), "rollout-state " + d.Annotations[rollout.AnnotationState]
+	})
 
 	before := framework.TemplateJSON(t, d)
 	record := func() string {
