@@ -264,14 +264,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer(), o.kinds); err != nil {
-		return err
-	}
-	if err := controllers.Setup(mgr, controllers.Options{Kinds: o.kinds, Policy: o.rollout, Keys: keys,
-		KeySecret: keySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease, Pin: o.pin}); err != nil {
-		return err
-	}
-	self, err := setupWebhook(ctx, o, mgr, cfg, scheme, keys, direct)
+	self, err := wire(ctx, o, mgr, lease, keySecret, keys, cfg, scheme, direct)
 	if err != nil {
 		return err
 	}
@@ -284,13 +277,10 @@ func run() error {
 		return err
 	}
 	if len(missing) > 0 && o.kindsRecheck > 0 {
-		dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("while creating a discovery client: %w", err)
-		}
-		if err := mgr.Add(&servedLater{discovery: dc, missing: missing, interval: o.kindsRecheck, log: setupLog, canList: canList,
-			restart: func() { restarting.Store(true); restart() }}); err != nil {
-			return fmt.Errorf("while adding the kinds watcher: %w", err)
+		later := &servedLater{missing: missing, interval: o.kindsRecheck, log: setupLog, canList: canList,
+			restart: func() { restarting.Store(true); restart() }}
+		if err := addKindsWatcher(mgr, cfg, later); err != nil {
+			return err
 		}
 	}
 
@@ -303,6 +293,35 @@ func run() error {
 	}
 	if restarting.Load() {
 		return errKindsServed
+	}
+	return nil
+}
+
+// wire adds what runs in the manager: the field indexes, the reconcilers and
+// their scheduler (controllers.Setup), and the webhook; it returns
+// configstamp's own user name.
+func wire(ctx context.Context, o *options, mgr ctrl.Manager, lease *fence.Lease, keySecret hashkey.Secret, keys *stamp.Keyring,
+	cfg *rest.Config, scheme *runtime.Scheme, direct client.Client) (string, error) {
+	if err := controllers.SetupIndexes(ctx, mgr.GetFieldIndexer(), o.kinds); err != nil {
+		return "", err
+	}
+	if err := controllers.Setup(mgr, controllers.Options{Kinds: o.kinds, Policy: o.rollout, Keys: keys,
+		KeySecret: keySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease, Pin: o.pin}); err != nil {
+		return "", err
+	}
+	return setupWebhook(ctx, o, mgr, cfg, scheme, keys, direct)
+}
+
+// addKindsWatcher adds later, which restarts configstamp once one of the
+// --kinds-config kinds missing at start is served.
+func addKindsWatcher(mgr ctrl.Manager, cfg *rest.Config, later *servedLater) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("while creating a discovery client: %w", err)
+	}
+	later.discovery = dc
+	if err := mgr.Add(later); err != nil {
+		return fmt.Errorf("while adding the kinds watcher: %w", err)
 	}
 	return nil
 }

@@ -50,18 +50,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	rollout.RegisterMetrics(o.Kinds)
-	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys, o.Kinds)
-	scheduler.Halts = &rollout.Halts{Reader: mgr.GetCache(), Kinds: o.Kinds,
-		Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys}}
-	if o.Scope != nil {
-		scheduler.InScope = func(ctx context.Context, namespace string) bool {
-			ns := &corev1.Namespace{}
-			if err := mgr.GetCache().Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
-				return false
-			}
-			return o.Scope.InScope(ns.Name, ns.Labels)
-		}
-	}
+	scheduler := newScheduler(mgr, o)
 	nudger := NewNudger(o.Kinds)
 	// The leader's writers: fenced by its lease when there is one.
 	writer := mgr.GetClient()
@@ -96,16 +85,46 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		}
 	}
 	if o.Pin {
-		snapshots := &pin.Snapshots{Reader: mgr.GetAPIReader(), Writer: writer}
-		for _, rev := range []func() client.Object{func() client.Object { return &appsv1.ReplicaSet{} }, func() client.Object { return &appsv1.ControllerRevision{} }} {
-			if err := (&RevisionOwner{Cache: mgr.GetCache(), Snapshots: snapshots, New: rev}).SetupWithManager(mgr); err != nil {
-				return fmt.Errorf("while setting up the snapshot hand-over: %w", err)
-			}
-		}
-		if err := setupKeepers(mgr, o, snapshots); err != nil {
+		if err := setupPin(mgr, o, writer); err != nil {
 			return err
 		}
 	}
+	return addKeyWatcher(mgr, o, nudger)
+}
+
+// newScheduler is the one Scheduler of every kind's reconciler: it reads the
+// rolling and halted workloads from the cache, in o's scope.
+func newScheduler(mgr ctrl.Manager, o Options) *rollout.Scheduler {
+	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys, o.Kinds)
+	scheduler.Halts = &rollout.Halts{Reader: mgr.GetCache(), Kinds: o.Kinds,
+		Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys}}
+	if o.Scope != nil {
+		scheduler.InScope = func(ctx context.Context, namespace string) bool {
+			ns := &corev1.Namespace{}
+			if err := mgr.GetCache().Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+				return false
+			}
+			return o.Scope.InScope(ns.Name, ns.Labels)
+		}
+	}
+	return scheduler
+}
+
+// setupPin adds pinned config's controllers: the hand-over of snapshots to
+// the revisions that name them, and the keepers of deleted snapshots.
+func setupPin(mgr ctrl.Manager, o Options, writer client.Client) error {
+	snapshots := &pin.Snapshots{Reader: mgr.GetAPIReader(), Writer: writer}
+	for _, rev := range []func() client.Object{func() client.Object { return &appsv1.ReplicaSet{} }, func() client.Object { return &appsv1.ControllerRevision{} }} {
+		if err := (&RevisionOwner{Cache: mgr.GetCache(), Snapshots: snapshots, New: rev}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("while setting up the snapshot hand-over: %w", err)
+		}
+	}
+	return setupKeepers(mgr, o, snapshots)
+}
+
+// addKeyWatcher adds the hash key's Watcher: on the leader, a new key wakes
+// every workload to re-baseline.
+func addKeyWatcher(mgr ctrl.Manager, o Options, nudger *Nudger) error {
 	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return fmt.Errorf("while creating a clientset for the hash key: %w", err)
