@@ -64,6 +64,23 @@ func runStatus(ctx context.Context, o *options, _ []string) error {
 	if err != nil {
 		return err
 	}
+	res := statusOf(ws)
+	res.BudgetInUse = len(res.Rolling)
+	if len(res.Halted) > 0 {
+		if err := o.fillWaiting(ctx, ns, ws, res.Halted); err != nil {
+			return err
+		}
+	}
+	if done, err := o.machine(res); done {
+		return err
+	}
+	o.printStatus(res, ns)
+	return nil
+}
+
+// statusOf reads the rollouts under way, the halts and the user rollbacks
+// from the workloads' records.
+func statusOf(ws []workload) statusResult {
 	res := statusResult{Rolling: []rollingView{}, Halted: []haltView{}, RolledBack: []rolledBackView{}}
 	for _, w := range ws {
 		if pin.RolledBack(w.meta.Annotations, w.template) {
@@ -87,15 +104,11 @@ func runStatus(ctx context.Context, o *options, _ []string) error {
 			res.Halted = append(res.Halted, haltView{Namespace: w.meta.Namespace, Kind: w.kind, Name: w.meta.Name, Changes: changes(rec.Halted), Waiting: []string{}})
 		}
 	}
-	res.BudgetInUse = len(res.Rolling)
-	if len(res.Halted) > 0 {
-		if err := o.fillWaiting(ctx, ns, ws, res.Halted); err != nil {
-			return err
-		}
-	}
-	if done, err := o.machine(res); done {
-		return err
-	}
+	return res
+}
+
+// printStatus prints res as tables; ns is the namespace asked for ("": all).
+func (o *options) printStatus(res statusResult, ns string) {
 	scope := "all namespaces"
 	if ns != "" {
 		scope = "namespace " + ns
@@ -134,7 +147,6 @@ func runStatus(ctx context.Context, o *options, _ []string) error {
 		}
 		o.table(rows)
 	}
-	return nil
 }
 
 // fillWaiting finds, from RolloutHalted events, the workloads that wait on each halt.
