@@ -50,7 +50,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	rollout.RegisterMetrics(o.Kinds)
-	scheduler := newScheduler(mgr, o)
+	// One resolver over the cache for the reconcilers, the takeover and the
+	// halt lookups (it reads sequentially: no read budget to share).
+	resolver := &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys}
+	scheduler := newScheduler(mgr, o, resolver)
 	nudger := NewNudger(o.Kinds)
 	// The leader's writers: fenced by its lease when there is one.
 	writer := mgr.GetClient()
@@ -58,7 +61,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		writer = fence.Client(writer, o.Lease)
 	}
 	adopter := &Adopter{Client: writer, Reader: mgr.GetAPIReader(), Scope: o.Scope,
-		Resolver:  &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
+		Resolver:  resolver,
 		KeySecret: o.KeySecret, Kinds: o.Kinds, Done: make(chan struct{}), Log: mgr.GetLogger().WithName("records")}
 	if err := mgr.Add(adopter); err != nil {
 		return fmt.Errorf("while adding the record takeover: %w", err)
@@ -66,7 +69,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	for _, kind := range o.Kinds.All() {
 		r := &WorkloadReconciler{
 			Client: writer, APIReader: mgr.GetAPIReader(), Kind: kind, Kinds: o.Kinds,
-			Resolver:                &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys},
+			Resolver:                resolver,
 			Recorder:                rollout.CountWarnings(mgr.GetEventRecorder("configstamp")),
 			Scheduler:               scheduler,
 			Nudger:                  nudger,
@@ -94,10 +97,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 
 // newScheduler is the one Scheduler of every kind's reconciler: it reads the
 // rolling and halted workloads from the cache, in o's scope.
-func newScheduler(mgr ctrl.Manager, o Options) *rollout.Scheduler {
+func newScheduler(mgr ctrl.Manager, o Options, resolver *workload.Resolver) *rollout.Scheduler {
 	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys, o.Kinds)
-	scheduler.Halts = &rollout.Halts{Reader: mgr.GetCache(), Kinds: o.Kinds,
-		Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys}}
+	scheduler.Halts = &rollout.Halts{Reader: mgr.GetCache(), Kinds: o.Kinds, Resolver: resolver}
 	if o.Scope != nil {
 		scheduler.InScope = func(ctx context.Context, namespace string) bool {
 			ns := &corev1.Namespace{}

@@ -160,7 +160,7 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 		return res, r.recovered(ctx, obj, *d.Record)
 	case rollout.Close:
 		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record)); stale || err != nil {
-			return reconcile.Result{RequeueAfter: staleRecheck}, err
+			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
 		}
 		if d.Failure != "" {
 			rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
@@ -174,7 +174,7 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 		return res, r.record(ctx, obj, o.comp)
 	case rollout.Stamp:
 		if stale, err := r.roll(ctx, o, d); stale || err != nil {
-			return reconcile.Result{RequeueAfter: staleRecheck}, err
+			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
 		}
 	}
 	return res, nil
@@ -442,10 +442,6 @@ func (r *WorkloadReconciler) started(ctx context.Context, obj client.Object, d r
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
 		"%s changed: pod template stamped with %s=%s%s", what, stamp.AnnotationHash, stamped, then)
 }
-
-// staleRecheck is how soon a reconcile that read an outdated workload from
-// the cache asks again.
-const staleRecheck = 200 * time.Millisecond
 
 // closeRecord closes the rollout record with meta, but only on the version of
 // the workload that was judged (a resourceVersion precondition): a cache that

@@ -171,11 +171,11 @@ func TestDecideNeverStampsTwice(t *testing.T) {
 	if err != nil || d.Verb != Stamp {
 		t.Fatalf("first decision %+v, %v; want to stamp", d, err)
 	}
-	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Idle || d.After != staleRecheck {
-		t.Fatalf("the same read again: %+v, %v; want to ask again after %v", d, err, staleRecheck)
+	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Idle || d.After != StaleRecheck {
+		t.Fatalf("the same read again: %+v, %v; want to ask again after %v", d, err, StaleRecheck)
 	}
 	o.Object, o.Need = workloadIn("w", false, d.Record), NeedNothing
-	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Idle || d.After <= staleRecheck {
+	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Idle || d.After <= StaleRecheck {
 		t.Fatalf("the stamp seen: %+v, %v; want to follow the rollout by its deadline", d, err)
 	}
 }

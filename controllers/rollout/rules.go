@@ -8,8 +8,9 @@ import (
 
 // Timings of the wave's rules.
 const (
-	// staleRecheck: how soon a reconcile whose cache lags behind asks again.
-	staleRecheck = 200 * time.Millisecond
+	// StaleRecheck: how soon a reconcile whose cache lags behind a write (or
+	// whose own write was refused as stale) asks again.
+	StaleRecheck = 200 * time.Millisecond
 	// haltedRecheck: how often a workload waiting on a halted change looks
 	// again, in case the wake-up of the lift was missed.
 	haltedRecheck = 30 * time.Second
@@ -120,7 +121,7 @@ func Rules(sit Situation, p Policy) Plan {
 	case !o.Ours:
 		return Plan{Step: StepSettle}
 	case o.CacheBehind, !rolling && sit.Stamping:
-		return Plan{Step: StepStale, After: staleRecheck}
+		return Plan{Step: StepStale, After: StaleRecheck}
 	case rolling && o.Need != NeedRollout: // nothing new: keep following the rollout under way
 		return Plan{Step: StepFollow, After: following}
 	case o.Need == NeedNothing:
