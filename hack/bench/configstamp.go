@@ -85,20 +85,7 @@ func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extr
 	go func() { _ = p.cmd.Wait(); logFile.Close(); close(p.done) }()
 	logf("configstamp started (pid %d, log %s): %s", p.cmd.Process.Pid, logPath, strings.Join(extra, " "))
 
-	err = poll(ctx, "configstamp /readyz", 3*time.Minute, 10*time.Millisecond, func() (bool, string, error) {
-		select {
-		case <-p.done:
-			return false, "", fmt.Errorf("configstamp exited early; see %s", logPath)
-		default:
-		}
-		resp, err := p.http.Get("http://" + p.probeAddr + "/readyz")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status, nil
-	})
-	if err != nil {
+	if err := waitReadyz(ctx, "configstamp", p.http, p.probeAddr, 10*time.Millisecond, p.done, logPath); err != nil {
 		_ = p.stop()
 		return nil, err
 	}
@@ -116,6 +103,24 @@ func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extr
 	}
 	p.leaderAfter = time.Since(p.started)
 	return p, nil
+}
+
+// waitReadyz polls a process's /readyz at probeAddr every interval until it
+// answers 200, failing at once if the process exits (done closes).
+func waitReadyz(ctx context.Context, what string, hc *http.Client, probeAddr string, interval time.Duration, done <-chan struct{}, logPath string) error {
+	return poll(ctx, what+" /readyz", 3*time.Minute, interval, func() (bool, string, error) {
+		select {
+		case <-done:
+			return false, "", fmt.Errorf("%s exited early; see %s", what, logPath)
+		default:
+		}
+		resp, err := hc.Get("http://" + probeAddr + "/readyz")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	})
 }
 
 func (p *configstampProcess) pid() int { return p.cmd.Process.Pid }

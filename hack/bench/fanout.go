@@ -94,7 +94,7 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 	}
 	res.add(scFanout, "webhook calls failed open (timeout/error, API server counter)", fmt.Sprintf("%.0f", failOpenAfter-failOpenBefore))
 
-	floor, err := fanoutFloor(ctx, cfg, e, n, res)
+	f, floor, err := fanoutFloor(ctx, cfg, e, n, res)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 		fmtDuration(floor))
 	ratio := last.Sub(answered).Seconds() / floor.Seconds()
 	res.goal(scFanout, "all templates restamped / the floor", fmt.Sprintf("%.2fx", ratio), "<= 1.2x", ratio <= 1.2)
-	obliged, err := fanoutFloorObliged(ctx, e, n, res)
+	obliged, err := fanoutFloorObliged(ctx, e, f, res)
 	if err != nil {
 		return err
 	}
@@ -112,50 +112,57 @@ func runFanout(ctx context.Context, cfg *config, e *env, res *results) error {
 	return nil
 }
 
-// fanoutFloorObliged patches the floor's Deployments again (another value),
-// each through a no-op mutating webhook registered for UPDATE and followed by
-// one Event about it, with the same concurrency and client rate: what the
-// fan-out costs any implementation that keeps configstamp's promises (the
-// webhook's consistent check of every stamp, a ConfigChanged event per
-// workload) without configstamp's own work. It adds the CPU time of that window.
-func fanoutFloorObliged(ctx context.Context, e *env, n int, res *results) (time.Duration, error) {
+// fanoutFloorObliged patches the floor's Deployments (f) again, each through a
+// no-op mutating webhook registered for UPDATE and followed by one Event
+// about it: what the fan-out costs any implementation that keeps
+// configstamp's promises (the webhook's consistent check of every stamp, a
+// ConfigChanged event per workload) without configstamp's own work.
+func fanoutFloorObliged(ctx context.Context, e *env, f *fixture, res *results) (time.Duration, error) {
 	stop, err := noopWebhook(ctx, e, admissionregistrationv1.Create, admissionregistrationv1.Update)
 	if err != nil {
 		return 0, err
 	}
 	defer stop()
-	f := &fixture{namespaces: []string{"bench-fanout-floor"}, configMaps: n, secrets: n, shared: 1, deployments: n, noop: true} // fanoutFloor's
-	// Two limiters, as configstamp has: its event recorder has a client of its own.
+	return floorPatches(ctx, e, f, "v3", true, "the floor's patches with configstamp's obligations", res)
+}
+
+// floorPatches sets the bench's annotation on the pod template of each of f's
+// Deployments to value, with configstamp's concurrency and client rate, and
+// returns how long that took (first request to last response). With events,
+// each patch is followed by one Event about the Deployment, on a client rate
+// of its own (configstamp's event recorder has a client of its own). It adds
+// the CPU time of that window as what.
+func floorPatches(ctx context.Context, e *env, f *fixture, value string, events bool, what string, res *results) (time.Duration, error) {
 	limit, eventLimit := ratelimit.NewLimiter(fanoutQPS, fanoutBurst), ratelimit.NewLimiter(fanoutQPS, fanoutBurst)
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"metadata":{"annotations":{"bench.example/stamp":"v3"}}}}}`))
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"metadata":{"annotations":{"bench.example/stamp":"`+value+`"}}}}}`))
 	cpuBefore := e.cpuTimes()
 	began := time.Now()
-	err = parallel(ctx, "floor patches with obligations", n, fanoutWorkers, func(ctx context.Context, i int) error {
+	err := parallel(ctx, what, f.deployments, fanoutWorkers, func(ctx context.Context, i int) error {
 		if err := limit.Wait(ctx); err != nil {
 			return err
 		}
 		d := f.deployment(i)
-		if err := e.client.Patch(ctx, d, patch); err != nil {
+		if err := e.client.Patch(ctx, d, patch); err != nil || !events {
 			return err
 		}
 		if err := eventLimit.Wait(ctx); err != nil {
 			return err
 		}
-		return e.client.Create(ctx, floorEvent(d))
+		return e.client.Create(ctx, floorEvent(d, value))
 	})
 	took := time.Since(began)
-	res.addCPU(scFanout, "the floor's patches with configstamp's obligations", cpuBefore, e.cpuTimes(), took)
+	res.addCPU(scFanout, what, cpuBefore, e.cpuTimes(), took)
 	return took, err
 }
 
 // floorEvent is an Event about d like configstamp's ConfigChanged.
-func floorEvent(d client.Object) *eventsv1.Event {
+func floorEvent(d client.Object, value string) *eventsv1.Event {
 	return &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{Namespace: d.GetNamespace(), Name: fmt.Sprintf("%s.%x", d.GetName(), time.Now().UnixNano())},
 		EventTime:  metav1.NowMicro(), ReportingController: "bench.example/floor", ReportingInstance: "bench",
 		Action: "Rollout", Reason: "ConfigChanged", Type: corev1.EventTypeNormal,
 		Regarding: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: d.GetNamespace(), Name: d.GetName(), UID: d.GetUID()},
-		Note:      "ConfigMap/shared changed: pod template stamped with bench.example/stamp=v3",
+		Note:      "ConfigMap/shared changed: pod template stamped with bench.example/stamp=" + value,
 	}
 }
 
@@ -169,32 +176,21 @@ const (
 
 // fanoutFloor creates n Deployments like the fan-out's, not opted in (so no
 // webhook sees them), then patches one annotation of each pod template with
-// configstamp's concurrency and client rate, and returns how long that took
-// (first request to last response): what the same fan-out costs the API
-// server without configstamp's work. It adds the CPU time of that window.
-func fanoutFloor(ctx context.Context, cfg *config, e *env, n int, res *results) (time.Duration, error) {
+// configstamp's concurrency and client rate (floorPatches): what the same
+// fan-out costs the API server without configstamp's work. It returns the
+// floor's Deployments and how long the patches took.
+func fanoutFloor(ctx context.Context, cfg *config, e *env, n int, res *results) (*fixture, time.Duration, error) {
 	f := &fixture{namespaces: []string{"bench-fanout-floor"}, configMaps: n, secrets: n, shared: 1, deployments: n,
 		size: cfg.size, keys: cfg.keys, noop: true}
 	if _, err := f.createSources(ctx, e, cfg.workers); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	if _, err := f.createDeployments(ctx, e, cfg.deployWorkers); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	limit := ratelimit.NewLimiter(fanoutQPS, fanoutBurst)
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"metadata":{"annotations":{"bench.example/stamp":"v2"}}}}}`))
 	profiled := e.profileAPIServer(ctx, "apiserver-floor.pprof")
-	cpuBefore := e.cpuTimes()
-	began := time.Now()
-	err := parallel(ctx, "floor patches", n, fanoutWorkers, func(ctx context.Context, i int) error {
-		if err := limit.Wait(ctx); err != nil {
-			return err
-		}
-		return e.client.Patch(ctx, f.deployment(i), patch)
-	})
-	took := time.Since(began)
-	res.addCPU(scFanout, "the floor's patches", cpuBefore, e.cpuTimes(), took)
-	return took, errors.Join(err, <-profiled)
+	took, err := floorPatches(ctx, e, f, "v2", false, "the floor's patches", res)
+	return f, took, errors.Join(err, <-profiled)
 }
 
 // profileAPIServer starts a 4 s CPU profile of kube-apiserver (with

@@ -46,20 +46,7 @@ func memoryFloor(ctx context.Context, e *env) (procMemory, error) {
 		<-exited
 	}()
 	hc := &http.Client{Timeout: 5 * time.Second}
-	err = poll(ctx, "floor manager /readyz", 3*time.Minute, 50*time.Millisecond, func() (bool, string, error) {
-		select {
-		case <-exited:
-			return false, "", fmt.Errorf("the floor manager exited; see %s", logFile.Name())
-		default:
-		}
-		resp, err := hc.Get("http://" + probe + "/readyz")
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status, nil
-	})
-	if err != nil {
+	if err := waitReadyz(ctx, "floor manager", hc, probe, 50*time.Millisecond, exited, logFile.Name()); err != nil {
 		return procMemory{}, err
 	}
 	// Read once the peak has held still for 3 s (the informers' first lists
