@@ -286,6 +286,10 @@ func TestWaveStampsEachWorkloadOnce(t *testing.T) {
 	}
 }
 
+// stampedOnceHold is how long stampedOnce watches the rollouts started: past
+// rollout.StaleRecheck (200 ms) and the suite's --debounce=2s.
+const stampedOnceHold = 5 * time.Second
+
 // stampedOnce checks, once configstamp is idle (since: ReconcileCounts), that
 // each of the wave's workloads was stamped once for the change: one rollout
 // started each (started: startedRollouts before the change) and one
@@ -294,8 +298,17 @@ func TestWaveStampsEachWorkloadOnce(t *testing.T) {
 func stampedOnce(t *testing.T, ns string, wave []string, started float64, since map[string]float64) {
 	t.Helper()
 	env.Configstamp.WaitIdle(t, since)
-	if got := startedRollouts(t) - started; got != float64(len(wave)) {
-		t.Errorf("configstamp started %v rollouts for a wave of %d workloads, want one each", got, len(wave))
+	// A reconcile asked to look again (rollout.StaleRecheck) waits where
+	// WaitIdle cannot see it: the count must hold past that, and past the
+	// suite's debounce, before the events are counted.
+	for hold := time.Now().Add(stampedOnceHold); ; <-time.After(500 * time.Millisecond) {
+		if got := startedRollouts(t) - started; got != float64(len(wave)) {
+			t.Errorf("configstamp started %v rollouts for a wave of %d workloads, want one each", got, len(wave))
+			break
+		}
+		if time.Now().After(hold) {
+			break
+		}
 	}
 	twice := 0
 	for _, n := range wave {
