@@ -105,7 +105,7 @@ type Decision struct {
 func (s *Scheduler) Decide(ctx context.Context, o Observation) (Decision, error) {
 	sit := s.situation(ctx, o)
 	plan := Rules(sit, s.Policy)
-	d := Decision{Verb: plan.Verb, Record: plan.Record, Judged: sit.Record, Causes: sit.Causes, Failure: plan.Failure, After: plan.After}
+	d := Decision{Verb: plan.Step.verb(), Record: plan.Record, Judged: sit.Record, Causes: sit.Causes, Failure: plan.Failure, After: plan.After}
 	switch plan.Step {
 	case StepGone:
 		s.settle(o.Key)

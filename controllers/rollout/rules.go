@@ -60,10 +60,23 @@ const (
 	StepGate
 )
 
+// verb is what the reconciler writes for a step taken as it is (the gate's
+// Stamp is the scheduler's to give).
+func (s Step) verb() Verb {
+	switch s {
+	case StepResume:
+		return Resume
+	case StepClose:
+		return Close
+	case StepBaseline:
+		return Baseline
+	}
+	return Idle
+}
+
 // Plan is what Rules decide: the step, and what it writes.
 type Plan struct {
 	Step Step
-	Verb Verb
 	// Record: the record Resume or Close writes.
 	Record *Record
 	// Failure: why a closed rollout failed.
@@ -97,7 +110,7 @@ func Rules(sit Situation, p Policy) Plan {
 	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), o.Kind.PodTemplate(o.Object)) {
 		if complete, _ := Complete(o.Kind, o.Object); complete {
 			resumed := rec.Resume()
-			return Plan{Step: StepResume, Verb: Resume, Record: &resumed}
+			return Plan{Step: StepResume, Record: &resumed}
 		}
 	}
 	var following time.Duration // > 0: its own rollout is under way
@@ -108,10 +121,10 @@ func Rules(sit Situation, p Policy) Plan {
 			following = j.Recheck
 		case Done:
 			closed := rec.Complete()
-			return Plan{Step: StepClose, Verb: Close, Record: &closed}
+			return Plan{Step: StepClose, Record: &closed}
 		case Failure:
 			closed := rec.Fail(p.HaltOnFailure)
-			return Plan{Step: StepClose, Verb: Close, Record: &closed, Failure: j.Reason}
+			return Plan{Step: StepClose, Record: &closed, Failure: j.Reason}
 		}
 	}
 	rolling := following > 0
@@ -127,7 +140,7 @@ func Rules(sit Situation, p Policy) Plan {
 	case o.Need == NeedNothing:
 		return Plan{Step: StepSettle}
 	case o.Need == NeedRecord:
-		return Plan{Step: StepBaseline, Verb: Baseline}
+		return Plan{Step: StepBaseline}
 	}
 	return Plan{Step: StepGate, After: following}
 }
