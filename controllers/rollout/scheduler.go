@@ -5,12 +5,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
@@ -148,10 +151,21 @@ type Scheduler struct {
 	handled map[Key]time.Time
 	// halted: workloads told that they wait on a halted change, which, and
 	// their priorities (announced again when the halt lifts).
-	halted  map[Key]haltedOn
+	halted map[Key]haltedOn
+	// seals: the last seal check of each open record, reused while the
+	// object's UID and resourceVersion and the key its seal names are the same.
+	seals map[Key]sealCheck
+	// pruned: when stale entries were last dropped (at most every pruneEvery).
+	pruned  time.Time
 	limiter *rate.Limiter
 	now     func() time.Time
 }
+
+// pruneEvery bounds how often the scheduler walks its pending and handled
+// entries to drop stale ones: a wave of N workloads steps the scheduler about
+// N times, and a walk at each step cost O(N²). Between walks a stale entry is
+// dropped when it is looked up (entry), and never counted (tally) nor ordered.
+const pruneEvery = time.Second
 
 // NewScheduler returns a Scheduler for policy reading the cache, whose records
 // it verifies with keys.
@@ -166,6 +180,7 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		inflight: map[Key]time.Time{},
 		handled:  map[Key]time.Time{},
 		halted:   map[Key]haltedOn{},
+		seals:    map[Key]sealCheck{},
 		limiter:  rate.NewLimiter(limit, 1),
 		now:      time.Now,
 	}
@@ -180,7 +195,7 @@ func (s *Scheduler) Announce(k Key, priority int) {
 	defer s.mu.Unlock()
 	now := s.now()
 	s.handled[k] = now
-	if p, ok := s.pending[k]; ok {
+	if p := s.entry(k, now); p != nil {
 		if p.foreseen {
 			p.foreseen, p.priority, p.seen = false, priority, now
 		}
@@ -198,7 +213,7 @@ func (s *Scheduler) Foresee(k Key, priority int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if _, ok := s.pending[k]; ok || now.Sub(s.handled[k]) < foreseenFor {
+	if s.entry(k, now) != nil || now.Sub(s.handled[k]) < foreseenFor {
 		return
 	}
 	s.pending[k] = &pending{priority: priority, announced: true, foreseen: true, readyAt: now, seen: now}
@@ -212,7 +227,7 @@ func (s *Scheduler) Debounce(k Key, hash string, window time.Duration, priority 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	p := s.pending[k]
+	p := s.entry(k, now)
 	switch {
 	case p == nil || p.announced:
 		p = &pending{hash: hash, first: now, last: now}
@@ -240,7 +255,7 @@ func (s *Scheduler) Acquire(ctx context.Context, k Key, priority int, needsSlot 
 	defer s.mu.Unlock()
 	defer s.report()
 	now := s.now()
-	p := s.pending[k]
+	p := s.entry(k, now)
 	if p == nil {
 		p = &pending{first: now, last: now}
 		s.pending[k] = p
@@ -302,24 +317,46 @@ func (s *Scheduler) Forget(k Key) {
 }
 
 // Next returns up to n workloads waiting for a slot, first in wave order: the
-// ones to wake when a slot frees.
+// ones to wake when a slot frees. With no budget, or nobody asking, nobody
+// waits for a slot, and it reads nothing.
 func (s *Scheduler) Next(ctx context.Context, n int) []Key {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
+	if s.Policy.MaxConcurrent == 0 || !s.anyAsking(now) {
+		return nil
+	}
 	held, err := s.holders(ctx, now)
 	if err != nil {
 		return nil
 	}
-	order := s.order(held, now)
-	s.report() // order pruned stale entries
 	var out []Key
-	for _, k := range order {
-		if p := s.pending[k]; p != nil && !p.announced && !p.readyAt.After(now) && len(out) < n {
+	for _, k := range s.order(held, now) {
+		if s.pending[k].asking(now) && len(out) < n {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// anyAsking reports whether a workload asks for a slot now; s.mu held.
+func (s *Scheduler) anyAsking(now time.Time) bool {
+	for _, p := range s.pending {
+		if p.asking(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// entry returns k's pending entry, or nil; a stale one is dropped; s.mu held.
+func (s *Scheduler) entry(k Key, now time.Time) *pending {
+	p := s.pending[k]
+	if p != nil && p.stale(now) {
+		delete(s.pending, k)
+		return nil
+	}
+	return p
 }
 
 // SlotsInUse counts the workloads holding a slot now.
@@ -336,23 +373,33 @@ func (s *Scheduler) SlotsInUse(ctx context.Context) (int, error) {
 // closeGrace), and this process's stamps the cache does not show yet.
 func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, error) {
 	out := map[Key]bool{}
+	seals := make(map[Key]sealCheck, len(s.seals))
+	inScope := map[string]bool{} // asked once per namespace
 	for _, kind := range s.Kinds.All() {
 		list := kind.NewList()
 		if err := s.Cache.List(ctx, list, client.MatchingFields{IndexRolling: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("while listing rolling %s: %w", kind.Resource, err)
 		}
 		for _, o := range kind.Items(list) {
-			r, err := Verify(o, s.Keys)
-			if err != nil || !r.Open() || r.Started.After(now.Add(clockSkew)) ||
+			k := Key{kind.Name, o.GetNamespace(), o.GetName()}
+			c := s.verify(k, o)
+			seals[k] = c
+			r := c.record
+			if c.err != nil || !r.Open() || r.Started.After(now.Add(clockSkew)) ||
 				now.Sub(r.Started) > s.Policy.ProgressDeadline+closeGrace {
 				continue
 			}
-			if s.InScope != nil && !s.InScope(ctx, o.GetNamespace()) {
-				continue // another installation's
+			in, asked := inScope[k.Namespace]
+			if !asked {
+				in = s.InScope == nil || s.InScope(ctx, k.Namespace)
+				inScope[k.Namespace] = in
 			}
-			out[Key{kind.Name, o.GetNamespace(), o.GetName()}] = true
+			if in { // else another installation's
+				out[k] = true
+			}
 		}
 	}
+	s.seals = seals
 	for k, at := range s.inflight {
 		if out[k] || now.Sub(at) > inflightFor {
 			delete(s.inflight, k) // the cache shows it now (or never will)
@@ -363,38 +410,99 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 	return out, nil
 }
 
-// rank is k's place in the wave order among the candidates: workloads asking
-// now, announced, or leaving their debounce window within `upcoming`.
-func (s *Scheduler) rank(k Key, held map[Key]bool, now time.Time) int {
-	return slices.Index(s.order(held, now), k)
+// sealCheck is the outcome of one seal check of an open record (Verify), for
+// the object version and the key it was made with.
+type sealCheck struct {
+	uid     types.UID
+	version string
+	key     *stamp.Hasher
+	record  Record
+	err     error
 }
 
-func (s *Scheduler) order(held map[Key]bool, now time.Time) []Key {
-	byNS := map[string][]Key{}
-	for k, p := range s.pending {
-		if p.stale(now) {
-			delete(s.pending, k)
-			continue
-		}
-		if p.readyAt.After(now.Add(upcoming)) {
-			continue
-		}
-		byNS[k.Namespace] = append(byNS[k.Namespace], k)
+// verify checks the seal of o's record, or reuses the last check of k when
+// it was of the same object version with the same key; s.mu held. A record
+// sealed with a key configstamp no longer has (or has only now) is checked
+// again: ByID gives another Hasher.
+func (s *Scheduler) verify(k Key, o client.Object) sealCheck {
+	id, _, _ := strings.Cut(o.GetAnnotations()[AnnotationSeal], ".")
+	key := s.Keys.ByID(id)
+	if c, ok := s.seals[k]; ok && c.uid == o.GetUID() && c.version == o.GetResourceVersion() && c.key == key {
+		return c
 	}
+	r, err := Verify(o, s.Keys)
+	return sealCheck{uid: o.GetUID(), version: o.GetResourceVersion(), key: key, record: r, err: err}
+}
+
+// rank is k's place in the wave order (order) among the candidates, or -1
+// when k is not one. It counts the candidates that come first instead of
+// sorting them all: a budgeted wave asks it at every step.
+func (s *Scheduler) rank(k Key, held map[Key]bool, now time.Time) int {
+	me := s.pending[k]
+	if me == nil || !me.candidate(now) {
+		return -1
+	}
+	count := map[string]int{} // candidates per namespace
+	inLine := 0               // candidates of k's namespace ahead of k
+	for j, p := range s.pending {
+		if !p.candidate(now) {
+			continue
+		}
+		count[j.Namespace]++
+		if j.Namespace == k.Namespace && s.inNamespace(j, k) < 0 {
+			inLine++
+		}
+	}
+	holdsIn := holdsPerNamespace(held)
+	position := holdsIn[k.Namespace] + inLine
+	rank := inLine
+	for ns, n := range count {
+		if ns == k.Namespace {
+			continue
+		}
+		// ns's candidates stand at holdsIn[ns], holdsIn[ns]+1, ...; those at
+		// k's position come first when ns sorts first.
+		ahead := position - holdsIn[ns]
+		if ns < k.Namespace {
+			ahead++
+		}
+		rank += min(max(ahead, 0), n)
+	}
+	return rank
+}
+
+// inNamespace orders two workloads of one namespace: higher priority first,
+// then name, then kind; s.mu held.
+func (s *Scheduler) inNamespace(a, b Key) int {
+	return cmp.Or(cmp.Compare(s.pending[b].priority, s.pending[a].priority),
+		cmp.Compare(a.Name, b.Name), cmp.Compare(a.Kind, b.Kind))
+}
+
+func holdsPerNamespace(held map[Key]bool) map[string]int {
 	holdsIn := map[string]int{}
 	for k := range held {
 		holdsIn[k.Namespace]++
 	}
+	return holdsIn
+}
+
+// order is the wave order of the candidates: workloads asking now, announced,
+// or leaving their debounce window within `upcoming`; s.mu held.
+func (s *Scheduler) order(held map[Key]bool, now time.Time) []Key {
+	byNS := map[string][]Key{}
+	for k, p := range s.pending {
+		if p.candidate(now) {
+			byNS[k.Namespace] = append(byNS[k.Namespace], k)
+		}
+	}
+	holdsIn := holdsPerNamespace(held)
 	type placed struct {
 		k        Key
 		position int
 	}
 	var all []placed
 	for ns, keys := range byNS {
-		slices.SortFunc(keys, func(a, b Key) int {
-			return cmp.Or(cmp.Compare(s.pending[b].priority, s.pending[a].priority),
-				cmp.Compare(a.Name, b.Name), cmp.Compare(a.Kind, b.Kind))
-		})
+		slices.SortFunc(keys, s.inNamespace)
 		for i, k := range keys {
 			all = append(all, placed{k, holdsIn[ns] + i})
 		}
@@ -449,7 +557,7 @@ func (s *Scheduler) Lifted(changes []string) []Key {
 	for k, h := range s.halted {
 		if slices.Contains(changes, h.change) {
 			out = append(out, k)
-			if _, ok := s.pending[k]; !ok {
+			if s.entry(k, now) == nil {
 				s.pending[k] = &pending{priority: h.priority, announced: true, readyAt: now, seen: now}
 			}
 		}
@@ -468,36 +576,54 @@ func (p *pending) stale(now time.Time) bool {
 	return now.Sub(maxTime(p.seen, p.readyAt)) > forgetAfter
 }
 
-// report drops stale entries and updates the halted gauge; s.mu held. The
-// pending gauges are read at each scrape (tally): an entry that goes stale
-// with nothing else happening must not stay counted.
+// candidate: it takes a place in the wave order (asking now, announced, or
+// leaving its debounce window within `upcoming`).
+func (p *pending) candidate(now time.Time) bool {
+	return !p.stale(now) && !p.readyAt.After(now.Add(upcoming))
+}
+
+// asking: it asks for a slot now (its debounce window is over).
+func (p *pending) asking(now time.Time) bool {
+	return p != nil && !p.announced && !p.readyAt.After(now) && !p.stale(now)
+}
+
+// report drops stale entries (at most every pruneEvery) and updates the
+// halted gauge; s.mu held. The pending gauges are read at each scrape
+// (tally), which leaves stale entries out.
 func (s *Scheduler) report() {
-	s.tally()
+	now := s.now()
+	if now.Sub(s.pruned) >= pruneEvery {
+		s.pruned = now
+		for k, at := range s.handled {
+			if now.Sub(at) >= foreseenFor {
+				delete(s.handled, k)
+			}
+		}
+		for k, p := range s.pending {
+			if p.stale(now) {
+				delete(s.pending, k)
+			}
+		}
+	}
 	haltedWorkloads.Set(float64(len(s.halted)))
 }
 
-// tally drops stale entries and counts the others; s.mu held.
+// tally counts the pending entries that are not stale; s.mu held.
 func (s *Scheduler) tally() (waiting, debouncing, pending int) {
 	now := s.now()
-	for k, at := range s.handled {
-		if now.Sub(at) >= foreseenFor {
-			delete(s.handled, k)
-		}
-	}
-	for k, p := range s.pending {
-		if p.stale(now) {
-			delete(s.pending, k)
-			continue
-		}
+	for _, p := range s.pending {
 		switch {
+		case p.stale(now):
+			continue
 		case p.announced:
 		case p.readyAt.After(now):
 			debouncing++
 		default:
 			waiting++
 		}
+		pending++
 	}
-	return waiting, debouncing, len(s.pending)
+	return waiting, debouncing, pending
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -17,10 +17,15 @@ import (
 // oracle for guessing low-entropy Secret values. It is safe for concurrent use.
 type Hasher struct {
 	key []byte
+	id  string // KeyID, computed once: ByID compares it for every record it verifies
 }
 
 // NewHasher returns a Hasher for key (copied).
-func NewHasher(key []byte) *Hasher { return &Hasher{key: bytes.Clone(key)} }
+func NewHasher(key []byte) *Hasher {
+	h := &Hasher{key: bytes.Clone(key)}
+	h.id = hex.EncodeToString(h.mac(domainKeyID).Sum(nil)[:6])
+	return h
+}
 
 // Result is the outcome of Compute.
 type Result struct {
