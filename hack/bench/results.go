@@ -141,3 +141,12 @@ func fmtSeconds(s float64) string {
 func rate(n int, d time.Duration) string {
 	return fmt.Sprintf("%d in %s (%.0f/s)", n, fmtDuration(d), float64(n)/d.Seconds())
 }
+
+// fmtDurations formats ds, in order, separated by " / ".
+func fmtDurations(ds []time.Duration) string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = fmtDuration(d)
+	}
+	return strings.Join(out, " / ")
+}

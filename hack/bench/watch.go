@@ -15,12 +15,15 @@ import (
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
-// stampWatch follows the template stamps of the Deployments of one namespace
-// through a watch, and remembers when each new stamp was first seen.
+// stampWatch follows the Deployments of one namespace through a watch: it
+// remembers when each new template stamp was first seen, and the latest copy
+// of each Deployment.
 type stampWatch struct {
 	mu      sync.Mutex
 	history map[string][]stampSeen // by Deployment name, one entry per distinct stamp in a row
 	changed chan struct{}          // closed and replaced on every new stamp
+	latest  map[string]*appsv1.Deployment
+	updated chan struct{} // closed and replaced on every event
 	err     error
 	stop    func()
 }
@@ -37,7 +40,8 @@ func watchStamps(ctx context.Context, e *env, namespace string) (*stampWatch, er
 	if err != nil {
 		return nil, err
 	}
-	w := &stampWatch{history: map[string][]stampSeen{}, changed: make(chan struct{})}
+	w := &stampWatch{history: map[string][]stampSeen{}, changed: make(chan struct{}),
+		latest: map[string]*appsv1.Deployment{}, updated: make(chan struct{})}
 	now := time.Now()
 	for i := range list.Items {
 		w.record(&list.Items[i], now)
@@ -73,6 +77,9 @@ func (w *stampWatch) record(d *appsv1.Deployment, at time.Time) {
 	hash := d.Spec.Template.Annotations[stamp.AnnotationHash]
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.latest[d.Name] = d
+	close(w.updated)
+	w.updated = make(chan struct{})
 	h := w.history[d.Name]
 	if len(h) > 0 && h[len(h)-1].hash == hash {
 		return
@@ -90,6 +97,33 @@ func (w *stampWatch) fail(err error) {
 	}
 	close(w.changed)
 	w.changed = make(chan struct{})
+	close(w.updated)
+	w.updated = make(chan struct{})
+}
+
+// await waits, up to timeout, until done holds for the latest copies of the
+// Deployments (read-only), re-checking it at every watch event; done also
+// says how far it is, for the error.
+func (w *stampWatch) await(ctx context.Context, what string, timeout time.Duration, done func(latest map[string]*appsv1.Deployment) (bool, string)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		w.mu.Lock()
+		updated, err := w.updated, w.err
+		ok, progress := done(w.latest)
+		w.mu.Unlock()
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %s: %w", what, progress, ctx.Err())
+		case <-updated:
+		}
+	}
 }
 
 // stamps returns the current stamp of every Deployment seen.

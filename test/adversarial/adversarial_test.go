@@ -396,12 +396,14 @@ func TestUpgradeTakesOverRecords(t *testing.T) {
 		v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use")
 		return err == nil && v == 1, fmt.Sprintf("%v slots in use (%v): the in-flight rollout of the previous release must hold one", v, err)
 	})
-	key := &corev1.Secret{}
-	key.Namespace, key.Name = framework.OwnNamespace, "configstamp-hash-key"
-	env.Get(t, key)
-	if key.Annotations[hashkey.AnnotationRecordsSealed] == "" {
-		t.Errorf("the key Secret is not marked %s after the takeover", hashkey.AnnotationRecordsSealed)
-	}
+	// The mark follows the seals by one write: poll for it.
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		key := &corev1.Secret{}
+		key.Namespace, key.Name = framework.OwnNamespace, "configstamp-hash-key"
+		env.Get(t, key)
+		return key.Annotations[hashkey.AnnotationRecordsSealed] != "",
+			fmt.Sprintf("the key Secret is not marked %s after the takeover", hashkey.AnnotationRecordsSealed)
+	})
 	for _, d := range []*appsv1.Deployment{deployment(t, ns, "first"), deployment(t, busyNS, "busy")} {
 		a := d.Annotations
 		if a[rollout.AnnotationSeal] == "" || strings.Contains(a[rollout.AnnotationCause]+a[rollout.AnnotationHalted], legacyID) {
