@@ -369,8 +369,9 @@ func newManager(o *options, cfg *rest.Config, scheme *runtime.Scheme, webhookHos
 	}
 	tlsOpts := tlsOptions(o.enableHTTP2)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme,
-		Cache:  controllers.CacheOptions(o.kinds, o.scope, o.pin),
+		Scheme:         scheme,
+		MapperProvider: newMapper,
+		Cache:          controllers.CacheOptions(o.kinds, o.scope, o.pin),
 		// The extra kinds are read as unstructured objects: from the cache too.
 		Client:                              client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                             metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, log),

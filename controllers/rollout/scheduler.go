@@ -449,7 +449,7 @@ func (s *Scheduler) rank(k Key, held map[Key]bool, now time.Time) int {
 			continue
 		}
 		count[j.Namespace]++
-		if j.Namespace == k.Namespace && s.inNamespace(j, k) < 0 {
+		if j.Namespace == k.Namespace && inNamespace(entryOf{j, p}, entryOf{k, me}) < 0 {
 			inLine++
 		}
 	}
@@ -471,11 +471,16 @@ func (s *Scheduler) rank(k Key, held map[Key]bool, now time.Time) int {
 	return rank
 }
 
+// entryOf is a pending entry with its workload.
+type entryOf struct {
+	k Key
+	p *pending
+}
+
 // inNamespace orders two workloads of one namespace: higher priority first,
-// then name, then kind; s.mu held.
-func (s *Scheduler) inNamespace(a, b Key) int {
-	return cmp.Or(cmp.Compare(s.pending[b].priority, s.pending[a].priority),
-		cmp.Compare(a.Name, b.Name), cmp.Compare(a.Kind, b.Kind))
+// then name, then kind.
+func inNamespace(a, b entryOf) int {
+	return cmp.Or(cmp.Compare(b.p.priority, a.p.priority), cmp.Compare(a.k.Name, b.k.Name), cmp.Compare(a.k.Kind, b.k.Kind))
 }
 
 func holdsPerNamespace(held map[Key]bool) map[string]int {
@@ -489,10 +494,10 @@ func holdsPerNamespace(held map[Key]bool) map[string]int {
 // order is the wave order of the candidates: workloads asking now, announced,
 // or leaving their debounce window within `upcoming`; s.mu held.
 func (s *Scheduler) order(held map[Key]bool, now time.Time) []Key {
-	byNS := map[string][]Key{}
+	byNS := map[string][]entryOf{}
 	for k, p := range s.pending {
 		if p.candidate(now) {
-			byNS[k.Namespace] = append(byNS[k.Namespace], k)
+			byNS[k.Namespace] = append(byNS[k.Namespace], entryOf{k, p})
 		}
 	}
 	holdsIn := holdsPerNamespace(held)
@@ -502,9 +507,9 @@ func (s *Scheduler) order(held map[Key]bool, now time.Time) []Key {
 	}
 	var all []placed
 	for ns, keys := range byNS {
-		slices.SortFunc(keys, s.inNamespace)
-		for i, k := range keys {
-			all = append(all, placed{k, holdsIn[ns] + i})
+		slices.SortFunc(keys, inNamespace)
+		for i, e := range keys {
+			all = append(all, placed{e.k, holdsIn[ns] + i})
 		}
 	}
 	slices.SortFunc(all, func(a, b placed) int {

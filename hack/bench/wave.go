@@ -51,7 +51,7 @@ func runWave(ctx context.Context, cfg *config, e *env, res *results) error {
 	}
 	slices.Sort(lone)
 	one := lone[len(lone)/2]
-	before := w.generations()
+	before, cpuBefore := w.generations(), e.cpuTimes()
 	answered, err := f.updateConfigMap(ctx, e, ns, f.sharedName(0), "v2")
 	if err != nil {
 		return err
@@ -60,6 +60,7 @@ func runWave(ctx context.Context, cfg *config, e *env, res *results) error {
 		return err
 	}
 	wave := time.Since(answered)
+	res.addCPU(scWave, "over the wave", cpuBefore, e.cpuTimes(), wave)
 	rounds := (n + budget - 1) / budget
 	ideal := time.Duration(rounds) * one
 	res.add(scWave, fmt.Sprintf("one rollout alone: its own ConfigMap's Update response → rollout complete (1 pod, kwok; median of %d: %s)", len(lone), fmtDurations(lone)), fmtDuration(one))
