@@ -155,8 +155,15 @@ func TestPinnedUndo(t *testing.T) {
 		env.Get(t, sts)
 		return mountedSnapshot(sts) == mountedSnapshot(d), fmt.Sprintf("StatefulSet mounts %s, want %s", mountedSnapshot(sts), mountedSnapshot(d))
 	})
+	// The StatefulSet controller makes the revision a moment after the
+	// template changes: wait for it, then check that the rollout added no other.
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		n := env.Revisions(t, ns, "db-app")
+		return n == revisions+1, fmt.Sprintf("ControllerRevisions after the next change: %d, want %d", n, revisions+1)
+	})
+	env.WaitStatefulSetRolledOut(t, sts)
 	if n := env.Revisions(t, ns, "db-app"); n != revisions+1 {
-		t.Fatalf("ControllerRevisions after the next change: %d, want %d", n, revisions+1)
+		t.Fatalf("ControllerRevisions once the next change rolled out: %d, want %d (one rollout)", n, revisions+1)
 	}
 }
 
