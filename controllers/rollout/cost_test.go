@@ -160,3 +160,18 @@ func TestHoldersRecheckSeals(t *testing.T) {
 	keys[key.KeyID()] = stamp.NewHasher([]byte("a key of thirty-two bytes, exact"))
 	slots(1, "with that key back")
 }
+
+// Between prunes (at most every pruneEvery) a stale entry is dropped when it
+// is looked up: a workload that changes again long after its last window gets
+// a new window, not the end of the old one (which MaxWait would cut to 0).
+func TestStaleEntryIsDroppedOnLookup(t *testing.T) {
+	s, c := newTestScheduler(t, Policy{MaxWait: 10 * time.Second, ProgressDeadline: time.Minute})
+	k := dep("a")
+	if w := s.Debounce(k, "v1-1", 2*time.Second, 0); w != 2*time.Second {
+		t.Fatalf("first change: wait %v, want the window", w)
+	}
+	c.advance(forgetAfter + 3*time.Second) // the entry is stale; nothing has pruned it since
+	if w := s.Debounce(k, "v1-2", 2*time.Second, 0); w != 2*time.Second {
+		t.Fatalf("a change long after the last window: wait %v, want a new window of 2s", w)
+	}
+}
