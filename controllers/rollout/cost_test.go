@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -12,36 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
-	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // These tests pin down what the scheduler's cost-saving shortcuts must not
 // change: who is woken, each workload's place in the wave, which records hold
 // a slot.
-
-// countingScheduler is newTestScheduler whose cache counts its List calls
-// (holders reads the open records with one List per kind).
-func countingScheduler(t *testing.T, policy Policy, keys Keys, rolling ...client.Object) (*Scheduler, *clock, *int) {
-	t.Helper()
-	lists := 0
-	b := fake.NewClientBuilder().WithObjects(rolling...).WithInterceptorFuncs(interceptor.Funcs{
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			lists++
-			return c.List(ctx, list, opts...)
-		},
-	})
-	for _, k := range workload.NewRegistry().All() {
-		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc)
-	}
-	s := NewScheduler(policy, b.Build(), keys, workload.NewRegistry())
-	c := &clock{t: t0}
-	s.now = c.now
-	return s, c, &lists
-}
 
 // Closing a rollout wakes the next in line (Next). Unless a workload waits for
 // a slot, there is nobody to wake, and it must not read the open records: in a

@@ -589,7 +589,7 @@ func (p *pending) candidate(now time.Time) bool {
 
 // asking: it asks for a slot now (its debounce window is over).
 func (p *pending) asking(now time.Time) bool {
-	return p != nil && !p.announced && !p.readyAt.After(now) && !p.stale(now)
+	return !p.announced && !p.readyAt.After(now) && !p.stale(now)
 }
 
 // report drops stale entries (at most every pruneEvery) and updates the

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -35,14 +36,29 @@ func rollingDeployment(ns, name string, started time.Time) client.Object {
 
 func newTestScheduler(t *testing.T, policy Policy, rolling ...client.Object) (*Scheduler, *clock) {
 	t.Helper()
-	b := fake.NewClientBuilder().WithObjects(rolling...)
+	s, c, _ := countingScheduler(t, policy, testKeys, rolling...)
+	return s, c
+}
+
+// countingScheduler is a Scheduler with keys over a cache of rolling, on a
+// test clock at t0; the cache counts its List calls (holders reads the open
+// records with one List per kind).
+func countingScheduler(t *testing.T, policy Policy, keys Keys, rolling ...client.Object) (*Scheduler, *clock, *int) {
+	t.Helper()
+	lists := 0
+	b := fake.NewClientBuilder().WithObjects(rolling...).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			lists++
+			return c.List(ctx, list, opts...)
+		},
+	})
 	for _, k := range workload.NewRegistry().All() {
 		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc)
 	}
-	s := NewScheduler(policy, b.Build(), testKeys, workload.NewRegistry())
+	s := NewScheduler(policy, b.Build(), keys, workload.NewRegistry())
 	c := &clock{t: t0}
 	s.now = c.now
-	return s, c
+	return s, c, &lists
 }
 
 func TestDebounce(t *testing.T) {

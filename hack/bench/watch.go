@@ -21,7 +21,6 @@ import (
 type stampWatch struct {
 	mu      sync.Mutex
 	history map[string][]stampSeen // by Deployment name, one entry per distinct stamp in a row
-	changed chan struct{}          // closed and replaced on every new stamp
 	latest  map[string]*appsv1.Deployment
 	updated chan struct{} // closed and replaced on every event
 	err     error
@@ -40,8 +39,7 @@ func watchStamps(ctx context.Context, e *env, namespace string) (*stampWatch, er
 	if err != nil {
 		return nil, err
 	}
-	w := &stampWatch{history: map[string][]stampSeen{}, changed: make(chan struct{}),
-		latest: map[string]*appsv1.Deployment{}, updated: make(chan struct{})}
+	w := &stampWatch{history: map[string][]stampSeen{}, latest: map[string]*appsv1.Deployment{}, updated: make(chan struct{})}
 	now := time.Now()
 	for i := range list.Items {
 		w.record(&list.Items[i], now)
@@ -85,8 +83,6 @@ func (w *stampWatch) record(d *appsv1.Deployment, at time.Time) {
 		return
 	}
 	w.history[d.Name] = append(h, stampSeen{hash: hash, at: at})
-	close(w.changed)
-	w.changed = make(chan struct{})
 }
 
 func (w *stampWatch) fail(err error) {
@@ -95,8 +91,6 @@ func (w *stampWatch) fail(err error) {
 	if w.err == nil {
 		w.err = err
 	}
-	close(w.changed)
-	w.changed = make(chan struct{})
 	close(w.updated)
 	w.updated = make(chan struct{})
 }
@@ -138,10 +132,9 @@ func (w *stampWatch) stamps() map[string]string {
 }
 
 // changedSince returns, for each name, when a stamp other than from[name] was
-// first seen after the stamp from[name]; names not changed yet are missing.
+// first seen after the stamp from[name]; names not changed yet are missing;
+// w.mu held.
 func (w *stampWatch) changedSince(from map[string]string, names []string) map[string]time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	out := map[string]time.Time{}
 	for _, name := range names {
 		h := w.history[name]
@@ -160,23 +153,10 @@ func (w *stampWatch) changedSince(from map[string]string, names []string) map[st
 // waitChanged waits until every name has a stamp other than from[name] and
 // returns when each changed.
 func (w *stampWatch) waitChanged(ctx context.Context, from map[string]string, names []string, timeout time.Duration) (map[string]time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		w.mu.Lock()
-		changed, err := w.changed, w.err
-		w.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		got := w.changedSince(from, names)
-		if len(got) == len(names) {
-			return got, nil
-		}
-		select {
-		case <-ctx.Done():
-			return got, fmt.Errorf("%d of %d Deployments restamped: %w", len(got), len(names), ctx.Err())
-		case <-changed:
-		}
-	}
+	var got map[string]time.Time
+	err := w.await(ctx, "Deployments restamped", timeout, func(map[string]*appsv1.Deployment) (bool, string) {
+		got = w.changedSince(from, names)
+		return len(got) == len(names), fmt.Sprintf("%d of %d", len(got), len(names))
+	})
+	return got, err
 }
