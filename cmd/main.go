@@ -38,6 +38,7 @@ import (
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 	"github.com/configstamp/configstamp/webhook"
+	"github.com/configstamp/configstamp/webhook/live"
 )
 
 type options struct {
@@ -409,7 +410,7 @@ func setupWebhook(ctx context.Context, o *options, mgr ctrl.Manager, cfg *rest.C
 	if err != nil {
 		return "", fmt.Errorf("while creating the webhook's client: %w", err)
 	}
-	live := &workload.Resolver{Sources: liveReader, Index: mgr.GetCache(), Keys: keys, Parallel: true}
+	resolver := &workload.Resolver{Sources: &live.Reader{Reader: liveReader}, Index: mgr.GetCache(), Keys: keys, Parallel: true}
 	self, err := whoami(ctx, direct)
 	if err != nil {
 		return "", err
@@ -418,7 +419,7 @@ func setupWebhook(ctx context.Context, o *options, mgr ctrl.Manager, cfg *rest.C
 	if o.pin {
 		snapshots = &pin.Snapshots{Reader: liveReader, Writer: liveReader}
 	}
-	if err := webhook.Setup(mgr, live, self, o.scope, snapshots, o.kinds); err != nil {
+	if err := webhook.Setup(mgr, resolver, self, o.scope, snapshots, o.kinds); err != nil {
 		return "", fmt.Errorf("while setting up the webhook: %w", err)
 	}
 	if o.applyWarnings {

@@ -24,6 +24,7 @@ import (
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
+	"github.com/configstamp/configstamp/webhook/live"
 )
 
 // Stamper is the typed defaulter for one workload kind.
@@ -62,6 +63,7 @@ var ourAnnotations = []string{stamp.AnnotationAppliedHash, stamp.AnnotationSourc
 // is admitted (the reconciler is the backstop) and the reason is logged and, for
 // bad user values, returned as an admission warning and a Warning event.
 func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
+	ctx = live.Arrive(ctx) // reads shared with other admissions are sent after this
 	c, ok := s.begin(ctx, obj)
 	if !ok || c.req.Operation == admissionv1.Update && c.settled() && s.unchanged(c.kind, obj, c.req, c.logger, !c.pinning) {
 		return nil

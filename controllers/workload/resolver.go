@@ -30,36 +30,20 @@ type Resolver struct {
 	// throughout.
 	Keys *stamp.Keyring
 	// Parallel reads the sources concurrently (for live reads; a cache read
-	// costs nothing to wait for): at most MaxReadsPerCompute at once for one
-	// computation, and at most MaxReads at once across all computations of this
-	// Resolver (all admissions), so that no workload can make configstamp fire
-	// thousands of GETs at the API server at once.
+	// costs nothing to wait for), at most MaxReadsPerCompute at once for one
+	// computation. The bound on all computations together (all admissions) is
+	// the live reader's (webhook/live).
 	Parallel bool
 	// MaxReadsPerCompute bounds one computation's concurrent reads (Parallel);
 	// 0 is DefaultReadsPerCompute.
 	MaxReadsPerCompute int
-	// MaxReads bounds the concurrent reads of all computations (Parallel); 0 is
-	// DefaultReads. Read once, at the first parallel computation.
-	MaxReads int
-
-	slotsOnce sync.Once
-	slots     chan struct{}
 }
 
-// Default bounds on live reads. An admission referencing 20 objects takes about
-// three round trips instead of one; the extra-* annotations hold at most 128
-// names (stamp.MaxExtraNames each), so the most they can cost is 16 round
-// trips. 32 in total keeps a burst of admissions from flooding the API server.
-const (
-	DefaultReadsPerCompute = 8
-	DefaultReads           = 32
-)
-
-// readSlots returns the semaphore shared by every computation of r.
-func (r *Resolver) readSlots() chan struct{} {
-	r.slotsOnce.Do(func() { r.slots = make(chan struct{}, cmp.Or(r.MaxReads, DefaultReads)) })
-	return r.slots
-}
+// DefaultReadsPerCompute bounds one computation's live reads. An admission
+// referencing 20 objects takes about three round trips instead of one; the
+// extra-* annotations hold at most 128 names (stamp.MaxExtraNames each), so
+// the most they can cost is 16 round trips.
+const DefaultReadsPerCompute = 8
 
 // Computation is the outcome of resolving one workload.
 type Computation struct {
@@ -152,25 +136,17 @@ func (r *Resolver) ComputeFrom(ctx context.Context, sources client.Reader, names
 	}
 	reads := make([]read, len(objects))
 	if r.Parallel {
-		// Live reads are round trips: overlap them, within the bounds.
-		slots := r.readSlots()
+		// Live reads are round trips: overlap them, within the bound.
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for range min(cmp.Or(r.MaxReadsPerCompute, DefaultReadsPerCompute), len(objects)) {
 			wg.Go(func() {
 				for i := int(next.Add(1) - 1); i < len(objects); i = int(next.Add(1) - 1) {
-					select {
-					case slots <- struct{}{}:
-					case <-ctx.Done():
-						reads[i].err = fmt.Errorf("while waiting to read %s: %w", objects[i], ctx.Err())
+					if err := ctx.Err(); err != nil { // read nothing more
+						reads[i].err = fmt.Errorf("while waiting to read %s: %w", objects[i], err)
 						continue
 					}
-					if err := ctx.Err(); err != nil { // both were ready: read nothing more
-						reads[i].err = fmt.Errorf("while waiting to read %s: %w", objects[i], err)
-					} else {
-						reads[i].src, reads[i].version, reads[i].problem, reads[i].err = source(ctx, sources, namespace, objects[i])
-					}
-					<-slots
+					reads[i].src, reads[i].version, reads[i].problem, reads[i].err = source(ctx, sources, namespace, objects[i])
 				}
 			})
 		}
