@@ -1,8 +1,10 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -20,11 +22,18 @@ import (
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
+	"github.com/configstamp/configstamp/webhook/live"
 )
 
 const ns = "apps"
 
 func newHandler(t *testing.T, objs ...client.Object) (admission.Handler, *stamp.Hasher) {
+	t.Helper()
+	return newHandlerReading(t, func(c client.Reader) client.Reader { return c }, objs...)
+}
+
+// newHandlerReading is newHandler with the live reads going through sources(c).
+func newHandlerReading(t *testing.T, sources func(client.Reader) client.Reader, objs ...client.Object) (admission.Handler, *stamp.Hasher) {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -37,7 +46,7 @@ func newHandler(t *testing.T, objs ...client.Object) (admission.Handler, *stamp.
 		Build()
 	keys := stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
 	hasher := keys.Current()
-	resolver := &workload.Resolver{Sources: c, Index: c, Keys: keys, Parallel: true}
+	resolver := &workload.Resolver{Sources: sources(c), Index: c, Keys: keys, Parallel: true}
 	d := &Stamper[*appsv1.Deployment]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)}
 	return withWarnings{byKind{{Group: "apps", Kind: "Deployment"}: admission.WithDefaulter(scheme, d).Handler}}, hasher
 }
@@ -114,6 +123,36 @@ func TestCreateStamps(t *testing.T) {
 	}
 	if s := stampOf(resp); !strings.HasPrefix(s, "v1-") {
 		t.Fatalf("CREATE stamp = %q (patches %v)", s, resp.Patches)
+	}
+}
+
+// arrivals records, for each live read, whether its context carries the
+// admission's arrival (live.Arrive): without it no read is shared.
+type arrivals struct {
+	client.Reader
+	mu     sync.Mutex
+	marked []bool
+}
+
+func (a *arrivals) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	a.mu.Lock()
+	a.marked = append(a.marked, live.Arrived(ctx))
+	a.mu.Unlock()
+	return a.Reader.Get(ctx, key, obj, opts...)
+}
+
+// TestReadsCarryTheArrival: the webhook marks each admission's arrival before
+// it reads, so that concurrent admissions may share reads sent after it.
+func TestReadsCarryTheArrival(t *testing.T) {
+	cfg := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cfg"}, Data: map[string]string{"k": "v"}}
+	rec := &arrivals{}
+	h, _ := newHandlerReading(t, func(c client.Reader) client.Reader { rec.Reader = c; return rec }, cfg)
+	resp := h.Handle(t.Context(), request(t, admissionv1.Create, deployment(map[string]string{stamp.LabelEnabled: "true"}, nil, nil), nil))
+	if s := stampOf(resp); !strings.HasPrefix(s, "v1-") {
+		t.Fatalf("CREATE stamp = %q (patches %v)", s, resp.Patches)
+	}
+	if len(rec.marked) != 1 || !rec.marked[0] {
+		t.Fatalf("live reads marked with the arrival: %v, want [true]", rec.marked)
 	}
 }
 

@@ -25,7 +25,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -49,6 +48,12 @@ func Arrive(ctx context.Context) context.Context {
 	return context.WithValue(ctx, arrivalKey{}, clock.Add(1))
 }
 
+// Arrived reports whether ctx carries Arrive's mark.
+func Arrived(ctx context.Context) bool {
+	_, ok := ctx.Value(arrivalKey{}).(uint64)
+	return ok
+}
+
 // arrival is ctx's mark, or now when it has none.
 func arrival(ctx context.Context) uint64 {
 	if t, ok := ctx.Value(arrivalKey{}).(uint64); ok {
@@ -64,7 +69,8 @@ type Reader struct {
 	// MaxReads bounds the reads in flight; 0 is DefaultReads. Read once, at
 	// the first Get.
 	MaxReads int
-	// Timeout bounds one shared read, whoever waits for it; 0 is DefaultTimeout.
+	// Timeout bounds one shared read from the moment it is sent, whoever
+	// waits for it; 0 is DefaultTimeout.
 	Timeout time.Duration
 
 	once    sync.Once
@@ -81,6 +87,8 @@ type flightKey struct {
 // flight is one read and the callers waiting for it.
 type flight struct {
 	done chan struct{}
+	// cancel ends the read (nobody waits any more) or releases its context.
+	cancel context.CancelFunc
 	// sent is the clock's tick when the read was sent, 0 until then; waiters
 	// is how many callers still wait. Both under Reader.mu.
 	sent    uint64
@@ -99,17 +107,19 @@ func (r *Reader) init() {
 
 // Get reads key into obj: through a read of the same object sent after ctx's
 // Arrive (or not sent yet), else a new one. Each caller gets its own copy.
-// With options, or for an unstructured object, the read is the caller's own.
+// With options, or for an object that carries its kind (unstructured, partial
+// metadata), the read is the caller's own.
 func (r *Reader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	r.init()
-	if _, unstructured := obj.(runtime.Unstructured); unstructured || len(opts) > 0 {
+	if !obj.GetObjectKind().GroupVersionKind().Empty() || len(opts) > 0 {
 		return r.own(ctx, key, obj, opts)
 	}
-	f := r.join(ctx, flightKey{typ: reflect.TypeOf(obj), key: key}, arrival(ctx))
+	k := flightKey{typ: reflect.TypeOf(obj), key: key}
+	f := r.join(ctx, k, arrival(ctx))
 	select {
 	case <-f.done:
 	case <-ctx.Done():
-		r.leave(f)
+		r.leave(k, f)
 		return fmt.Errorf("while waiting to read %s: %w", key, ctx.Err())
 	}
 	if f.err != nil {
@@ -126,26 +136,33 @@ func (r *Reader) join(ctx context.Context, k flightKey, tick uint64) *flight {
 	defer r.mu.Unlock()
 	f := r.flights[k]
 	if f == nil || f.sent != 0 && f.sent < tick {
-		f = &flight{done: make(chan struct{})}
+		flightCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f = &flight{done: make(chan struct{}), cancel: cancel}
 		r.flights[k] = f
 		obj := reflect.New(k.typ.Elem()).Interface().(client.Object)
-		go r.fly(context.WithoutCancel(ctx), k, f, obj)
+		go r.fly(flightCtx, k, f, obj)
 	}
 	f.waiters++
 	return f
 }
 
-// leave is a caller giving up on f.
-func (r *Reader) leave(f *flight) {
+// leave is a caller giving up on f. When it was the last, the read is
+// cancelled, sent or not, and nobody can join it any more.
+func (r *Reader) leave(k flightKey, f *flight) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	f.waiters--
+	if f.waiters--; f.waiters == 0 {
+		if r.flights[k] == f {
+			delete(r.flights, k)
+		}
+		f.cancel()
+	}
 }
 
-// fly sends f's read once a slot is free, unless nobody waits for it any more.
+// fly sends f's read once a slot is free, unless everyone left (ctx ends).
+// The timeout runs from the moment it is sent.
 func (r *Reader) fly(ctx context.Context, k flightKey, f *flight, obj client.Object) {
-	ctx, cancel := context.WithTimeout(ctx, cmp.Or(r.Timeout, DefaultTimeout))
-	defer cancel()
+	defer f.cancel()
 	defer r.land(k, f)
 	select {
 	case r.slots <- struct{}{}:
@@ -155,13 +172,15 @@ func (r *Reader) fly(ctx context.Context, k flightKey, f *flight, obj client.Obj
 	}
 	defer func() { <-r.slots }()
 	r.mu.Lock()
-	waiting := f.waiters > 0
-	f.sent = clock.Add(1)
-	r.mu.Unlock()
-	if !waiting {
-		f.err = context.Canceled
+	if err := ctx.Err(); err != nil { // everyone left: nobody can join it now
+		r.mu.Unlock()
+		f.err = fmt.Errorf("while waiting to read %s: %w", k.key, err)
 		return
 	}
+	f.sent = clock.Add(1)
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(r.Timeout, DefaultTimeout))
+	defer cancel()
 	f.err = r.Reader.Get(ctx, k.key, obj)
 	f.obj = obj
 }

@@ -242,6 +242,50 @@ func TestCallerGivesUp(t *testing.T) {
 	}
 }
 
+// TestAbandonedReadIsCancelled: when every admission waiting for a read has
+// given up, the GET is cancelled (its slot freed for reads someone waits for),
+// and a later admission sends a read of its own.
+func TestAbandonedReadIsCancelled(t *testing.T) {
+	api := newAPIServer("v1")
+	r := &Reader{Reader: api, MaxReads: 1, Timeout: time.Hour} // no timeout ends it
+	ctx, cancel := context.WithCancel(t.Context())
+	out := admit(ctx, r, "cm")
+	waitFor(t, "the GET sent", func() bool { return api.inFlight.Load() == 1 })
+	cancel()
+	if g := <-out; g.err == nil {
+		t.Fatalf("a cancelled admission read %v", g.cm.Data)
+	}
+	waitFor(t, "the abandoned GET cancelled", func() bool { return api.inFlight.Load() == 0 })
+	later := admit(t.Context(), r, "cm")
+	waitFor(t, "a second GET sent", func() bool { return api.gets.Load() == 2 })
+	close(api.gate)
+	if g := <-later; g.err != nil || g.cm.Data["v"] != "v1" {
+		t.Fatalf("later admission read %v %v", g.err, g.cm.Data)
+	}
+}
+
+// TestTimeoutRunsFromTheSend: a read that waited for a slot longer than the
+// timeout still gets the whole timeout once it is sent.
+func TestTimeoutRunsFromTheSend(t *testing.T) {
+	api := newAPIServer("v1")
+	r := &Reader{Reader: api, MaxReads: 1, Timeout: 50 * time.Millisecond}
+	busy := make(chan error, 1)
+	go func() { // a read of its own (with options): the timeout does not bound it
+		busy <- r.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "other"}, &corev1.ConfigMap{}, &client.GetOptions{})
+	}()
+	waitFor(t, "the slot taken", func() bool { return api.inFlight.Load() == 1 })
+	out := admit(t.Context(), r, "cm")
+	waitFor(t, "the admission waiting", func() bool { return r.waiting("cm") == 1 })
+	time.Sleep(4 * r.Timeout) // what is tested: time spent waiting for the slot
+	close(api.gate)
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	if g := <-out; g.err != nil {
+		t.Fatalf("a read that waited for its slot failed: %v", g.err)
+	}
+}
+
 // TestConcurrentReadersRace runs many overlapping readers for the race detector.
 func TestConcurrentReadersRace(t *testing.T) {
 	api := newAPIServer("v1")
