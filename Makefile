@@ -45,6 +45,7 @@ lint: vet golangci-lint ## gofmt check, go vet and golangci-lint (.golangci.yml)
 .PHONY: test
 test: build controlplane argo-rollouts controller-gen lint ## Unit, integration and end-to-end tests (starts local control planes).
 	$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
+	$(GO) test -race -count=1 ./webhook/live/
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).

@@ -286,8 +286,9 @@ func TestTimeoutRunsFromTheSend(t *testing.T) {
 	}
 }
 
-// TestConcurrentReadersRace runs many overlapping readers for the race detector.
-func TestConcurrentReadersRace(t *testing.T) {
+// TestManyOverlappingReaders: 200 admissions over 7 objects and 3 slots each
+// read what the object holds (make test also runs this package with -race).
+func TestManyOverlappingReaders(t *testing.T) {
 	api := newAPIServer("v1")
 	close(api.gate)
 	r := &Reader{Reader: api, MaxReads: 3}
