@@ -47,6 +47,22 @@ func TestHashesPinned(t *testing.T) {
 	}
 }
 
+// TestOverCapHashPinned pins the hash of a workload referencing an object
+// beyond MaxKeyDigests keys, as the code computed it before the combined digest
+// was computed key by key: an upgrade rolls nothing.
+func TestOverCapHashPinned(t *testing.T) {
+	data := manyKeys("key-", MaxKeyDigests+44)
+	w := world{cms: []*corev1.ConfigMap{configMap("files", data, map[string][]byte{"bin": {0, 1, 2}}), configMap("proj", map[string]string{"a": "b"}, nil)},
+		secrets: []*corev1.Secret{secret("db", manyKeys("s-", MaxKeyDigests+7))}}
+	for name, w := range map[string]world{"full": w, "digested": w.digested()} {
+		res := compute(t, testKey, "ns", nil, baseSpec(), w)
+		if res.Hash != "v1-714bcffc13d8c95ae8dbd5e58500b6ac" || res.Sources[ObjectRef{KindConfigMap, "files"}] != "f7377b393028" ||
+			res.Sources[ObjectRef{KindSecret, "db"}] != "c78e5c3556f5" {
+			t.Errorf("%s: hash with an object beyond the key cap changed: %s %v", name, res.Hash, res.Sources)
+		}
+	}
+}
+
 func TestOverCap(t *testing.T) {
 	keyRef := &corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Env: append(env(cmKeyRef("big", "k00000")), env(secretKeyRef("big", "k00001"))...)}}}
 	items := &corev1.PodSpec{Volumes: []corev1.Volume{cmVolume("big", "k00002")}, Containers: []corev1.Container{{Name: "c"}}}

@@ -56,7 +56,7 @@ const (
 	// DigestedPerKey: Data holds the raw SHA-256 sum of each key's value.
 	DigestedPerKey = "sha256"
 	// DigestedCombined: the object had more than MaxKeyDigests keys; Data holds
-	// one raw SHA-256 sum of all keys and values (CombinedDigest) under the key "".
+	// one raw SHA-256 sum of all keys and values (combinedSum) under the key "".
 	DigestedCombined = "sha256-combined"
 )
 

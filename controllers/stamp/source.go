@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"maps"
 	"slices"
 	"strings"
 	"unique"
@@ -28,7 +27,7 @@ type Source struct {
 	Ref     ObjectRef
 	Present bool // false: the object does not exist
 	// Digests maps key -> Digest(value), over data and binaryData. When Combined, it
-	// holds one entry under the key "" (no real key is empty): CombinedDigest of all
+	// holds one entry under the key "" (no real key is empty): combinedSum of all
 	// keys and values.
 	Digests map[string]string
 	// Combined: the object has more than MaxKeyDigests keys; Compute hashes the
@@ -45,24 +44,56 @@ func Digest(value []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// CombinedDigest returns the lowercase hex SHA-256 over every (key, digest) of
-// digests in key order, each field length-prefixed.
-func CombinedDigest(digests map[string]string) string {
-	sum := combinedSum(digests)
-	return hex.EncodeToString(sum[:])
-}
-
-func combinedSum(digests map[string]string) [sha256.Size]byte {
+// combinedSum is the SHA-256 over every (key, hex digest of its value) of an
+// object, in key order, each field length-prefixed: the combined digest of an
+// object beyond MaxKeyDigests keys. keys are the object's distinct keys (sorted
+// in place); value returns a key's value. It works key by key, so that the
+// digests of an object with 100,000 keys are never all held at once: maps of
+// them allocated 40 MB for such a ConfigMap (short keys and values), 1.6 MB now.
+func combinedSum(keys []string, value func(string) []byte) [sha256.Size]byte {
+	slices.Sort(keys)
 	h := sha256.New()
 	var b bytes.Buffer
-	for _, k := range slices.Sorted(maps.Keys(digests)) {
+	var digest [2 * sha256.Size]byte
+	for _, k := range keys {
+		sum := sha256.Sum256(value(k))
+		hex.Encode(digest[:], sum[:])
 		b.Reset()
-		writeFields(&b, k, digests[k])
+		writeFields(&b, k, unsafe.String(&digest[0], len(digest))) // copied into b
 		h.Write(b.Bytes())
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	return sum
+}
+
+// configMapKeys returns cm's distinct keys, data and binaryData (disjoint in
+// valid objects), and its value of a key: binaryData's where both have it.
+func configMapKeys(cm *corev1.ConfigMap) ([]string, func(string) []byte) {
+	keys := make([]string, 0, len(cm.Data)+len(cm.BinaryData))
+	for k := range cm.Data {
+		keys = append(keys, k)
+	}
+	for k := range cm.BinaryData {
+		if _, dup := cm.Data[k]; !dup {
+			keys = append(keys, k)
+		}
+	}
+	return keys, func(k string) []byte {
+		if v, ok := cm.BinaryData[k]; ok {
+			return v
+		}
+		return stringBytes(cm.Data[k])
+	}
+}
+
+// secretKeys is configMapKeys for a Secret's data.
+func secretKeys(s *corev1.Secret) ([]string, func(string) []byte) {
+	keys := make([]string, 0, len(s.Data))
+	for k := range s.Data {
+		keys = append(keys, k)
+	}
+	return keys, func(k string) []byte { return s.Data[k] }
 }
 
 // stringBytes returns the bytes of s without copying them, for hashing only: the
@@ -80,12 +111,11 @@ func digestedForm(annotations map[string]string) string {
 	return annotations[AnnotationDigested]
 }
 
-// fromDigests completes a full object's per-key digests into a Source's digests.
-func fromDigests(out map[string]string) (map[string]string, bool) {
-	if len(out) <= MaxKeyDigests {
-		return out, false
-	}
-	return map[string]string{"": CombinedDigest(out)}, true
+// combinedDigests is a full object's Source digests beyond MaxKeyDigests keys:
+// the combined digest alone, under the key "".
+func combinedDigests(keys []string, value func(string) []byte) map[string]string {
+	sum := combinedSum(keys, value)
+	return map[string]string{"": hex.EncodeToString(sum[:])}
 }
 
 // fromCached reads a cached object's digests: raw SHA-256 sums by key.
@@ -103,6 +133,9 @@ func configMapDigests(cm *corev1.ConfigMap) (map[string]string, bool) {
 	if form := digestedForm(cm.Annotations); form != "" {
 		return fromCached(form, cm.Data)
 	}
+	if keys, value := configMapKeys(cm); len(keys) > MaxKeyDigests {
+		return combinedDigests(keys, value), true
+	}
 	out := make(map[string]string, len(cm.Data)+len(cm.BinaryData))
 	for k, v := range cm.Data {
 		out[k] = Digest(stringBytes(v))
@@ -110,7 +143,7 @@ func configMapDigests(cm *corev1.ConfigMap) (map[string]string, bool) {
 	for k, v := range cm.BinaryData { // keys are disjoint from Data in valid objects
 		out[k] = Digest(v)
 	}
-	return fromDigests(out)
+	return out, false
 }
 
 // secretDigests is configMapDigests for Secrets; a digested Secret keeps its sums in
@@ -119,11 +152,14 @@ func secretDigests(s *corev1.Secret) (map[string]string, bool) {
 	if form := digestedForm(s.Annotations); form != "" {
 		return fromCached(form, s.StringData)
 	}
+	if keys, value := secretKeys(s); len(keys) > MaxKeyDigests {
+		return combinedDigests(keys, value), true
+	}
 	out := make(map[string]string, len(s.Data))
 	for k, v := range s.Data {
 		out[k] = Digest(v)
 	}
-	return fromDigests(out)
+	return out, false
 }
 
 // SourceFromConfigMap returns the Source of an existing ConfigMap, full or digested by
@@ -170,32 +206,28 @@ func (r *sums) add(key string, value []byte) {
 	r.buf = append(r.buf, sum[:]...)
 }
 
-// cached returns the form to cache: up to MaxKeyDigests distinct keys, the sums by
-// key, all slices of one string, keys interned (nil when there are no keys);
-// beyond, the combined sum alone under the key "". A later duplicate key wins,
-// as in a map.
-func (r *sums) cached() (map[string]string, string) {
+// cached returns the form to cache of an object of at most MaxKeyDigests keys:
+// the sums by key, all slices of one string, keys interned (nil when there are
+// no keys). A later duplicate key wins, as in a map. (Beyond the cap, see
+// cachedCombined.)
+func (r *sums) cached() map[string]string {
 	if len(r.keys) == 0 {
-		return nil, DigestedPerKey
+		return nil
 	}
 	all := string(r.buf)
-	intern := len(r.keys) <= MaxKeyDigests // never intern a tenant's 100,000 key names
 	byKey := make(map[string]string, len(r.keys))
 	for i, k := range r.keys {
-		if intern {
-			k = unique.Make(k).Value()
-		}
-		byKey[k] = all[i*sha256.Size : (i+1)*sha256.Size]
+		byKey[unique.Make(k).Value()] = all[i*sha256.Size : (i+1)*sha256.Size]
 	}
-	if len(byKey) <= MaxKeyDigests {
-		return byKey, DigestedPerKey
-	}
-	hexes := make(map[string]string, len(byKey))
-	for k, v := range byKey {
-		hexes[k] = hex.EncodeToString(stringBytes(v))
-	}
-	sum := combinedSum(hexes)
-	return map[string]string{"": string(sum[:])}, DigestedCombined
+	return byKey
+}
+
+// cachedCombined is the form to cache of an object beyond MaxKeyDigests keys:
+// the combined sum alone, under the key "". Its key names are not interned (a
+// tenant's 100,000 names must not stay in memory).
+func cachedCombined(keys []string, value func(string) []byte) map[string]string {
+	sum := combinedSum(keys, value)
+	return map[string]string{"": string(sum[:])}
 }
 
 // MaxKeptAnnotation bounds the annotation values the cache keeps (ignore,
@@ -256,15 +288,16 @@ func DigestConfigMap(cm *corev1.ConfigMap) {
 	if cm == nil || digestedForm(cm.Annotations) != "" {
 		return
 	}
-	r := newSums(len(cm.Data) + len(cm.BinaryData))
-	for k, v := range cm.Data {
-		r.add(k, stringBytes(v))
+	form := DigestedPerKey
+	if keys, value := configMapKeys(cm); len(keys) > MaxKeyDigests {
+		cm.Data, form = cachedCombined(keys, value), DigestedCombined
+	} else {
+		r := newSums(len(keys))
+		for _, k := range keys {
+			r.add(k, value(k))
+		}
+		cm.Data = r.cached()
 	}
-	for k, v := range cm.BinaryData {
-		r.add(k, v)
-	}
-	var form string
-	cm.Data, form = r.cached()
 	cm.BinaryData = nil
 	cacheMeta(&cm.ObjectMeta, form)
 }
@@ -278,12 +311,16 @@ func DigestSecret(s *corev1.Secret) {
 	if s == nil || digestedForm(s.Annotations) != "" {
 		return
 	}
-	r := newSums(len(s.Data))
-	for k, v := range s.Data {
-		r.add(k, v)
+	form := DigestedPerKey
+	if keys, value := secretKeys(s); len(keys) > MaxKeyDigests {
+		s.StringData, form = cachedCombined(keys, value), DigestedCombined
+	} else {
+		r := newSums(len(keys))
+		for _, k := range keys {
+			r.add(k, value(k))
+		}
+		s.StringData = r.cached()
 	}
-	var form string
-	s.StringData, form = r.cached()
 	s.Data = nil
 	s.Type = corev1.SecretType(unique.Make(clipType(string(s.Type))).Value()) // a handful of types
 	cacheMeta(&s.ObjectMeta, form)
