@@ -209,7 +209,7 @@ func (r *sums) add(key string, value []byte) {
 // cached returns the form to cache of an object of at most MaxKeyDigests keys:
 // the sums by key, all slices of one string, keys interned (nil when there are
 // no keys). A later duplicate key wins, as in a map. (Beyond the cap, see
-// cachedCombined.)
+// cachedDigests.)
 func (r *sums) cached() map[string]string {
 	if len(r.keys) == 0 {
 		return nil
@@ -222,12 +222,20 @@ func (r *sums) cached() map[string]string {
 	return byKey
 }
 
-// cachedCombined is the form to cache of an object beyond MaxKeyDigests keys:
-// the combined sum alone, under the key "". Its key names are not interned (a
+// cachedDigests is the form to cache of an object with keys (distinct) and
+// value, and that form's marker: the raw sums by key up to MaxKeyDigests keys,
+// beyond the combined sum alone under the key "", its key names not interned (a
 // tenant's 100,000 names must not stay in memory).
-func cachedCombined(keys []string, value func(string) []byte) map[string]string {
-	sum := combinedSum(keys, value)
-	return map[string]string{"": string(sum[:])}
+func cachedDigests(keys []string, value func(string) []byte) (map[string]string, string) {
+	if len(keys) > MaxKeyDigests {
+		sum := combinedSum(keys, value)
+		return map[string]string{"": string(sum[:])}, DigestedCombined
+	}
+	r := newSums(len(keys))
+	for _, k := range keys {
+		r.add(k, value(k))
+	}
+	return r.cached(), DigestedPerKey
 }
 
 // MaxKeptAnnotation bounds the annotation values the cache keeps (ignore,
@@ -288,16 +296,8 @@ func DigestConfigMap(cm *corev1.ConfigMap) {
 	if cm == nil || digestedForm(cm.Annotations) != "" {
 		return
 	}
-	form := DigestedPerKey
-	if keys, value := configMapKeys(cm); len(keys) > MaxKeyDigests {
-		cm.Data, form = cachedCombined(keys, value), DigestedCombined
-	} else {
-		r := newSums(len(keys))
-		for _, k := range keys {
-			r.add(k, value(k))
-		}
-		cm.Data = r.cached()
-	}
+	var form string
+	cm.Data, form = cachedDigests(configMapKeys(cm))
 	cm.BinaryData = nil
 	cacheMeta(&cm.ObjectMeta, form)
 }
@@ -311,16 +311,8 @@ func DigestSecret(s *corev1.Secret) {
 	if s == nil || digestedForm(s.Annotations) != "" {
 		return
 	}
-	form := DigestedPerKey
-	if keys, value := secretKeys(s); len(keys) > MaxKeyDigests {
-		s.StringData, form = cachedCombined(keys, value), DigestedCombined
-	} else {
-		r := newSums(len(keys))
-		for _, k := range keys {
-			r.add(k, value(k))
-		}
-		s.StringData = r.cached()
-	}
+	var form string
+	s.StringData, form = cachedDigests(secretKeys(s))
 	s.Data = nil
 	s.Type = corev1.SecretType(unique.Make(clipType(string(s.Type))).Value()) // a handful of types
 	cacheMeta(&s.ObjectMeta, form)
