@@ -64,6 +64,12 @@ func arrival(ctx context.Context) uint64 {
 
 // Reader reads objects from Reader (a client that reads the API server, not a
 // cache). Get shares reads as the package says; List passes through unshared.
+//
+// Callers of one shared read share the object's maps and slices (data,
+// labels, annotations): each gets its own struct, and must not write into
+// them. So a burst of admissions that reference one 1 MiB Secret holds one
+// copy of it, not one per admission (nothing configstamp does with a source
+// writes into it; pin.Memo keeps a deep copy).
 type Reader struct {
 	client.Reader
 	// MaxReads bounds the reads in flight; 0 is DefaultReads. Read once, at
@@ -106,7 +112,8 @@ func (r *Reader) init() {
 }
 
 // Get reads key into obj: through a read of the same object sent after ctx's
-// Arrive (or not sent yet), else a new one. Each caller gets its own copy.
+// Arrive (or not sent yet), else a new one. obj's maps and slices are shared
+// with the other callers of that read: read them, never write into them.
 // With options, or for an object that carries its kind (unstructured, partial
 // metadata), the read is the caller's own.
 func (r *Reader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
@@ -125,7 +132,7 @@ func (r *Reader) Get(ctx context.Context, key client.ObjectKey, obj client.Objec
 	if f.err != nil {
 		return f.err
 	}
-	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(f.obj.DeepCopyObject()).Elem())
+	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(f.obj).Elem()) // the struct only
 	return nil
 }
 

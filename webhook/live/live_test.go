@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -99,8 +100,8 @@ func read(ctx context.Context, r *Reader, name string) chan got {
 }
 
 // TestConcurrentAdmissionsShareOneRead: 20 admissions that arrive before the
-// read of a shared ConfigMap is answered cost one GET, and each gets its own
-// copy; a missing object is NotFound to each.
+// read of a shared ConfigMap is answered cost one GET and hold one copy of its
+// data (each its own struct); a missing object is NotFound to each.
 func TestConcurrentAdmissionsShareOneRead(t *testing.T) {
 	for _, name := range []string{"shared", "missing"} {
 		t.Run(name, func(t *testing.T) {
@@ -130,7 +131,14 @@ func TestConcurrentAdmissionsShareOneRead(t *testing.T) {
 				}
 				if first == nil {
 					first = g.cm
-					first.Data["v"] = "changed by its reader"
+					first.Name = "renamed by its reader" // its own struct
+					continue
+				}
+				if g.cm.Name != "shared" {
+					t.Fatalf("another admission's struct changed: name %q", g.cm.Name)
+				}
+				if reflect.ValueOf(g.cm.Data).UnsafePointer() != reflect.ValueOf(first.Data).UnsafePointer() {
+					t.Fatalf("each admission holds a copy of the data: a burst referencing a 1 MiB Secret would hold one per admission")
 				}
 			}
 			if n := api.gets.Load(); n != 1 {
