@@ -111,11 +111,19 @@ func digestedForm(annotations map[string]string) string {
 	return annotations[AnnotationDigested]
 }
 
-// combinedDigests is a full object's Source digests beyond MaxKeyDigests keys:
-// the combined digest alone, under the key "".
-func combinedDigests(keys []string, value func(string) []byte) map[string]string {
-	sum := combinedSum(keys, value)
-	return map[string]string{"": hex.EncodeToString(sum[:])}
+// fullDigests is a full object's Source digests, from its keys (distinct) and
+// value, and whether they are combined: the hex digest by key up to
+// MaxKeyDigests keys, beyond the combined digest alone under the key "".
+func fullDigests(keys []string, value func(string) []byte) (map[string]string, bool) {
+	if len(keys) > MaxKeyDigests {
+		sum := combinedSum(keys, value)
+		return map[string]string{"": hex.EncodeToString(sum[:])}, true
+	}
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		out[k] = Digest(value(k))
+	}
+	return out, false
 }
 
 // fromCached reads a cached object's digests: raw SHA-256 sums by key.
@@ -133,17 +141,7 @@ func configMapDigests(cm *corev1.ConfigMap) (map[string]string, bool) {
 	if form := digestedForm(cm.Annotations); form != "" {
 		return fromCached(form, cm.Data)
 	}
-	if keys, value := configMapKeys(cm); len(keys) > MaxKeyDigests {
-		return combinedDigests(keys, value), true
-	}
-	out := make(map[string]string, len(cm.Data)+len(cm.BinaryData))
-	for k, v := range cm.Data {
-		out[k] = Digest(stringBytes(v))
-	}
-	for k, v := range cm.BinaryData { // keys are disjoint from Data in valid objects
-		out[k] = Digest(v)
-	}
-	return out, false
+	return fullDigests(configMapKeys(cm))
 }
 
 // secretDigests is configMapDigests for Secrets; a digested Secret keeps its sums in
@@ -152,14 +150,7 @@ func secretDigests(s *corev1.Secret) (map[string]string, bool) {
 	if form := digestedForm(s.Annotations); form != "" {
 		return fromCached(form, s.StringData)
 	}
-	if keys, value := secretKeys(s); len(keys) > MaxKeyDigests {
-		return combinedDigests(keys, value), true
-	}
-	out := make(map[string]string, len(s.Data))
-	for k, v := range s.Data {
-		out[k] = Digest(v)
-	}
-	return out, false
+	return fullDigests(secretKeys(s))
 }
 
 // SourceFromConfigMap returns the Source of an existing ConfigMap, full or digested by

@@ -171,13 +171,10 @@ func (r *Reader) leave(k flightKey, f *flight) {
 func (r *Reader) fly(ctx context.Context, k flightKey, f *flight, obj client.Object) {
 	defer f.cancel()
 	defer r.land(k, f)
-	select {
-	case r.slots <- struct{}{}:
-	case <-ctx.Done():
-		f.err = fmt.Errorf("while waiting to read %s: %w", k.key, ctx.Err())
+	if f.err = r.acquire(ctx, k.key); f.err != nil {
 		return
 	}
-	defer func() { <-r.slots }()
+	defer r.release()
 	r.mu.Lock()
 	if err := ctx.Err(); err != nil { // everyone left: nobody can join it now
 		r.mu.Unlock()
@@ -204,11 +201,22 @@ func (r *Reader) land(k flightKey, f *flight) {
 
 // own is a read of the caller's own, within the bound.
 func (r *Reader) own(ctx context.Context, key client.ObjectKey, obj client.Object, opts []client.GetOption) error {
+	if err := r.acquire(ctx, key); err != nil {
+		return err
+	}
+	defer r.release()
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// acquire takes one of the slots to read key, unless ctx ends first.
+func (r *Reader) acquire(ctx context.Context, key client.ObjectKey) error {
 	select {
 	case r.slots <- struct{}{}:
+		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("while waiting to read %s: %w", key, ctx.Err())
 	}
-	defer func() { <-r.slots }()
-	return r.Reader.Get(ctx, key, obj, opts...)
 }
+
+// release gives back a slot acquire took.
+func (r *Reader) release() { <-r.slots }
