@@ -36,6 +36,7 @@ import (
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/wiredigest"
 	"github.com/configstamp/configstamp/controllers/workload"
 	"github.com/configstamp/configstamp/webhook"
 	"github.com/configstamp/configstamp/webhook/live"
@@ -369,10 +370,18 @@ func newManager(o *options, cfg *rest.Config, scheme *runtime.Scheme, webhookHos
 		}
 	}
 	tlsOpts := tlsOptions(o.enableHTTP2)
+	cacheOpts := controllers.CacheOptions(o.kinds, o.scope, o.pin)
+	// The cache's own connection: its ConfigMap and Secret watches are digested
+	// on the wire (controllers/wiredigest); the client's reads stay whole.
+	cacheHTTP, err := rest.HTTPClientFor(wiredigest.Config(cfg))
+	if err != nil {
+		return nil, nil, fmt.Errorf("while creating the cache's HTTP client: %w", err)
+	}
+	cacheOpts.HTTPClient = cacheHTTP
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:         scheme,
 		MapperProvider: newMapper,
-		Cache:          controllers.CacheOptions(o.kinds, o.scope, o.pin),
+		Cache:          cacheOpts,
 		// The extra kinds are read as unstructured objects: from the cache too.
 		Client:                              client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                             metricsOptions(o.metricsAddr, o.metricsSecure, o.metricsCertDir, tlsOpts, log),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"slices"
 	"strings"
 	"unique"
@@ -52,18 +53,39 @@ func Digest(value []byte) string {
 // them allocated 40 MB for such a ConfigMap (short keys and values), 1.6 MB now.
 func combinedSum(keys []string, value func(string) []byte) [sha256.Size]byte {
 	slices.Sort(keys)
-	h := sha256.New()
-	var b bytes.Buffer
-	var digest [2 * sha256.Size]byte
+	c := NewCombiner()
 	for _, k := range keys {
-		sum := sha256.Sum256(value(k))
-		hex.Encode(digest[:], sum[:])
-		b.Reset()
-		writeFields(&b, k, unsafe.String(&digest[0], len(digest))) // copied into b
-		h.Write(b.Bytes())
+		c.Add(k, value(k))
 	}
+	return c.Sum()
+}
+
+// Combiner computes the combined digest of an object key by key, for a caller
+// that reads the keys in order without holding them (controllers/wiredigest):
+// Add every distinct key in increasing byte order, then Sum. The result is the
+// one an object with those keys and values gets beyond MaxKeyDigests keys.
+type Combiner struct {
+	h      hash.Hash
+	b      bytes.Buffer
+	digest [2 * sha256.Size]byte
+}
+
+// NewCombiner returns an empty Combiner.
+func NewCombiner() *Combiner { return &Combiner{h: sha256.New()} }
+
+// Add adds key with value; keys must come in increasing order, each once.
+func (c *Combiner) Add(key string, value []byte) {
+	sum := sha256.Sum256(value)
+	hex.Encode(c.digest[:], sum[:])
+	c.b.Reset()
+	writeFields(&c.b, key, unsafe.String(&c.digest[0], len(c.digest))) // copied into b
+	c.h.Write(c.b.Bytes())
+}
+
+// Sum returns the combined digest of what was added.
+func (c *Combiner) Sum() [sha256.Size]byte {
 	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
+	c.h.Sum(sum[:0])
 	return sum
 }
 
@@ -220,13 +242,19 @@ func (r *sums) cached() map[string]string {
 func cachedDigests(keys []string, value func(string) []byte) (map[string]string, string) {
 	if len(keys) > MaxKeyDigests {
 		sum := combinedSum(keys, value)
-		return map[string]string{"": string(sum[:])}, DigestedCombined
+		return combinedCache(sum), DigestedCombined
 	}
 	r := newSums(len(keys))
 	for _, k := range keys {
 		r.add(k, value(k))
 	}
 	return r.cached(), DigestedPerKey
+}
+
+// combinedCache is the cache's form of an object beyond MaxKeyDigests keys: its
+// combined sum alone, under the key "".
+func combinedCache(sum [sha256.Size]byte) map[string]string {
+	return map[string]string{"": string(sum[:])}
 }
 
 // MaxKeptAnnotation bounds the annotation values the cache keeps (ignore,
@@ -287,8 +315,19 @@ func DigestConfigMap(cm *corev1.ConfigMap) {
 	if cm == nil || digestedForm(cm.Annotations) != "" {
 		return
 	}
-	var form string
-	cm.Data, form = cachedDigests(configMapKeys(cm))
+	sums, form := cachedDigests(configMapKeys(cm))
+	setConfigMapDigests(cm, sums, form)
+}
+
+// CombinedConfigMap makes cm, decoded without its data and binaryData, what
+// DigestConfigMap makes of the whole object when it has more than MaxKeyDigests
+// keys and their combined digest is sum (see Combiner).
+func CombinedConfigMap(cm *corev1.ConfigMap, sum [sha256.Size]byte) {
+	setConfigMapDigests(cm, combinedCache(sum), DigestedCombined)
+}
+
+func setConfigMapDigests(cm *corev1.ConfigMap, sums map[string]string, form string) {
+	cm.Data = sums
 	cm.BinaryData = nil
 	cacheMeta(&cm.ObjectMeta, form)
 }
@@ -302,8 +341,18 @@ func DigestSecret(s *corev1.Secret) {
 	if s == nil || digestedForm(s.Annotations) != "" {
 		return
 	}
-	var form string
-	s.StringData, form = cachedDigests(secretKeys(s))
+	sums, form := cachedDigests(secretKeys(s))
+	setSecretDigests(s, sums, form)
+}
+
+// CombinedSecret is CombinedConfigMap for Secrets (decoded without data and
+// stringData).
+func CombinedSecret(s *corev1.Secret, sum [sha256.Size]byte) {
+	setSecretDigests(s, combinedCache(sum), DigestedCombined)
+}
+
+func setSecretDigests(s *corev1.Secret, sums map[string]string, form string) {
+	s.StringData = sums
 	s.Data = nil
 	s.Type = corev1.SecretType(unique.Make(clipType(string(s.Type))).Value()) // a handful of types
 	cacheMeta(&s.ObjectMeta, form)

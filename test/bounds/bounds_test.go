@@ -47,6 +47,20 @@ func auditGets(t *testing.T, namespace string) []string {
 	return out
 }
 
+// workloadWrites counts configstamp's PATCHes and UPDATEs of Deployment name
+// in namespace.
+func workloadWrites(t *testing.T, namespace, name string) int {
+	t.Helper()
+	n := 0
+	for _, ev := range env.AuditEvents(t) {
+		if ev.Stage == "ResponseComplete" && (ev.Verb == "patch" || ev.Verb == "update") && strings.HasPrefix(ev.UserAgent, "configstamp") &&
+			ev.ObjectRef.Resource == "deployments" && ev.ObjectRef.Namespace == namespace && ev.ObjectRef.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
 func names(prefix string, n int) string {
 	out := make([]string, n)
 	for i := range out {
@@ -202,13 +216,18 @@ func TestHostileSourcesCached(t *testing.T) {
 		t.Fatalf("not stamped: %q", stamped)
 	}
 
-	// The reconciler, from its cache, agrees with the webhook's live reads.
-	before := env.Configstamp.ReconcileCounts(t)
+	// The reconciler, from its cache, agrees with the webhook's live reads: it
+	// leaves the stamp alone and writes nothing (a cached digest that differed
+	// would cost a write that the webhook then corrects, invisible on the stamp).
+	before, writes := env.Configstamp.ReconcileCounts(t), workloadWrites(t, ns, "app")
 	env.Kubectl(t, "", "annotate", "-n", ns, "deployment/app", "example.com/touched=yes")
 	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": before["deployment"]})
 	env.Get(t, dep)
 	if h := framework.TemplateHash(dep); h != stamped {
 		t.Fatalf("the reconciler changed the webhook's stamp %s to %s", stamped, h)
+	}
+	if w := workloadWrites(t, ns, "app"); w != writes {
+		t.Fatalf("configstamp wrote the Deployment %d times after an unrelated annotation: its cache disagrees with the webhook's reads", w-writes)
 	}
 
 	// A key nobody references, in an over-cap object: conservatively, a rollout.

@@ -1,0 +1,394 @@
+// Package wiredigest digests ConfigMaps and Secrets of more than
+// stamp.MaxKeyDigests keys in the informer cache's watch streams, before
+// client-go decodes them. The cache keeps only such an object's combined digest
+// (stamp.DigestConfigMap), but to compute it the informer first decoded the
+// whole object into maps: a tenant's ConfigMap of 100,000 short keys took about
+// 1.3 MB on the wire and more than 8 MB of maps and key lists while it was
+// digested. Here the combined digest is computed from the wire bytes, key by
+// key in the order the API server writes them (sorted: its protobuf encoding
+// sorts map keys), and the frame is replaced by the object's cached form,
+// metadata and sum only, which stamp.DigestConfigMap then leaves as it is.
+//
+// Anything else passes through unchanged and takes the ordinary path: other
+// kinds, objects up to the cap, JSON, LIST responses, and every frame this
+// package does not fully understand (keys out of order or repeated, unknown
+// fields, a content encoding).
+package wiredigest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+	"unsafe"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// Config returns a copy of cfg whose watch streams of ConfigMaps and Secrets
+// are digested on the wire, for the informer cache's HTTP client only: the
+// objects they deliver carry the cache's digested form, not their data.
+func Config(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.Wrap(Wrap)
+	return out
+}
+
+// Wrap wraps rt (see Config).
+func Wrap(rt http.RoundTripper) http.RoundTripper { return roundTripper{next: rt} }
+
+type roundTripper struct{ next http.RoundTripper }
+
+func (t roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	if kind := sourceWatch(req, resp); kind != "" {
+		resp.Body = &rewriter{body: resp.Body, kind: kind}
+	}
+	return resp, nil
+}
+
+// sourceWatch returns "ConfigMap" or "Secret" when resp is a protobuf watch
+// stream of that core kind, else "".
+func sourceWatch(req *http.Request, resp *http.Response) string {
+	if req.Method != http.MethodGet || resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	if w := req.URL.Query().Get("watch"); w != "true" && w != "1" {
+		return ""
+	}
+	media, params, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil || media != runtime.ContentTypeProtobuf || params["stream"] != "watch" {
+		return ""
+	}
+	path := strings.TrimSuffix(req.URL.Path, "/")
+	if !strings.HasPrefix(path, "/api/v1/") {
+		return ""
+	}
+	switch path[strings.LastIndexByte(path, '/')+1:] {
+	case "configmaps":
+		return "ConfigMap"
+	case "secrets":
+		return "Secret"
+	}
+	return ""
+}
+
+// maxFrame bounds the frames rewriter reads whole; a larger one (none fits in
+// etcd) passes through as it comes, unread.
+const maxFrame = 64 << 20
+
+// keepBuffer is the largest frame buffer kept between frames; a larger one is
+// dropped after its frame, so that one large object does not pin its size.
+const keepBuffer = 64 << 10
+
+// rewriter is a watch stream's body: length-prefixed frames of WatchEvents,
+// each over-cap object's frame replaced by its digested form.
+type rewriter struct {
+	body io.ReadCloser
+	kind string
+	buf  []byte // the current frame, length prefix included
+	out  []byte // what is left to return of the current frame
+	pass int64  // bytes of an oversized frame left to pass through
+}
+
+func (r *rewriter) Read(p []byte) (int, error) {
+	for len(r.out) == 0 && r.pass == 0 {
+		if err := r.next(); err != nil {
+			return 0, err
+		}
+	}
+	if len(r.out) > 0 {
+		n := copy(p, r.out)
+		r.out = r.out[n:]
+		return n, nil
+	}
+	if int64(len(p)) > r.pass {
+		p = p[:r.pass]
+	}
+	n, err := r.body.Read(p)
+	r.pass -= int64(n)
+	if errors.Is(err, io.EOF) && r.pass > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (r *rewriter) Close() error { return r.body.Close() }
+
+// next reads the next frame into out, rewritten if it is an over-cap source.
+func (r *rewriter) next() error {
+	if cap(r.buf) > keepBuffer {
+		r.buf = nil
+	}
+	var head [4]byte
+	if _, err := io.ReadFull(r.body, head[:]); err != nil {
+		return err // io.EOF between frames is the stream's end
+	}
+	n := binary.BigEndian.Uint32(head[:])
+	if n > maxFrame {
+		r.buf = append(r.buf[:0], head[:]...)
+		r.out, r.pass = r.buf, int64(n)
+		return nil
+	}
+	if cap(r.buf) < 4+int(n) {
+		r.buf = make([]byte, 0, 4+int(n))
+	}
+	r.buf = append(r.buf[:0], head[:]...)
+	r.buf = r.buf[:4+int(n)]
+	if _, err := io.ReadFull(r.body, r.buf[4:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	r.out = r.buf
+	if frame, ok := digestEvent(r.buf[4:], r.kind); ok {
+		r.out = frame
+	}
+	return nil
+}
+
+// scan calls visit with each field of msg, the bytes of a length-delimited
+// one or the encoding of a varint, and reports false for a malformed message,
+// another wire type, or a false from visit.
+func scan(msg []byte, visit func(num protowire.Number, v []byte) bool) bool {
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return false
+		}
+		msg = msg[n:]
+		var v []byte
+		switch typ {
+		case protowire.BytesType:
+			v, n = protowire.ConsumeBytes(msg)
+		case protowire.VarintType:
+			if n = protowire.ConsumeFieldValue(num, typ, msg); n >= 0 {
+				v = msg[:n]
+			}
+		default:
+			return false
+		}
+		if n < 0 || !visit(num, v) {
+			return false
+		}
+		msg = msg[n:]
+	}
+	return true
+}
+
+// single returns a visit for scan that keeps the fields of known in their
+// slots (the last value of a repeated one) and refuses any other field.
+func single(known map[protowire.Number]*[]byte) func(protowire.Number, []byte) bool {
+	return func(num protowire.Number, v []byte) bool {
+		slot, ok := known[num]
+		if ok {
+			*slot = v
+		}
+		return ok
+	}
+}
+
+// protobufMagic prefixes every object in Kubernetes' protobuf encoding.
+var protobufMagic = []byte("k8s\x00")
+
+// digestEvent returns the frame (length prefix included) to deliver instead of
+// event, a WatchEvent whose object is an over-cap source of kind, and false for
+// anything to pass through.
+func digestEvent(event []byte, kind string) ([]byte, bool) {
+	var typ, ext, raw []byte // WatchEvent: type = 1, object = 2 (RawExtension: raw = 1)
+	if !scan(event, single(map[protowire.Number]*[]byte{1: &typ, 2: &ext})) ||
+		!scan(ext, single(map[protowire.Number]*[]byte{1: &raw})) || !bytes.HasPrefix(raw, protobufMagic) {
+		return nil, false
+	}
+	unknown := runtime.Unknown{}
+	if err := unknown.Unmarshal(raw[len(protobufMagic):]); err != nil || unknown.ContentEncoding != "" ||
+		unknown.APIVersion != "v1" || unknown.Kind != kind {
+		return nil, false
+	}
+	object, ok := digestObject(unknown.Raw, kind)
+	if !ok {
+		return nil, false
+	}
+	unknown.Raw = object
+	body, err := unknown.Marshal()
+	if err != nil {
+		return nil, false
+	}
+	out, err := (&metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: append(slices.Clip(protobufMagic), body...)}}).Marshal()
+	if err != nil {
+		return nil, false
+	}
+	return append(binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(out)), uint32(len(out))), out...), true
+}
+
+// Field numbers of ConfigMap and Secret (k8s.io/api/core/v1/generated.proto).
+const (
+	fieldMetadata        = 1
+	fieldData            = 2
+	fieldBinaryData      = 3 // ConfigMap
+	fieldSecretType      = 3
+	fieldImmutable       = 4 // ConfigMap
+	fieldSecretImmutable = 5 // Secret; its stringData (4) is write-only, never served
+)
+
+// digestObject returns the cached form of raw, a ConfigMap or Secret (kind) in
+// protobuf, when it has more than stamp.MaxKeyDigests keys, and false for
+// anything to pass through.
+func digestObject(raw []byte, kind string) ([]byte, bool) {
+	var meta, immutable, secretType []byte
+	keys := 0
+	known := map[protowire.Number]*[]byte{fieldMetadata: &meta, fieldImmutable: &immutable}
+	streams := []protowire.Number{fieldData, fieldBinaryData}
+	if kind == "Secret" {
+		known = map[protowire.Number]*[]byte{fieldMetadata: &meta, fieldSecretType: &secretType, fieldSecretImmutable: &immutable}
+		streams = streams[:1]
+	}
+	scalar := single(known)
+	if !scan(raw, func(num protowire.Number, v []byte) bool {
+		if slices.Contains(streams, num) {
+			keys++
+			return true
+		}
+		return scalar(num, v)
+	}) || keys <= stamp.MaxKeyDigests {
+		return nil, false
+	}
+	sum, ok := combine(raw, streams)
+	if !ok {
+		return nil, false
+	}
+	var frozen *bool
+	if immutable != nil {
+		v, n := protowire.ConsumeVarint(immutable)
+		if n < 0 {
+			return nil, false
+		}
+		frozen = ptr.To(v != 0)
+	}
+	objectMeta := metav1.ObjectMeta{}
+	if err := objectMeta.Unmarshal(meta); err != nil {
+		return nil, false
+	}
+	var out []byte
+	var err error
+	if kind == "Secret" {
+		s := &corev1.Secret{ObjectMeta: objectMeta, Type: corev1.SecretType(secretType), Immutable: frozen}
+		stamp.CombinedSecret(s, sum)
+		out, err = s.Marshal()
+	} else {
+		cm := &corev1.ConfigMap{ObjectMeta: objectMeta, Immutable: frozen}
+		stamp.CombinedConfigMap(cm, sum)
+		out, err = cm.Marshal()
+	}
+	return out, err == nil
+}
+
+// combine returns the combined digest (stamp.Combiner) of the map entries in
+// the fields streams of msg, merged in key order, and false if a stream's
+// keys are not strictly increasing or two streams share a key.
+func combine(msg []byte, streams []protowire.Number) ([sha256.Size]byte, bool) {
+	cursors := make([]cursor, len(streams))
+	for i, num := range streams {
+		cursors[i] = cursor{rest: msg, num: num}
+		if !cursors[i].advance() {
+			return [sha256.Size]byte{}, false
+		}
+	}
+	c := stamp.NewCombiner()
+	for {
+		var next *cursor
+		for i := range cursors {
+			switch cur := &cursors[i]; {
+			case cur.done:
+			case next == nil || cur.key < next.key:
+				next = cur
+			case cur.key == next.key:
+				return [sha256.Size]byte{}, false
+			}
+		}
+		if next == nil {
+			return c.Sum(), true
+		}
+		c.Add(next.key, next.value)
+		if !next.advance() {
+			return [sha256.Size]byte{}, false
+		}
+	}
+}
+
+// cursor walks the map entries of one field of a message scan has accepted.
+type cursor struct {
+	rest    []byte
+	num     protowire.Number
+	key     string // aliases msg: valid while msg is
+	value   []byte
+	started bool
+	done    bool
+}
+
+// advance moves to the next entry, or to done; false if the entry is malformed
+// or its key is not greater than the one before.
+func (c *cursor) advance() bool {
+	for len(c.rest) > 0 {
+		num, typ, n := protowire.ConsumeTag(c.rest)
+		c.rest = c.rest[n:]
+		n = protowire.ConsumeFieldValue(num, typ, c.rest)
+		v := c.rest[:n]
+		c.rest = c.rest[n:]
+		if num != c.num {
+			continue
+		}
+		entry, _ := protowire.ConsumeBytes(v)
+		k, val, ok := mapEntry(entry)
+		if !ok {
+			return false
+		}
+		key := unsafe.String(unsafe.SliceData(k), len(k))
+		if c.started && key <= c.key {
+			return false
+		}
+		c.key, c.value, c.started = key, val, true
+		return true
+	}
+	c.done = true
+	return true
+}
+
+// mapEntry returns the key (1) and value (2) of a map entry, both strings or
+// bytes; false for any other field. It allocates nothing: 100,000 entries an
+// object.
+func mapEntry(entry []byte) (key, value []byte, ok bool) {
+	for len(entry) > 0 {
+		num, typ, n := protowire.ConsumeTag(entry)
+		if n < 0 || typ != protowire.BytesType || num != 1 && num != 2 {
+			return nil, nil, false
+		}
+		v, m := protowire.ConsumeBytes(entry[n:])
+		if m < 0 {
+			return nil, nil, false
+		}
+		entry = entry[n+m:]
+		if num == 1 {
+			key = v
+		} else {
+			value = v
+		}
+	}
+	return key, value, true
+}
