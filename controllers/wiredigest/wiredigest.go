@@ -163,45 +163,37 @@ func (r *rewriter) next() error {
 	return nil
 }
 
-// scan calls visit with each field of msg, the bytes of a length-delimited
-// one or the encoding of a varint, and reports false for a malformed message,
-// another wire type, or a false from visit.
-func scan(msg []byte, visit func(num protowire.Number, v []byte) bool) bool {
+// take reads msg, a message whose fields are numbered 1 to len(last): each
+// field's last value into last (the bytes of a length-delimited field, the
+// encoding of a varint) and, when counts is not nil, how many times it came.
+// It reports false for a malformed message, another wire type or another
+// field. It allocates nothing: every frame of a watch passes through it.
+func take(msg []byte, last [][]byte, counts []int) bool {
 	for len(msg) > 0 {
 		num, typ, n := protowire.ConsumeTag(msg)
-		if n < 0 {
+		if n < 0 || num < 1 || int(num) > len(last) {
 			return false
 		}
 		msg = msg[n:]
-		var v []byte
 		switch typ {
 		case protowire.BytesType:
-			v, n = protowire.ConsumeBytes(msg)
+			last[num-1], n = protowire.ConsumeBytes(msg)
 		case protowire.VarintType:
 			if n = protowire.ConsumeFieldValue(num, typ, msg); n >= 0 {
-				v = msg[:n]
+				last[num-1] = msg[:n]
 			}
 		default:
 			return false
 		}
-		if n < 0 || !visit(num, v) {
+		if n < 0 {
 			return false
 		}
 		msg = msg[n:]
+		if counts != nil {
+			counts[num-1]++
+		}
 	}
 	return true
-}
-
-// single returns a visit for scan that keeps the fields of known in their
-// slots (the last value of a repeated one) and refuses any other field.
-func single(known map[protowire.Number]*[]byte) func(protowire.Number, []byte) bool {
-	return func(num protowire.Number, v []byte) bool {
-		slot, ok := known[num]
-		if ok {
-			*slot = v
-		}
-		return ok
-	}
 }
 
 // protobufMagic prefixes every object in Kubernetes' protobuf encoding.
@@ -211,62 +203,65 @@ var protobufMagic = []byte("k8s\x00")
 // event, a WatchEvent whose object is an over-cap source of kind, and false for
 // anything to pass through.
 func digestEvent(event []byte, kind string) ([]byte, bool) {
-	var typ, ext, raw []byte // WatchEvent: type = 1, object = 2 (RawExtension: raw = 1)
-	if !scan(event, single(map[protowire.Number]*[]byte{1: &typ, 2: &ext})) ||
-		!scan(ext, single(map[protowire.Number]*[]byte{1: &raw})) || !bytes.HasPrefix(raw, protobufMagic) {
+	var ev, ext [2][]byte // WatchEvent: type = 1, object = 2 (RawExtension: raw = 1)
+	if !take(event, ev[:], nil) || !take(ev[1], ext[:1], nil) || !bytes.HasPrefix(ext[0], protobufMagic) {
 		return nil, false
 	}
-	unknown := runtime.Unknown{}
-	if err := unknown.Unmarshal(raw[len(protobufMagic):]); err != nil || unknown.ContentEncoding != "" ||
-		unknown.APIVersion != "v1" || unknown.Kind != kind {
+	// runtime.Unknown: typeMeta = 1 (apiVersion = 1, kind = 2), raw = 2,
+	// contentEncoding = 3, contentType = 4.
+	var unknown [4][]byte
+	var typeMeta [2][]byte
+	if !take(ext[0][len(protobufMagic):], unknown[:], nil) || len(unknown[2]) != 0 || !take(unknown[0], typeMeta[:], nil) ||
+		string(typeMeta[0]) != "v1" || string(typeMeta[1]) != kind {
 		return nil, false
 	}
-	object, ok := digestObject(unknown.Raw, kind)
+	object, ok := digestObject(unknown[1], kind)
 	if !ok {
 		return nil, false
 	}
-	unknown.Raw = object
-	body, err := unknown.Marshal()
+	body, err := (&runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "v1", Kind: kind}, Raw: object, ContentType: string(unknown[3])}).Marshal()
 	if err != nil {
 		return nil, false
 	}
-	out, err := (&metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: append(slices.Clip(protobufMagic), body...)}}).Marshal()
+	out, err := (&metav1.WatchEvent{Type: string(ev[0]), Object: runtime.RawExtension{Raw: append(slices.Clip(protobufMagic), body...)}}).Marshal()
 	if err != nil {
 		return nil, false
 	}
 	return append(binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(out)), uint32(len(out))), out...), true
 }
 
-// Field numbers of ConfigMap and Secret (k8s.io/api/core/v1/generated.proto).
+// Fields of ConfigMap and Secret, as indexes into take's slices (the field
+// number less one; k8s.io/api/core/v1/generated.proto).
 const (
-	fieldMetadata        = 1
-	fieldData            = 2
-	fieldBinaryData      = 3 // ConfigMap
-	fieldSecretType      = 3
-	fieldImmutable       = 4 // ConfigMap
-	fieldSecretImmutable = 5 // Secret; its stringData (4) is write-only, never served
+	fieldMetadata        = 0
+	fieldData            = 1
+	fieldBinaryData      = 2 // ConfigMap
+	fieldSecretType      = 2
+	fieldImmutable       = 3 // ConfigMap
+	fieldStringData      = 3 // Secret: write-only, never served
+	fieldSecretImmutable = 4 // Secret
 )
 
 // digestObject returns the cached form of raw, a ConfigMap or Secret (kind) in
 // protobuf, when it has more than stamp.MaxKeyDigests keys, and false for
 // anything to pass through.
 func digestObject(raw []byte, kind string) ([]byte, bool) {
-	var meta, immutable, secretType []byte
-	keys := 0
-	known := map[protowire.Number]*[]byte{fieldMetadata: &meta, fieldImmutable: &immutable}
-	streams := []protowire.Number{fieldData, fieldBinaryData}
+	var f [5][]byte
+	var counts [5]int
+	streams, immutable := []protowire.Number{fieldData + 1, fieldBinaryData + 1}, fieldImmutable
 	if kind == "Secret" {
-		known = map[protowire.Number]*[]byte{fieldMetadata: &meta, fieldSecretType: &secretType, fieldSecretImmutable: &immutable}
-		streams = streams[:1]
-	}
-	scalar := single(known)
-	if !scan(raw, func(num protowire.Number, v []byte) bool {
-		if slices.Contains(streams, num) {
-			keys++
-			return true
+		streams, immutable = streams[:1], fieldSecretImmutable
+		if !take(raw, f[:5], counts[:5]) || counts[fieldStringData] > 0 {
+			return nil, false
 		}
-		return scalar(num, v)
-	}) || keys <= stamp.MaxKeyDigests {
+	} else if !take(raw, f[:4], counts[:4]) {
+		return nil, false
+	}
+	keys := counts[fieldData]
+	if kind != "Secret" {
+		keys += counts[fieldBinaryData]
+	}
+	if keys <= stamp.MaxKeyDigests || counts[fieldMetadata] > 1 {
 		return nil, false
 	}
 	sum, ok := combine(raw, streams)
@@ -274,21 +269,18 @@ func digestObject(raw []byte, kind string) ([]byte, bool) {
 		return nil, false
 	}
 	var frozen *bool
-	if immutable != nil {
-		v, n := protowire.ConsumeVarint(immutable)
-		if n < 0 {
-			return nil, false
-		}
+	if f[immutable] != nil {
+		v, _ := protowire.ConsumeVarint(f[immutable]) // take checked it
 		frozen = ptr.To(v != 0)
 	}
 	objectMeta := metav1.ObjectMeta{}
-	if err := objectMeta.Unmarshal(meta); err != nil {
+	if err := objectMeta.Unmarshal(f[fieldMetadata]); err != nil {
 		return nil, false
 	}
 	var out []byte
 	var err error
 	if kind == "Secret" {
-		s := &corev1.Secret{ObjectMeta: objectMeta, Type: corev1.SecretType(secretType), Immutable: frozen}
+		s := &corev1.Secret{ObjectMeta: objectMeta, Type: corev1.SecretType(f[fieldSecretType]), Immutable: frozen}
 		stamp.CombinedSecret(s, sum)
 		out, err = s.Marshal()
 	} else {
@@ -332,7 +324,7 @@ func combine(msg []byte, streams []protowire.Number) ([sha256.Size]byte, bool) {
 	}
 }
 
-// cursor walks the map entries of one field of a message scan has accepted.
+// cursor walks the map entries of one field of a message take has accepted.
 type cursor struct {
 	rest    []byte
 	num     protowire.Number
@@ -355,40 +347,17 @@ func (c *cursor) advance() bool {
 			continue
 		}
 		entry, _ := protowire.ConsumeBytes(v)
-		k, val, ok := mapEntry(entry)
-		if !ok {
+		var kv [2][]byte // MapEntry: key = 1, value = 2
+		if !take(entry, kv[:], nil) {
 			return false
 		}
-		key := unsafe.String(unsafe.SliceData(k), len(k))
+		key := unsafe.String(unsafe.SliceData(kv[0]), len(kv[0]))
 		if c.started && key <= c.key {
 			return false
 		}
-		c.key, c.value, c.started = key, val, true
+		c.key, c.value, c.started = key, kv[1], true
 		return true
 	}
 	c.done = true
 	return true
-}
-
-// mapEntry returns the key (1) and value (2) of a map entry, both strings or
-// bytes; false for any other field. It allocates nothing: 100,000 entries an
-// object.
-func mapEntry(entry []byte) (key, value []byte, ok bool) {
-	for len(entry) > 0 {
-		num, typ, n := protowire.ConsumeTag(entry)
-		if n < 0 || typ != protowire.BytesType || num != 1 && num != 2 {
-			return nil, nil, false
-		}
-		v, m := protowire.ConsumeBytes(entry[n:])
-		if m < 0 {
-			return nil, nil, false
-		}
-		entry = entry[n+m:]
-		if num == 1 {
-			key = v
-		} else {
-			value = v
-		}
-	}
-	return key, value, true
 }
