@@ -75,11 +75,18 @@ func sourceWatch(req *http.Request, resp *http.Response) string {
 	if err != nil || media != runtime.ContentTypeProtobuf || params["stream"] != "watch" {
 		return ""
 	}
+	// The core group's resources, behind whatever path prefix the server has:
+	// .../api/v1/<resource> or .../api/v1/namespaces/<ns>/<resource>.
 	path := strings.TrimSuffix(req.URL.Path, "/")
-	if !strings.HasPrefix(path, "/api/v1/") {
+	i := strings.LastIndex(path, "/api/v1/")
+	if i < 0 {
 		return ""
 	}
-	switch path[strings.LastIndexByte(path, '/')+1:] {
+	segments := strings.Split(path[i+len("/api/v1/"):], "/")
+	if len(segments) != 1 && (len(segments) != 3 || segments[0] != "namespaces") {
+		return ""
+	}
+	switch segments[len(segments)-1] {
 	case "configmaps":
 		return "ConfigMap"
 	case "secrets":
@@ -88,9 +95,9 @@ func sourceWatch(req *http.Request, resp *http.Response) string {
 	return ""
 }
 
-// maxFrame bounds the frames rewriter reads whole; a larger one (none fits in
-// etcd) passes through as it comes, unread.
-const maxFrame = 64 << 20
+// maxFrame bounds the frames rewriter reads whole: client-go's watch decoder
+// refuses larger ones (16 MiB). A larger frame passes through unread.
+const maxFrame = 16 << 20
 
 // keepBuffer is the largest frame buffer kept between frames; a larger one is
 // dropped after its frame, so that one large object does not pin its size.
@@ -99,11 +106,11 @@ const keepBuffer = 64 << 10
 // rewriter is a watch stream's body: length-prefixed frames of WatchEvents,
 // each over-cap object's frame replaced by its digested form.
 type rewriter struct {
-	body io.ReadCloser
-	kind string
-	buf  []byte // the current frame, length prefix included
-	out  []byte // what is left to return of the current frame
-	pass int64  // bytes of an oversized frame left to pass through
+	body  io.ReadCloser
+	kind  string
+	frame bytes.Buffer // the current frame, length prefix included
+	out   []byte       // what is left to return of the current frame
+	pass  int64        // bytes of an oversized frame left to pass through
 }
 
 func (r *rewriter) Read(p []byte) (int, error) {
@@ -132,56 +139,54 @@ func (r *rewriter) Close() error { return r.body.Close() }
 
 // next reads the next frame into out, rewritten if it is an over-cap source.
 func (r *rewriter) next() error {
-	if cap(r.buf) > keepBuffer {
-		r.buf = nil
+	if r.frame.Cap() > keepBuffer {
+		r.frame = bytes.Buffer{}
 	}
+	r.frame.Reset()
 	var head [4]byte
 	if _, err := io.ReadFull(r.body, head[:]); err != nil {
 		return err // io.EOF between frames is the stream's end
 	}
-	n := binary.BigEndian.Uint32(head[:])
+	r.frame.Write(head[:])
+	n := int64(binary.BigEndian.Uint32(head[:]))
 	if n > maxFrame {
-		r.buf = append(r.buf[:0], head[:]...)
-		r.out, r.pass = r.buf, int64(n)
+		r.out, r.pass = r.frame.Bytes(), n
 		return nil
 	}
-	if cap(r.buf) < 4+int(n) {
-		r.buf = make([]byte, 0, 4+int(n))
-	}
-	r.buf = append(r.buf[:0], head[:]...)
-	r.buf = r.buf[:4+int(n)]
-	if _, err := io.ReadFull(r.body, r.buf[4:]); err != nil {
-		if errors.Is(err, io.EOF) {
+	// The buffer grows as the bytes arrive, not to what the prefix announces.
+	if got, err := r.frame.ReadFrom(io.LimitReader(r.body, n)); got < n {
+		if err == nil {
 			err = io.ErrUnexpectedEOF
 		}
 		return err
 	}
-	r.out = r.buf
-	if frame, ok := digestEvent(r.buf[4:], r.kind); ok {
+	r.out = r.frame.Bytes()
+	if frame, ok := digestEvent(r.out[4:], r.kind); ok {
 		r.out = frame
 	}
 	return nil
 }
 
-// take reads msg, a message whose fields are numbered 1 to len(last): each
-// field's last value into last (the bytes of a length-delimited field, the
-// encoding of a varint) and, when counts is not nil, how many times it came.
-// It reports false for a malformed message, another wire type or another
-// field. It allocates nothing: every frame of a watch passes through it.
-func take(msg []byte, last [][]byte, counts []int) bool {
+// take reads msg, a message whose fields are numbered 1 to len(last), all
+// length-delimited but for field varint (0: none), which is a varint: each
+// field's last value into last (its bytes; a varint's encoding) and, when
+// counts is not nil, how many times it came. It reports false for a malformed
+// message, an unexpected field or wire type. It allocates nothing: every frame
+// of a watch passes through it.
+func take(msg []byte, last [][]byte, counts []int, varint protowire.Number) bool {
 	for len(msg) > 0 {
 		num, typ, n := protowire.ConsumeTag(msg)
 		if n < 0 || num < 1 || int(num) > len(last) {
 			return false
 		}
 		msg = msg[n:]
-		switch typ {
-		case protowire.BytesType:
-			last[num-1], n = protowire.ConsumeBytes(msg)
-		case protowire.VarintType:
+		switch {
+		case num == varint && typ == protowire.VarintType:
 			if n = protowire.ConsumeFieldValue(num, typ, msg); n >= 0 {
 				last[num-1] = msg[:n]
 			}
+		case num != varint && typ == protowire.BytesType:
+			last[num-1], n = protowire.ConsumeBytes(msg)
 		default:
 			return false
 		}
@@ -204,14 +209,14 @@ var protobufMagic = []byte("k8s\x00")
 // anything to pass through.
 func digestEvent(event []byte, kind string) ([]byte, bool) {
 	var ev, ext [2][]byte // WatchEvent: type = 1, object = 2 (RawExtension: raw = 1)
-	if !take(event, ev[:], nil) || !take(ev[1], ext[:1], nil) || !bytes.HasPrefix(ext[0], protobufMagic) {
+	if !take(event, ev[:], nil, 0) || !take(ev[1], ext[:1], nil, 0) || !bytes.HasPrefix(ext[0], protobufMagic) {
 		return nil, false
 	}
 	// runtime.Unknown: typeMeta = 1 (apiVersion = 1, kind = 2), raw = 2,
 	// contentEncoding = 3, contentType = 4.
 	var unknown [4][]byte
 	var typeMeta [2][]byte
-	if !take(ext[0][len(protobufMagic):], unknown[:], nil) || len(unknown[2]) != 0 || !take(unknown[0], typeMeta[:], nil) ||
+	if !take(ext[0][len(protobufMagic):], unknown[:], nil, 0) || len(unknown[2]) != 0 || !take(unknown[0], typeMeta[:], nil, 0) ||
 		string(typeMeta[0]) != "v1" || string(typeMeta[1]) != kind {
 		return nil, false
 	}
@@ -251,10 +256,10 @@ func digestObject(raw []byte, kind string) ([]byte, bool) {
 	streams, immutable := []protowire.Number{fieldData + 1, fieldBinaryData + 1}, fieldImmutable
 	if kind == "Secret" {
 		streams, immutable = streams[:1], fieldSecretImmutable
-		if !take(raw, f[:5], counts[:5]) || counts[fieldStringData] > 0 {
+		if !take(raw, f[:5], counts[:5], fieldSecretImmutable+1) || counts[fieldStringData] > 0 {
 			return nil, false
 		}
-	} else if !take(raw, f[:4], counts[:4]) {
+	} else if !take(raw, f[:4], counts[:4], fieldImmutable+1) {
 		return nil, false
 	}
 	keys := counts[fieldData]
@@ -346,9 +351,9 @@ func (c *cursor) advance() bool {
 		if num != c.num {
 			continue
 		}
-		entry, _ := protowire.ConsumeBytes(v)
+		entry, m := protowire.ConsumeBytes(v)
 		var kv [2][]byte // MapEntry: key = 1, value = 2
-		if !take(entry, kv[:], nil) {
+		if m < 0 || !take(entry, kv[:], nil, 0) {
 			return false
 		}
 		key := unsafe.String(unsafe.SliceData(kv[0]), len(kv[0]))

@@ -3,12 +3,16 @@ package wiredigest
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	goruntime "runtime"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -43,6 +47,25 @@ func eventFrame(t *testing.T, typ watch.EventType, raw []byte) []byte {
 		t.Fatal(err)
 	}
 	return append(binary.BigEndian.AppendUint32(nil, uint32(len(ev))), ev...)
+}
+
+// withObjectFields is frame of obj with fields put before its own.
+func withObjectFields(t *testing.T, obj runtime.Object, fields []byte) []byte {
+	t.Helper()
+	var raw bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(obj, &raw); err != nil {
+		t.Fatal(err)
+	}
+	unknown := runtime.Unknown{}
+	if err := unknown.Unmarshal(raw.Bytes()[len(protobufMagic):]); err != nil {
+		t.Fatal(err)
+	}
+	unknown.Raw = append(bytes.Clone(fields), unknown.Raw...)
+	body, err := unknown.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eventFrame(t, watch.Added, append(bytes.Clone(protobufMagic), body...))
 }
 
 func keys(n int, value string) map[string]string {
@@ -192,15 +215,30 @@ func TestAnythingElsePassesThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	repeated := configMap("dup", keys(300, "v"), map[string][]byte{"k000001": {1}}) // a key in data and binaryData
+	// A second metadata before the real one: protobuf merges them, so the
+	// object is ignored; the wire digest must not drop that.
+	ignoreMeta, err := (&metav1.ObjectMeta{Annotations: map[string]string{stamp.AnnotationIgnore: "true"}}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string][]byte{
 		"keys out of order":            eventFrame(t, watch.Added, append(bytes.Clone(protobufMagic), body...)),
 		"a key in data and binaryData": frame(t, watch.Added, repeated),
 		"another kind":                 frame(t, watch.Added, &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}}),
-		"a bookmark":                   frame(t, watch.Bookmark, configMap("bm", nil, nil)),
+		"a repeated metadata": withObjectFields(t, configMap("m", keys(300, "v"), nil),
+			protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), ignoreMeta)),
+		"data as a varint": withObjectFields(t, configMap("d", keys(300, "v"), nil),
+			protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 0)),
+		"immutable as bytes": withObjectFields(t, configMap("i", keys(300, "v"), nil),
+			protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), []byte{1})),
 	}
 	for name, f := range cases {
 		if _, ok := digestEvent(f[4:], "ConfigMap"); ok {
 			t.Errorf("%s: rewritten", name)
+		}
+		var stream bytes.Buffer
+		if _, err := io.Copy(&stream, iotest.OneByteReader(&rewriter{body: io.NopCloser(bytes.NewReader(f)), kind: "ConfigMap"})); err != nil || !bytes.Equal(stream.Bytes(), f) {
+			t.Errorf("%s: not passed through byte for byte (%v)", name, err)
 		}
 	}
 	got := watchThrough(t, "configmaps", true, cases["keys out of order"])[0].(*corev1.ConfigMap)
@@ -215,5 +253,73 @@ func TestPassingThroughAllocatesNothing(t *testing.T) {
 	f := frame(t, watch.Modified, configMap("app", keys(10, strings.Repeat("v", 1000)), nil))
 	if allocs := testing.AllocsPerRun(100, func() { digestEvent(f[4:], "ConfigMap") }); allocs != 0 {
 		t.Errorf("%v allocations to pass a ConfigMap of 10 keys through, want 0", allocs)
+	}
+}
+
+// TestAtTheCap: 256 keys pass through, 257 are digested; for Secrets too,
+// with the Source a whole Secret gives.
+func TestAtTheCap(t *testing.T) {
+	for _, n := range []int{stamp.MaxKeyDigests, stamp.MaxKeyDigests + 1} {
+		secret := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "s"}, Type: "example.com/x", Data: map[string][]byte{}}
+		for k, v := range keys(n-1, "") {
+			secret.Data[k] = []byte(v)
+		}
+		secret.Data["empty"] = nil // a value field left out on the wire
+		// data and binaryData together: n keys, one with an empty value.
+		cms := []runtime.Object{configMap("c", keys(n-2, ""), map[string][]byte{"bin": {1}, "zzz": nil}), secret}
+		for i, resource := range []string{"configmaps", "secrets"} {
+			got := watchThrough(t, resource, true, frame(t, watch.Added, cms[i]))[0]
+			var source, whole stamp.Source
+			if i == 0 {
+				source, whole = stamp.SourceFromConfigMap(got.(*corev1.ConfigMap)), stamp.SourceFromConfigMap(cms[i].(*corev1.ConfigMap))
+			} else {
+				source, whole = stamp.SourceFromSecret(got.(*corev1.Secret)), stamp.SourceFromSecret(secret)
+			}
+			digested := got.(metav1.Object).GetAnnotations()[stamp.AnnotationDigested] != ""
+			if digested != (n > stamp.MaxKeyDigests) || !reflect.DeepEqual(source, whole) {
+				t.Errorf("%s of %d keys: arrived digested %v; same Source as the whole object: %v", resource, n, digested, reflect.DeepEqual(source, whole))
+			}
+		}
+	}
+}
+
+// TestStreamEdges: frames cut short end the stream with an error, a frame
+// larger than client-go accepts passes through unread, and a length prefix
+// alone does not allocate what it announces.
+func TestStreamEdges(t *testing.T) {
+	f := frame(t, watch.Added, configMap("over", keys(300, "v"), nil))
+	if _, err := io.ReadAll(&rewriter{body: io.NopCloser(bytes.NewReader(f[:len(f)-1])), kind: "ConfigMap"}); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a frame cut short: %v, want %v", err, io.ErrUnexpectedEOF)
+	}
+	huge := binary.BigEndian.AppendUint32(nil, maxFrame+1)
+	huge = append(huge, make([]byte, maxFrame+1)...)
+	var out bytes.Buffer
+	if _, err := io.Copy(&out, &rewriter{body: io.NopCloser(bytes.NewReader(huge)), kind: "ConfigMap"}); err != nil || !bytes.Equal(out.Bytes(), huge) {
+		t.Errorf("an oversized frame: not passed through (%v)", err)
+	}
+	var before, after goruntime.MemStats
+	goruntime.ReadMemStats(&before)
+	_, err := io.ReadAll(&rewriter{body: io.NopCloser(bytes.NewReader(binary.BigEndian.AppendUint32(nil, maxFrame))), kind: "ConfigMap"})
+	goruntime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || after.TotalAlloc-before.TotalAlloc > 1<<20 {
+		t.Errorf("a lone prefix announcing %d bytes: %v, %d bytes allocated", maxFrame, err, after.TotalAlloc-before.TotalAlloc)
+	}
+}
+
+func TestSourceWatchPaths(t *testing.T) {
+	for path, want := range map[string]string{
+		"/api/v1/namespaces/tenant/configmaps":                  "ConfigMap",
+		"/api/v1/secrets":                                       "Secret",
+		"/k8s/clusters/c-1/api/v1/namespaces/tenant/configmaps": "ConfigMap",
+		"/api/v1/namespaces/tenant/configmaps/one":              "",
+		"/apis/example.com/v1/namespaces/tenant/configmaps":     "",
+		"/api/v1/namespaces/tenant/pods":                        "",
+	} {
+		req := httptest.NewRequest(http.MethodGet, path+"?watch=true", nil)
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/vnd.kubernetes.protobuf;stream=watch"}}}
+		if got := sourceWatch(req, resp); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
 	}
 }
