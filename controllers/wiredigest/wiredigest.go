@@ -99,6 +99,9 @@ func sourceWatch(req *http.Request, resp *http.Response) string {
 // refuses larger ones (16 MiB). A larger frame passes through unread.
 const maxFrame = 16 << 20
 
+// exactFrame is the largest frame whose buffer is allocated as announced.
+const exactFrame = 2 << 20
+
 // keepBuffer is the largest frame buffer kept between frames; a larger one is
 // dropped after its frame, so that one large object does not pin its size.
 const keepBuffer = 64 << 10
@@ -153,7 +156,13 @@ func (r *rewriter) next() error {
 		r.out, r.pass = r.frame.Bytes(), n
 		return nil
 	}
-	// The buffer grows as the bytes arrive, not to what the prefix announces.
+	// Every object fits in etcd's 1.5 MiB request limit: up to exactFrame the
+	// buffer is allocated once, as announced (doubling as the bytes arrive
+	// would allocate twice the frame); beyond, it grows as the bytes arrive,
+	// not to what the prefix alone announces.
+	if n <= exactFrame {
+		r.frame.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead spare
+	}
 	if got, err := r.frame.ReadFrom(io.LimitReader(r.body, n)); got < n {
 		if err == nil {
 			err = io.ErrUnexpectedEOF
