@@ -319,13 +319,6 @@ func DigestConfigMap(cm *corev1.ConfigMap) {
 	setConfigMapDigests(cm, sums, form)
 }
 
-// CombinedConfigMap makes cm, decoded without its data and binaryData, what
-// DigestConfigMap makes of the whole object when it has more than MaxKeyDigests
-// keys and their combined digest is sum (see Combiner).
-func CombinedConfigMap(cm *corev1.ConfigMap, sum [sha256.Size]byte) {
-	setConfigMapDigests(cm, combinedCache(sum), DigestedCombined)
-}
-
 func setConfigMapDigests(cm *corev1.ConfigMap, sums map[string]string, form string) {
 	cm.Data = sums
 	cm.BinaryData = nil
@@ -345,10 +338,16 @@ func DigestSecret(s *corev1.Secret) {
 	setSecretDigests(s, sums, form)
 }
 
-// CombinedSecret is CombinedConfigMap for Secrets (decoded without data and
-// stringData).
-func CombinedSecret(s *corev1.Secret, sum [sha256.Size]byte) {
-	setSecretDigests(s, combinedCache(sum), DigestedCombined)
+// Combined makes obj, a ConfigMap or Secret decoded without its data, what
+// DigestConfigMap or DigestSecret make of the whole object when it has more
+// than MaxKeyDigests keys and their combined digest is sum (see Combiner).
+func Combined(obj metav1.Object, sum [sha256.Size]byte) {
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		setConfigMapDigests(o, combinedCache(sum), DigestedCombined)
+	case *corev1.Secret:
+		setSecretDigests(o, combinedCache(sum), DigestedCombined)
+	}
 }
 
 func setSecretDigests(s *corev1.Secret, sums map[string]string, form string) {

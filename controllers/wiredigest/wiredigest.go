@@ -291,17 +291,15 @@ func digestObject(raw []byte, kind string) ([]byte, bool) {
 	if err := objectMeta.Unmarshal(f[fieldMetadata]); err != nil {
 		return nil, false
 	}
-	var out []byte
-	var err error
+	var obj interface {
+		metav1.Object
+		Marshal() ([]byte, error)
+	} = &corev1.ConfigMap{ObjectMeta: objectMeta, Immutable: frozen}
 	if kind == "Secret" {
-		s := &corev1.Secret{ObjectMeta: objectMeta, Type: corev1.SecretType(f[fieldSecretType]), Immutable: frozen}
-		stamp.CombinedSecret(s, sum)
-		out, err = s.Marshal()
-	} else {
-		cm := &corev1.ConfigMap{ObjectMeta: objectMeta, Immutable: frozen}
-		stamp.CombinedConfigMap(cm, sum)
-		out, err = cm.Marshal()
+		obj = &corev1.Secret{ObjectMeta: objectMeta, Type: corev1.SecretType(f[fieldSecretType]), Immutable: frozen}
 	}
+	stamp.Combined(obj, sum)
+	out, err := obj.Marshal()
 	return out, err == nil
 }
 
