@@ -133,21 +133,6 @@ func digestedForm(annotations map[string]string) string {
 	return annotations[AnnotationDigested]
 }
 
-// fullDigests is a full object's Source digests, from its keys (distinct) and
-// value, and whether they are combined: the hex digest by key up to
-// MaxKeyDigests keys, beyond the combined digest alone under the key "".
-func fullDigests(keys []string, value func(string) []byte) (map[string]string, bool) {
-	if len(keys) > MaxKeyDigests {
-		sum := combinedSum(keys, value)
-		return map[string]string{"": hex.EncodeToString(sum[:])}, true
-	}
-	out := make(map[string]string, len(keys))
-	for _, k := range keys {
-		out[k] = Digest(value(k))
-	}
-	return out, false
-}
-
 // fromCached reads a cached object's digests: raw SHA-256 sums by key.
 func fromCached(form string, sums map[string]string) (map[string]string, bool) {
 	out := make(map[string]string, len(sums))
@@ -158,21 +143,24 @@ func fromCached(form string, sums map[string]string) (map[string]string, bool) {
 }
 
 // configMapDigests returns the digests of a ConfigMap, full or digested, and whether
-// they are combined. In a digested object Data holds raw SHA-256 sums.
+// they are combined. In a digested object Data holds raw SHA-256 sums; a full one
+// is read through the same form (cachedDigests), so both give the same digests.
 func configMapDigests(cm *corev1.ConfigMap) (map[string]string, bool) {
-	if form := digestedForm(cm.Annotations); form != "" {
-		return fromCached(form, cm.Data)
+	sums, form := cm.Data, digestedForm(cm.Annotations)
+	if form == "" {
+		sums, form = cachedDigests(configMapKeys(cm))
 	}
-	return fullDigests(configMapKeys(cm))
+	return fromCached(form, sums)
 }
 
 // secretDigests is configMapDigests for Secrets; a digested Secret keeps its sums in
 // StringData (see DigestSecret), a full one's StringData (write-only) is ignored.
 func secretDigests(s *corev1.Secret) (map[string]string, bool) {
-	if form := digestedForm(s.Annotations); form != "" {
-		return fromCached(form, s.StringData)
+	sums, form := s.StringData, digestedForm(s.Annotations)
+	if form == "" {
+		sums, form = cachedDigests(secretKeys(s))
 	}
-	return fullDigests(secretKeys(s))
+	return fromCached(form, sums)
 }
 
 // SourceFromConfigMap returns the Source of an existing ConfigMap, full or digested by

@@ -271,9 +271,9 @@ func digestObject(raw []byte, kind string) ([]byte, bool) {
 	} else if !take(raw, f[:4], counts[:4], fieldImmutable+1) {
 		return nil, false
 	}
-	keys := counts[fieldData]
-	if kind != "Secret" {
-		keys += counts[fieldBinaryData]
+	keys := 0
+	for _, num := range streams {
+		keys += counts[num-1]
 	}
 	if keys <= stamp.MaxKeyDigests || counts[fieldMetadata] > 1 {
 		return nil, false
