@@ -136,6 +136,10 @@ func (r *WorkloadReconciler) observe(ctx context.Context, key rollout.Key) (*obs
 		return nil, nil
 	}
 	o.Object = obj
+	var err error
+	if o.Verification, err = r.verification(ctx, obj); err != nil {
+		return nil, err
+	}
 	p, err := r.compute(ctx, obj)
 	if p == nil || err != nil { // neither opted in nor matched by a rollout selector: not ours
 		return o, err
@@ -164,12 +168,21 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 		}
 		if d.Failure != "" {
 			rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
+			if d.Judged.State == rollout.Verifying {
+				rollout.FailedVerificationTotal.WithLabelValues(r.Kind.Name).Inc()
+			}
 			r.reportFailure(ctx, obj, d.Judged, d.Failure)
 		} else {
 			rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
 			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
 		}
 		r.Nudger.Wake(d.Wake...) // a slot is free: the next in line need not wait for their recheck
+	case rollout.StartVerify:
+		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record)); stale || err != nil {
+			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
+		}
+		log.FromContext(ctx).Info("rollout complete; verifying that it stays healthy", "until", d.Record.Until.UTC().Format(time.RFC3339),
+			"elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
 	case rollout.Baseline:
 		return res, r.record(ctx, obj, o.comp)
 	case rollout.Stamp:
@@ -258,7 +271,8 @@ func (r *WorkloadReconciler) compute(ctx context.Context, obj client.Object) (*p
 	var pp, dp *stamp.Problem
 	p.priority, pp = rollout.Priority(obj.GetAnnotations())
 	p.window, dp = rollout.Debounce(obj.GetAnnotations(), r.Scheduler.Policy.Debounce)
-	for _, problem := range append(problems, deref(pp, dp)...) {
+	_, vp := rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow)
+	for _, problem := range append(problems, deref(pp, dp, vp)...) {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", problem.String())
 	}
 	return p, nil
@@ -443,7 +457,7 @@ func (r *WorkloadReconciler) started(ctx context.Context, obj client.Object, d r
 		"%s changed: pod template stamped with %s=%s%s", what, stamp.AnnotationHash, stamped, then)
 }
 
-// closeRecord closes the rollout record with meta, but only on the version of
+// closeRecord writes the rollout record meta (closed, or verifying), but only on the version of
 // the workload that was judged (a resourceVersion precondition): a cache that
 // has not yet seen an earlier close, or a newer rollout started since, must
 // not be closed again. stale: the workload had changed; nothing was written.

@@ -270,10 +270,7 @@ func owners(owner *metav1.OwnerReference) []metav1.OwnerReference {
 // keptOnPinFailure are the workload metadata annotations an UPDATE whose
 // snapshot failed keeps as they were: the data record and the rollout record,
 // so that the reconciler's patch changes nothing and is retried.
-var keptOnPinFailure = append(append([]string{}, ourAnnotations...), rolloutRecord...)
-
-// rolloutRecord are the annotations of configstamp's sealed rollout record.
-var rolloutRecord = []string{rollout.AnnotationState, rollout.AnnotationStarted, rollout.AnnotationCause, rollout.AnnotationHalted, rollout.AnnotationSeal}
+var keptOnPinFailure = append(append([]string{}, ourAnnotations...), rollout.RecordAnnotations...)
 
 // keepPins undoes what an admission would change of configstamp's state when
 // a snapshot could not be made: at UPDATE the template keeps its stamp and

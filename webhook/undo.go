@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -55,7 +56,7 @@ func keepRolloutRecord(obj, old client.Object) {
 	if meta == nil {
 		meta = map[string]string{}
 	}
-	for _, k := range rolloutRecord {
+	for _, k := range rollout.RecordAnnotations {
 		if v, ok := old.GetAnnotations()[k]; ok {
 			if _, kept := meta[k]; !kept {
 				meta[k] = v

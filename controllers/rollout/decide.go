@@ -48,6 +48,9 @@ type Observation struct {
 	// Priority and Window are its rollout priority and debounce window.
 	Priority int
 	Window   time.Duration
+	// Verification: its verification window, and what its new revision's
+	// pods showed (read while its rollout is verifying).
+	Verification Verification
 }
 
 // HaltFinder finds the halted change that holds one of causes in namespace
@@ -67,6 +70,9 @@ const (
 	// Close: the rollout completed or failed; write Record, on the judged
 	// version of the workload only.
 	Close
+	// StartVerify: the rollout is complete; write Record (verifying, until
+	// when) on the judged version of the workload only. It keeps its slot.
+	StartVerify
 	// Baseline: write the data record only.
 	Baseline
 	// Stamp: stamp the pod template and write the data record and Record (the

@@ -26,7 +26,14 @@ var (
 	}, []string{"kind"})
 	// FailedTotal counts rollouts configstamp started that failed, by kind.
 	FailedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "configstamp_rollouts_failed_total", Help: "Rollouts configstamp started that failed (progress deadline).",
+		Name: "configstamp_rollouts_failed_total", Help: "Rollouts configstamp started that failed (progress deadline, or in their verification window).",
+	}, []string{"kind"})
+	// FailedVerificationTotal counts the failed rollouts that had completed as
+	// `kubectl rollout status` says and then failed in their verification
+	// window (a container restarted, a pod lost its readiness), by kind.
+	FailedVerificationTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "configstamp_rollouts_failed_verification_total",
+		Help: "Rollouts configstamp started that completed and then failed in their verification window (a container restarted or crashed, a pod lost its readiness).",
 	}, []string{"kind"})
 	// Resumed counts halts lifted (the failed workload deleted, recovered, or its halted annotation removed).
 	Resumed = prometheus.NewCounter(prometheus.CounterOpts{
@@ -89,7 +96,7 @@ var current atomic.Pointer[Scheduler]
 // registers nothing (the kubectl plugin reads records with it).
 func RegisterMetrics(kinds *workload.Registry) {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
+		metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, FailedVerificationTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
 			waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
 	})
 	// Every kind's series from the start, at 0: increase() and rate() see the
@@ -106,7 +113,7 @@ var registerOnce sync.Once
 // InitSeries makes kind's rollout counters' series, at 0 (the extra kinds of
 // --kinds-config are registered after init).
 func InitSeries(kind string) {
-	for _, c := range []*prometheus.CounterVec{StartedTotal, CompletedTotal, FailedTotal} {
+	for _, c := range []*prometheus.CounterVec{StartedTotal, CompletedTotal, FailedTotal, FailedVerificationTotal} {
 		c.WithLabelValues(kind)
 	}
 }

@@ -19,9 +19,12 @@ import (
 type Verdict int
 
 const (
-	// Pending: still rolling; judge again on the next status change or at Recheck.
+	// Pending: still rolling or verifying; judge again on the next status
+	// change or at Recheck.
 	Pending Verdict = iota
-	// Done: the rollout completed.
+	// ToVerify: complete as `kubectl rollout status` says; verify it for the window.
+	ToVerify
+	// Done: the rollout completed (and, with a window, stayed healthy through it).
 	Done
 	// Failure: the rollout failed (Judgement.Reason says why).
 	Failure
@@ -37,24 +40,63 @@ type Judgement struct {
 	Recheck time.Duration
 }
 
-// Judge decides an open rollout that started at started: complete as `kubectl
-// rollout status` understands it for the kind and update strategy (see
-// Complete), failed when a Deployment reports ProgressDeadlineExceeded or when
-// it is not complete within deadline (every kind: so no workload holds a slot
-// longer than that, whatever its own progressDeadlineSeconds), else pending.
-func Judge(kind workload.Kind, obj client.Object, started time.Time, deadline time.Duration, now time.Time) Judgement {
+// Judge decides an open rollout rec:
+//   - Rolling: complete as `kubectl rollout status` understands it for the
+//     kind and update strategy (see Complete) gives Verify, or Done when there
+//     is no window to verify (v.Window 0, a paused Deployment, nothing to wait
+//     for); failed when a Deployment reports ProgressDeadlineExceeded or when
+//     it is not complete within deadline of its start (every kind: so no
+//     workload holds a slot longer than that, whatever its own
+//     progressDeadlineSeconds); else pending.
+//   - Verifying: failed at the first sign of failure among the new
+//     revision's pods (v.Problem) or of the workload itself (a Deployment
+//     whose Available condition turns False, or its deadline exceeded); Done
+//     once it stayed healthy until rec.Until; else pending, judged again
+//     within verifyRecheck.
+func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, deadline time.Duration, now time.Time) Judgement {
+	if rec.State == Verifying {
+		return judgeVerifying(kind, obj, rec, v, now)
+	}
 	complete, exceeded := Complete(kind, obj)
 	switch {
+	case complete && v.Window > 0 && !paused(obj) && !NothingToWaitFor(kind, obj):
+		return Judgement{Verdict: ToVerify}
 	case complete:
 		return Judgement{Verdict: Done}
 	case exceeded:
 		return Judgement{Verdict: Failure, Reason: failedReason(kind, obj)}
 	}
-	left := started.Add(deadline).Sub(now)
+	left := rec.Started.Add(deadline).Sub(now)
 	if left < 0 {
 		return Judgement{Verdict: Failure, Reason: fmt.Sprintf("it was not complete within the progress deadline of %v", deadline)}
 	}
 	return Judgement{Verdict: Pending, Recheck: left + time.Second}
+}
+
+// judgeVerifying judges a rollout in its verification window.
+func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verification, now time.Time) Judgement {
+	fail := func(why string) Judgement {
+		return Judgement{Verdict: Failure, Reason: "it failed verification: " + why}
+	}
+	if v.Problem != "" {
+		return fail(v.Problem)
+	}
+	if why := unavailable(obj); why != "" {
+		return fail(why)
+	}
+	if _, exceeded := Complete(kind, obj); exceeded {
+		return fail(failedReason(kind, obj))
+	}
+	left := rec.Until.Sub(now)
+	if left <= 0 {
+		return Judgement{Verdict: Done}
+	}
+	return Judgement{Verdict: Pending, Recheck: min(left+100*time.Millisecond, verifyRecheck)}
+}
+
+func paused(obj client.Object) bool {
+	d, ok := obj.(*appsv1.Deployment)
+	return ok && d.Spec.Paused
 }
 
 // Complete reports whether obj's rollout is complete, with the semantics of

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -94,22 +95,40 @@ func TestJudge(t *testing.T) {
 	hugeDeadline := deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 4, UpdatedReplicas: 1, AvailableReplicas: 3},
 		func(d *appsv1.Deployment) { d.Spec.ProgressDeadlineSeconds = ptr.To[int32](2147483647) })
 	sts := statefulSet(2, 3, rollingSTS, appsv1.StatefulSetStatus{ObservedGeneration: 2, ReadyReplicas: 2, UpdateRevision: "b", CurrentRevision: "a"})
+	complete := deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 3})
+	unavailableNow := deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 2,
+		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionFalse, Reason: "MinimumReplicasUnavailable"}}})
+	pausedDeployment := deployment(2, 3, appsv1.DeploymentStatus{}, func(d *appsv1.Deployment) { d.Spec.Paused = true })
+	rolling := Record{State: Rolling, Started: t0}
+	verifying := Record{State: Verifying, Started: t0, Until: t0.Add(time.Minute)}
+	window := Verification{Window: 30 * time.Second}
 	tests := map[string]struct {
 		obj     client.Object
+		rec     Record
+		v       Verification
 		elapsed time.Duration
 		want    Verdict
+		reason  string
 	}{
-		"pending within the deadline":                   {updating, 10 * time.Second, Pending},
-		"failed at the deadline, whatever its own":      {hugeDeadline, 31 * time.Second, Failure},
-		"statefulset failed at the deadline":            {sts, 31 * time.Second, Failure},
-		"exceeded its own deadline before ours":         {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2}, exceeded), time.Second, Failure},
-		"complete after our deadline is still complete": {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 3}), time.Hour, Done},
+		"pending within the deadline":                   {updating, rolling, window, 10 * time.Second, Pending, ""},
+		"failed at the deadline, whatever its own":      {hugeDeadline, rolling, window, 31 * time.Second, Failure, "deadline"},
+		"statefulset failed at the deadline":            {sts, rolling, window, 31 * time.Second, Failure, "deadline"},
+		"exceeded its own deadline before ours":         {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2}, exceeded), rolling, window, time.Second, Failure, "ProgressDeadlineExceeded"},
+		"complete after our deadline is still complete": {complete, rolling, Verification{}, time.Hour, Done, ""},
+		"complete with a window: verify it":             {complete, rolling, window, time.Second, ToVerify, ""},
+		"paused: nothing rolls, nothing to verify":      {pausedDeployment, rolling, window, time.Second, Done, ""},
+		"verifying, healthy: pending":                   {complete, verifying, window, 30 * time.Second, Pending, ""},
+		"verifying, healthy past the window: done":      {complete, verifying, window, time.Minute, Done, ""},
+		"verifying, a pod crashed: failure":             {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app restarted 1 times"}, 30 * time.Second, Failure, "pod p: container app restarted"},
+		"verifying, a crash at the window's end fails":  {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app exited"}, time.Hour, Failure, "pod p"},
+		"verifying, Available False: failure":           {unavailableNow, verifying, window, 30 * time.Second, Failure, "Available condition turned False"},
+		"verifying past the deadline is no failure":     {complete, verifying, window, 59 * time.Second, Pending, ""},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			j := Judge(builtin(tc.obj), tc.obj, t0, 30*time.Second, t0.Add(tc.elapsed))
-			if j.Verdict != tc.want {
-				t.Fatalf("verdict %v (%s), want %v", j.Verdict, j.Reason, tc.want)
+			j := Judge(builtin(tc.obj), tc.obj, tc.rec, tc.v, 30*time.Second, t0.Add(tc.elapsed))
+			if j.Verdict != tc.want || !strings.Contains(j.Reason, tc.reason) {
+				t.Fatalf("verdict %v (%s), want %v (%s)", j.Verdict, j.Reason, tc.want, tc.reason)
 			}
 			if j.Verdict == Pending && (j.Recheck <= 0 || j.Recheck > 30*time.Second) {
 				t.Fatalf("pending recheck %v: must fall at the deadline", j.Recheck)

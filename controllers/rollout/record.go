@@ -40,15 +40,27 @@ const (
 	AnnotationPriority = "configstamp.io/rollout-priority"
 	// AnnotationDebounce (user): a Go duration overriding --debounce.
 	AnnotationDebounce = "configstamp.io/debounce"
+	// AnnotationVerifyUntil is the RFC 3339 time until which a rollout that
+	// completed as `kubectl rollout status` says must stay healthy to count
+	// as completed (state "verifying").
+	AnnotationVerifyUntil = "configstamp.io/rollout-verify-until"
+	// AnnotationVerifyWindow (user): a Go duration overriding --verify-window
+	// for this workload ("0s": completed as soon as it is complete).
+	AnnotationVerifyWindow = "configstamp.io/verify-window"
 )
 
 // State is where the rollout configstamp started on a workload stands.
 //
-//	(none) --StartRecord--> Rolling --Complete--> Completed
-//	                                \--Fail-----> Failed (--Resume: halt lifted)
+//	(none) --StartRecord--> Rolling --Verify--> Verifying --Complete--> Completed
+//	                           |  \--Complete (no window)-------------^
+//	                           \--Fail-------------\--Fail----------> Failed (--Resume: halt lifted)
 //
-// A new rollout (StartRecord) may follow Completed or Failed. Only Rolling holds a
-// slot of the budget, from the stamp until the record is closed: a rollout
+// A new rollout (StartRecord) may follow Completed or Failed. Rolling and
+// Verifying hold a slot of the budget, from the stamp until the record is
+// closed: a rollout that `kubectl rollout status` calls complete is verified
+// for a window (every pod of the new revision stays Ready, no container
+// restarts) before it counts as completed, and a failure inside the window
+// is a failure like the deadline's. A rollout
 // failed at its deadline gives its slot back only with the halt written in the
 // same patch, so no second workload is stamped with the failed change. A record that
 // has ended is never judged again: nothing that happens to the workload
@@ -58,8 +70,11 @@ type State string
 const (
 	// None: configstamp never started a rollout here, or the record predates
 	// rollout-state (an older configstamp, whose rollouts count as ended).
-	None      State = ""
-	Rolling   State = "rolling"
+	None    State = ""
+	Rolling State = "rolling"
+	// Verifying: complete as `kubectl rollout status` says, and watched for
+	// the verification window (Record.Until).
+	Verifying State = "verifying"
 	Completed State = "completed"
 	Failed    State = "failed"
 )
@@ -76,7 +91,7 @@ const AnnotationSeal = "configstamp.io/rollout-seal"
 
 // RecordAnnotations are the record's annotations: configstamp writes them,
 // and only the reconciler reads them (webhook.MayRestamp).
-var RecordAnnotations = []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationSeal, AnnotationHalted}
+var RecordAnnotations = []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationSeal, AnnotationHalted, AnnotationVerifyUntil}
 
 // domainRecord separates the record's seal from every other keyed value.
 const domainRecord = "configstamp.io/rollout-record"
@@ -85,8 +100,11 @@ const domainRecord = "configstamp.io/rollout-record"
 type Record struct {
 	State   State
 	Started time.Time // zero when absent or unreadable
-	Cause   string
-	Halted  string
+	// Until: a Verifying rollout counts as completed when it stayed healthy
+	// until then (zero otherwise).
+	Until  time.Time
+	Cause  string
+	Halted string
 	// KeyID is the installation key the record is sealed with; the content
 	// ids of its changes (Cause, Halted) are made with the same key.
 	KeyID string
@@ -110,11 +128,14 @@ type Keys interface {
 func Read(annotations map[string]string) Record {
 	r := Record{Cause: annotations[AnnotationCause], Halted: annotations[AnnotationHalted]}
 	switch s := State(annotations[AnnotationState]); s {
-	case Rolling, Completed, Failed:
+	case Rolling, Verifying, Completed, Failed:
 		r.State = s
 	}
 	if t, err := time.Parse(time.RFC3339, annotations[AnnotationStarted]); err == nil {
 		r.Started = t
+	}
+	if t, err := time.Parse(time.RFC3339, annotations[AnnotationVerifyUntil]); err == nil {
+		r.Until = t
 	}
 	if id, _, ok := strings.Cut(annotations[AnnotationSeal], "."); ok {
 		r.KeyID = id
@@ -129,7 +150,7 @@ func Verify(obj client.Object, keys Keys) (Record, error) {
 	a := obj.GetAnnotations()
 	seal, sealed := a[AnnotationSeal]
 	if !sealed {
-		for _, k := range []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationHalted} {
+		for _, k := range RecordAnnotations {
 			if _, ok := a[k]; ok {
 				return Record{}, fmt.Errorf("%s is set but the record carries no %s: configstamp did not write it", k, AnnotationSeal)
 			}
@@ -148,15 +169,21 @@ func Verify(obj client.Object, keys Keys) (Record, error) {
 	return r, nil
 }
 
-func (r Record) started() string {
-	if r.Started.IsZero() {
+func formatTime(t time.Time) string {
+	if t.IsZero() {
 		return ""
 	}
-	return r.Started.UTC().Format(time.RFC3339)
+	return t.UTC().Format(time.RFC3339)
 }
 
+// seal is the record's MAC. Until is sealed only when set, so records sealed
+// before it existed (an upgrade) still verify.
 func (r Record) seal(uid types.UID, h *stamp.Hasher) string {
-	return h.KeyID() + "." + h.Seal(domainRecord, string(uid), string(r.State), r.started(), r.Cause, r.Halted)
+	fields := []string{string(uid), string(r.State), formatTime(r.Started), r.Cause, r.Halted}
+	if !r.Until.IsZero() {
+		fields = append(fields, formatTime(r.Until))
+	}
+	return h.KeyID() + "." + h.Seal(domainRecord, fields...)
 }
 
 // Annotations is r as the metadata annotations to merge-patch on the workload
@@ -171,16 +198,17 @@ func (r Record) Annotations(uid types.UID, h *stamp.Hasher) map[string]any {
 		return s
 	}
 	return map[string]any{
-		AnnotationState:   orNil(string(r.State)),
-		AnnotationStarted: orNil(r.started()),
-		AnnotationCause:   orNil(r.Cause),
-		AnnotationHalted:  orNil(r.Halted),
-		AnnotationSeal:    r.seal(uid, h),
+		AnnotationState:       orNil(string(r.State)),
+		AnnotationStarted:     orNil(formatTime(r.Started)),
+		AnnotationVerifyUntil: orNil(formatTime(r.Until)),
+		AnnotationCause:       orNil(r.Cause),
+		AnnotationHalted:      orNil(r.Halted),
+		AnnotationSeal:        r.seal(uid, h),
 	}
 }
 
-// Open reports whether the record is a rollout under way.
-func (r Record) Open() bool { return r.State == Rolling }
+// Open reports whether the record is a rollout under way (rolling or verifying).
+func (r Record) Open() bool { return r.State == Rolling || r.State == Verifying }
 
 // Transitions.
 
@@ -194,15 +222,22 @@ func StartRecord(now time.Time, causes []Change, ended bool) Record {
 	return Record{State: state, Started: now.Truncate(time.Second), Cause: FormatChanges(causes)}
 }
 
-// Complete closes a rollout that completed.
+// StartVerifying is a rollout complete as `kubectl rollout status` says, to be
+// watched until until before it counts as completed. It keeps its slot.
+func (r Record) StartVerifying(until time.Time) Record {
+	r.State, r.Until = Verifying, until.Truncate(time.Second)
+	return r
+}
+
+// Complete closes a rollout that completed (verified).
 func (r Record) Complete() Record {
-	r.State, r.Halted = Completed, ""
+	r.State, r.Halted, r.Until = Completed, "", time.Time{}
 	return r
 }
 
 // Fail closes a rollout that failed; halt records its cause as halted.
 func (r Record) Fail(halt bool) Record {
-	r.State, r.Halted = Failed, ""
+	r.State, r.Halted, r.Until = Failed, "", time.Time{}
 	if halt {
 		r.Halted = r.Cause
 	}

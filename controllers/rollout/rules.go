@@ -45,6 +45,9 @@ const (
 	// StepClose: its rollout completed or failed: close the record (with the
 	// halt a failure writes, in the same patch) and wake the next in the wave.
 	StepClose
+	// StepVerify: its rollout is complete as `kubectl rollout status` says:
+	// write that it is verifying, until when; it keeps its slot.
+	StepVerify
 	// StepFollow: its rollout is under way and nothing new asks for another:
 	// judge it again by its deadline.
 	StepFollow
@@ -68,6 +71,8 @@ func (s Step) verb() Verb {
 		return Resume
 	case StepClose:
 		return Close
+	case StepVerify:
+		return StartVerify
 	case StepBaseline:
 		return Baseline
 	}
@@ -90,12 +95,15 @@ type Plan struct {
 // the situation and the policy:
 //
 //  1. Gone: it needs nothing, and holds no slot.
-//  2. Failed, halting its change, and complete again: resume (lift the halt).
+//  2. Failed, halting its change, and complete again with no pod of its
+//     revision crashing (a crash-looping pod counts as available between
+//     its restarts): resume (lift the halt).
 //     A pinned workload a user rolled back to an earlier revision's snapshots
 //     runs other data, and recovers nothing.
-//  3. Its record is open: judge the rollout. Completed or failed: close the
-//     record. Still rolling: follow it, by its deadline, unless a new change
-//     supersedes it (7).
+//  3. Its record is open: judge the rollout. Complete as `kubectl rollout
+//     status` says: verify it for its window (keeping its slot). Verified or
+//     failed: close the record. Still rolling or verifying: follow it, by its
+//     deadline or its window, unless a new change supersedes it (7).
 //  4. Not ours, or nothing new: nothing (still following a rollout under way).
 //  5. Its cache lags behind its record, or behind this process's own stamp:
 //     ask again shortly (never stamp twice).
@@ -108,17 +116,20 @@ func Rules(sit Situation, p Policy) Plan {
 		return Plan{Step: StepGone}
 	}
 	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), o.Kind.PodTemplate(o.Object)) {
-		if complete, _ := Complete(o.Kind, o.Object); complete {
+		if complete, _ := Complete(o.Kind, o.Object); complete && o.Verification.Problem == "" {
 			resumed := rec.Resume()
 			return Plan{Step: StepResume, Record: &resumed}
 		}
 	}
 	var following time.Duration // > 0: its own rollout is under way
 	if rec.Open() {
-		j := Judge(o.Kind, o.Object, rec.Started, p.ProgressDeadline, sit.Now)
+		j := Judge(o.Kind, o.Object, rec, o.Verification, p.ProgressDeadline, sit.Now)
 		switch j.Verdict {
 		case Pending:
 			following = j.Recheck
+		case ToVerify:
+			verifying := rec.StartVerifying(sit.Now.Add(o.Verification.Window))
+			return Plan{Step: StepVerify, Record: &verifying, After: min(o.Verification.Window, verifyRecheck)}
 		case Done:
 			closed := rec.Complete()
 			return Plan{Step: StepClose, Record: &closed}

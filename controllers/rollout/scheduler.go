@@ -60,6 +60,10 @@ type Policy struct {
 	ProgressDeadline time.Duration
 	// HaltOnFailure stops the rollouts of a change that failed on one workload.
 	HaltOnFailure bool
+	// VerifyWindow: how long the new revision of a rollout that is complete
+	// must stay healthy (Ready, no restart) before it counts as completed; a
+	// workload's AnnotationVerifyWindow overrides it. 0: completed at once.
+	VerifyWindow time.Duration
 }
 
 // Validate rejects settings that would make every rollout fail at once or
@@ -70,6 +74,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("--progress-deadline must be positive, not %v: a rollout configstamp follows fails when it is not complete by then", p.ProgressDeadline)
 	case p.Debounce < 0 || p.MaxWait < 0:
 		return fmt.Errorf("--debounce (%v) and --debounce-max-wait (%v) must not be negative", p.Debounce, p.MaxWait)
+	case p.VerifyWindow < 0 || p.VerifyWindow > MaxVerifyWindow:
+		return fmt.Errorf("--verify-window must be between 0 and %v, not %v", MaxVerifyWindow, p.VerifyWindow)
 	case p.MaxConcurrent < 0 || p.PerSecond < 0:
 		return fmt.Errorf("--max-concurrent-rollouts (%d) and --max-rollouts-per-second (%v) must not be negative", p.MaxConcurrent, p.PerSecond)
 	}
@@ -385,8 +391,7 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 			c := s.verify(k, o)
 			seals[k] = c
 			r := c.record
-			if c.err != nil || !r.Open() || r.Started.After(now.Add(clockSkew)) ||
-				now.Sub(r.Started) > s.Policy.ProgressDeadline+closeGrace {
+			if c.err != nil || !s.holdsSlot(r, now) {
 				continue
 			}
 			in, asked := inScope[k.Namespace]
@@ -408,6 +413,20 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 		}
 	}
 	return out, nil
+}
+
+// holdsSlot reports whether an open record (its seal verified) holds a slot
+// at now: from its start (no later than clockSkew from now) until it is
+// closed, or at the latest closeGrace after its deadline, or after the end of
+// its verification window (at most MaxVerifyWindow away).
+func (s *Scheduler) holdsSlot(r Record, now time.Time) bool {
+	switch {
+	case !r.Open() || r.Started.After(now.Add(clockSkew)):
+		return false
+	case r.State == Verifying:
+		return !r.Until.After(now.Add(MaxVerifyWindow+clockSkew)) && now.Sub(r.Until) <= closeGrace
+	}
+	return now.Sub(r.Started) <= s.Policy.ProgressDeadline+closeGrace
 }
 
 // sealCheck is the outcome of one seal check of an open record (Verify), for

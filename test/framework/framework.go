@@ -58,6 +58,8 @@ type Env struct {
 	certDir  string
 	// secureMetrics: configstamp serves /metrics as in a cluster (Config.SecureMetrics).
 	secureMetrics bool
+	// realNode: the control plane runs a real node (Config.RealNode).
+	realNode bool
 	// controllers are the workload controllers WaitIdle and ReconcileCounts
 	// read: the built-in kinds' and Config.ExtraControllers.
 	controllers []string
@@ -415,6 +417,13 @@ func (p *Process) startOnce(ctx context.Context) error {
 	// The metrics address is on loopback: plain HTTP without authentication
 	// unless the suite asks for the in-cluster setting.
 	mode = append(mode, "--metrics-secure="+strconv.FormatBool(p.env.secureMetrics))
+	if !p.env.realNode {
+		// kwok's pods run nothing: no container can crash or lose its
+		// readiness there, so a verification window would only hold every
+		// slot longer. The window is tested where containers run (RealNode);
+		// a suite may still pass --verify-window.
+		mode = append(mode, "--verify-window=0s")
+	}
 	kubeconfig := p.kubeconfig
 	if kubeconfig == "" {
 		kubeconfig = p.env.configstampKubeconfig()

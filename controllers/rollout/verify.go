@@ -1,0 +1,180 @@
+package rollout
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// Verification bounds.
+const (
+	// MaxVerifyWindow caps a workload's own verification window
+	// (AnnotationVerifyWindow): a tenant cannot hold a slot longer with it.
+	MaxVerifyWindow = 10 * time.Minute
+	// verifyRecheck: how often a verifying rollout is judged again when no
+	// status change of the workload wakes it earlier (its pods are read live
+	// at each judgement).
+	verifyRecheck = 3 * time.Second
+)
+
+// Verification is what the rules weigh of a rollout that is complete as
+// `kubectl rollout status` says: how long its new revision must stay healthy,
+// and what its pods showed when they were last read.
+type Verification struct {
+	// Window: how long after completion the new revision must stay healthy
+	// (minReadySeconds deducted: the controller waited that long already).
+	// 0: a rollout is completed as soon as it is complete.
+	Window time.Duration
+	// Problem: the first sign of failure among the new revision's pods
+	// (InspectPods), "" when none was seen or they were not read. They are
+	// read while the rollout is verifying, and while a failed rollout halts
+	// its change (it resumes only without one).
+	Problem string
+}
+
+// VerifyWindow is the verification window of a workload: its
+// AnnotationVerifyWindow, else def; malformed, negative or beyond
+// MaxVerifyWindow a Problem (and def, or the cap).
+func VerifyWindow(annotations map[string]string, def time.Duration) (time.Duration, *stamp.Problem) {
+	v, ok := annotations[AnnotationVerifyWindow]
+	if !ok {
+		return def, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	switch {
+	case err != nil || d < 0:
+		return def, &stamp.Problem{Field: "annotation " + AnnotationVerifyWindow, Value: v, Message: "is not a non-negative duration such as 30s"}
+	case d > MaxVerifyWindow:
+		return MaxVerifyWindow, &stamp.Problem{Field: "annotation " + AnnotationVerifyWindow, Value: v,
+			Message: fmt.Sprintf("is longer than %v, the longest a rollout may hold a slot for verification; %v is used", MaxVerifyWindow, MaxVerifyWindow)}
+	}
+	return d, nil
+}
+
+// EffectiveWindow is window less obj's minReadySeconds, which its controller
+// already waited before it counted a new pod available.
+func EffectiveWindow(obj client.Object, window time.Duration) time.Duration {
+	var minReady int32
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		minReady = w.Spec.MinReadySeconds
+	case *appsv1.StatefulSet:
+		minReady = w.Spec.MinReadySeconds
+	case *appsv1.DaemonSet:
+		minReady = w.Spec.MinReadySeconds
+	}
+	return max(0, window-time.Duration(minReady)*time.Second)
+}
+
+// crashReasons are the waiting reasons of a container that failed to run
+// with what it was given.
+var crashReasons = []string{"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+
+// InspectPods looks for the first sign of failure among pods of the new
+// revision, those stamped with hash (the template's stamp, copied to every pod
+// made from it): a container that restarted, exited non-zero or waits in
+// CrashLoopBackOff (or cannot be created), a pod that failed, or a pod that
+// lost its readiness — not Ready although it existed when the verification
+// began at from (every pod of the revision was available then). A pod made
+// later (a scale-up, a replacement) may take its time to become Ready; it
+// fails only by crashing. Pods being deleted are passed over. "" when all is
+// well.
+func InspectPods(pods []corev1.Pod, hash string, from time.Time) string {
+	pods = slices.Clone(pods)
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	for i := range pods {
+		p := &pods[i]
+		if p.Annotations[stamp.AnnotationHash] != hash || p.DeletionTimestamp != nil {
+			continue
+		}
+		if problem := podProblem(p, from); problem != "" {
+			return "pod " + p.Name + ": " + problem
+		}
+	}
+	return ""
+}
+
+func podProblem(p *corev1.Pod, from time.Time) string {
+	statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
+	for i := range statuses {
+		if problem := containerProblem(&statuses[i], i < len(p.Status.InitContainerStatuses)); problem != "" {
+			return problem
+		}
+	}
+	if p.Status.Phase == corev1.PodFailed {
+		return fmt.Sprintf("failed (%s: %s)", p.Status.Reason, p.Status.Message)
+	}
+	if ready, since := podReady(p); !ready && p.CreationTimestamp.Time.Before(from) {
+		return fmt.Sprintf("lost its readiness at %s (%s)", since.UTC().Format(time.RFC3339), readyReason(p))
+	}
+	return ""
+}
+
+// containerProblem: a restart, a non-zero exit (an init container's exit 0 is
+// its success), or a waiting reason of a container that cannot run.
+func containerProblem(cs *corev1.ContainerStatus, init bool) string {
+	waiting := ""
+	if w := cs.State.Waiting; w != nil && slices.Contains(crashReasons, w.Reason) {
+		waiting = ", " + w.Reason
+	}
+	switch t := cs.State.Terminated; {
+	case cs.RestartCount > 0:
+		return fmt.Sprintf("container %s restarted %d times%s%s", cs.Name, cs.RestartCount, exitOf(cs.LastTerminationState.Terminated), waiting)
+	case t != nil && (t.ExitCode != 0 || !init):
+		return fmt.Sprintf("container %s exited%s", cs.Name, exitOf(t))
+	case waiting != "":
+		return fmt.Sprintf("container %s cannot run%s: %s", cs.Name, waiting, cs.State.Waiting.Message)
+	}
+	return ""
+}
+
+func exitOf(t *corev1.ContainerStateTerminated) string {
+	if t == nil {
+		return ""
+	}
+	out := fmt.Sprintf(" (exit code %d", t.ExitCode)
+	if t.Reason != "" {
+		out += ", " + t.Reason
+	}
+	return out + ")"
+}
+
+func podReady(p *corev1.Pod) (bool, time.Time) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+		}
+	}
+	return false, p.CreationTimestamp.Time
+}
+
+func readyReason(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Reason != "" {
+			return c.Reason
+		}
+	}
+	return "not Ready"
+}
+
+// unavailable reports a workload that says itself it is not available: a
+// Deployment whose Available condition is False.
+func unavailable(obj client.Object) string {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok {
+		return ""
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionFalse {
+			return fmt.Sprintf("its Available condition turned False (%s: %s)", c.Reason, c.Message)
+		}
+	}
+	return ""
+}
