@@ -139,6 +139,7 @@ func parseFlags() *options {
 	fs.Float64Var(&o.rollout.PerSecond, "max-rollouts-per-second", 0, "Global rate of rollout starts. 0: unlimited.")
 	fs.DurationVar(&o.rollout.ProgressDeadline, "progress-deadline", 10*time.Minute, "A rollout configstamp started that is not complete after this has failed (a Deployment fails earlier on its own progressDeadlineSeconds), and gives its slot back: no workload holds a slot longer.")
 	fs.DurationVar(&o.rollout.VerifyWindow, "verify-window", 30*time.Second, "How long the new pods of a rollout configstamp started must stay healthy (Ready, no container restarted) after `kubectl rollout status` calls it complete before it counts as completed; a failure inside it fails the rollout (and halts its change). The slot is held through it; minReadySeconds counts toward it; annotation configstamp.io/verify-window overrides it (at most 10m). 0: completed as soon as it is complete.")
+	fs.Var(onFailureFlag{&o.rollout.UndoOnFailure}, "on-failure", `What a failed rollout of a pinned workload does besides the halt: "halt" (default) or "undo": return it to its previous revision, whose snapshots hold the config it ran before (as kubectl rollout undo would). Annotation configstamp.io/on-failure on a workload or Namespace overrides it; needs --pin.`)
 	fs.BoolVar(&o.rollout.HaltOnFailure, "halt-on-failure", true, "When a rollout configstamp started fails, start no further rollouts caused by the same change until the source changes again, the failed workload recovers or is deleted, or its configstamp.io/halted annotation is removed.")
 	fs.Var(&o.watchNamespaces, "watch-namespaces", "Comma-separated namespaces this installation acts in (webhook and reconciler); the cache holds only these, and a Role in each suffices (config/namespaced). Empty: every namespace but the excluded ones.")
 	fs.Var(&o.excludeNamespaces, "exclude-namespaces", "Comma-separated namespaces this installation never acts in, webhook and reconciler alike; their objects are not cached. --namespace and kube-system are always excluded.")
@@ -150,6 +151,25 @@ func parseFlags() *options {
 	fs.BoolVar(&o.printRBAC, "print-rbac", false, "Print the ClusterRole and ClusterRoleBinding the kinds of --kinds-config need (get, list, watch, patch of exactly those) and exit; with --watch-namespaces, a Role and RoleBinding for config/namespaced/watched-role instead.")
 	flag.Parse()
 	return o
+}
+
+// onFailureFlag is --on-failure: "halt" or "undo".
+type onFailureFlag struct{ undo *bool }
+
+func (f onFailureFlag) String() string {
+	if f.undo != nil && *f.undo {
+		return "undo"
+	}
+	return "halt"
+}
+
+func (f onFailureFlag) Set(v string) error {
+	switch v {
+	case "halt", "undo":
+		*f.undo = v == "undo"
+		return nil
+	}
+	return fmt.Errorf(`%q is neither "halt" nor "undo"`, v)
 }
 
 // stringList is a repeatable, comma-separated flag value.

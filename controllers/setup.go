@@ -75,6 +75,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			Nudger:                  nudger,
 			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 			Scope:                   o.Scope,
+			Pin:                     o.Pin,
 			Adopted:                 adopter.Done,
 		}
 		if err := r.SetupWithManager(mgr); err != nil {

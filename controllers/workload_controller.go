@@ -67,6 +67,9 @@ type WorkloadReconciler struct {
 	MaxConcurrentReconciles int
 	// Scope: workloads in namespaces out of it are not ours. Nil: every namespace.
 	Scope *workload.Scope
+	// Pin: pinning is installed (--pin); its revisions are cached, and a
+	// failed pinned workload can be undone.
+	Pin bool
 	// Adopted is closed once the previous release's records are taken over
 	// (Adopter); reconciles wait for it. Nil: nothing to wait for.
 	Adopted <-chan struct{}
@@ -172,6 +175,7 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 				rollout.FailedVerificationTotal.WithLabelValues(r.Kind.Name).Inc()
 			}
 			r.reportFailure(ctx, obj, d.Judged, d.Failure)
+			r.undoFailed(ctx, obj)
 		} else {
 			rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
 			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())

@@ -60,6 +60,9 @@ type Policy struct {
 	ProgressDeadline time.Duration
 	// HaltOnFailure stops the rollouts of a change that failed on one workload.
 	HaltOnFailure bool
+	// UndoOnFailure returns a pinned workload whose rollout failed to its
+	// previous revision, unless its AnnotationOnFailure says "halt".
+	UndoOnFailure bool
 	// VerifyWindow: how long the new revision of a rollout that is complete
 	// must stay healthy (Ready, no restart) before it counts as completed; a
 	// workload's AnnotationVerifyWindow overrides it. 0: completed at once.

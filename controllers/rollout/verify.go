@@ -39,6 +39,35 @@ type Verification struct {
 	Problem string
 }
 
+// AnnotationOnFailure (user, on a workload or its Namespace; the workload's
+// valid value wins): "undo" returns a pinned workload whose rollout failed to
+// its previous revision, whose snapshots hold the config it ran before;
+// "halt" only halts. Without it, --on-failure decides.
+const AnnotationOnFailure = "configstamp.io/on-failure"
+
+// OnFailure reads AnnotationOnFailure: whether a failed rollout is undone.
+// A bad value is a Problem, and the Namespace's value or def applies.
+func OnFailure(workloadAnnotations, namespaceAnnotations map[string]string, def bool) (bool, []stamp.Problem) {
+	var problems []stamp.Problem
+	for _, a := range []struct {
+		where string
+		m     map[string]string
+	}{{"annotation", workloadAnnotations}, {"namespace annotation", namespaceAnnotations}} {
+		v, ok := a.m[AnnotationOnFailure]
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(v) {
+		case "undo":
+			return true, problems
+		case "halt":
+			return false, problems
+		}
+		problems = append(problems, stamp.Problem{Field: a.where + " " + AnnotationOnFailure, Value: v, Message: `is neither "undo" nor "halt"`})
+	}
+	return def, problems
+}
+
 // VerifyWindow is the verification window of a workload: its
 // AnnotationVerifyWindow, else def; malformed, negative or beyond
 // MaxVerifyWindow a Problem (and def, or the cap).

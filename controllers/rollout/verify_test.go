@@ -113,3 +113,28 @@ func TestEffectiveWindowCountsMinReadySeconds(t *testing.T) {
 }
 
 func ptrTo(s string) *string { return &s }
+
+func TestOnFailure(t *testing.T) {
+	tests := map[string]struct {
+		workload, namespace map[string]string
+		def                 bool
+		want                bool
+		problems            int
+	}{
+		"default halt":                      {nil, nil, false, false, 0},
+		"default undo (--on-failure=undo)":  {nil, nil, true, true, 0},
+		"workload asks":                     {map[string]string{AnnotationOnFailure: "undo"}, nil, false, true, 0},
+		"namespace asks":                    {nil, map[string]string{AnnotationOnFailure: "undo"}, false, true, 0},
+		"workload's halt wins":              {map[string]string{AnnotationOnFailure: "halt"}, map[string]string{AnnotationOnFailure: "undo"}, true, false, 0},
+		"bad workload value: the namespace": {map[string]string{AnnotationOnFailure: "rollback"}, map[string]string{AnnotationOnFailure: "undo"}, false, true, 1},
+		"bad values: the default":           {map[string]string{AnnotationOnFailure: "yes"}, map[string]string{AnnotationOnFailure: "1"}, false, false, 2},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, problems := OnFailure(tc.workload, tc.namespace, tc.def)
+			if got != tc.want || len(problems) != tc.problems {
+				t.Fatalf("OnFailure = %v, %v; want %v with %d problems", got, problems, tc.want, tc.problems)
+			}
+		})
+	}
+}

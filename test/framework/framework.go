@@ -77,6 +77,11 @@ type Env struct {
 type Config struct {
 	// Full adds kube-controller-manager, kube-scheduler and kwok.
 	Full bool
+	// RealNode runs a real node (kubelet, kube-proxy, containerd, runc) instead
+	// of kwok: containers run (localcp.Options.RealNode). Needs Linux, root,
+	// `make realnode node-images`. configstamp then runs with its default
+	// verification window unless Args say otherwise.
+	RealNode bool
 	// Args are extra configstamp flags.
 	Args []string
 	// HashKey, when set, is stored as configstamp's HMAC key before it starts,
@@ -154,7 +159,7 @@ func start(cfg Config) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Root: root, certDir: cfg.CertManagerDir, secureMetrics: cfg.SecureMetrics,
+	e := &Env{Root: root, certDir: cfg.CertManagerDir, secureMetrics: cfg.SecureMetrics, realNode: cfg.RealNode,
 		controllers: append(append([]string{}, controllerNames...), cfg.ExtraControllers...)}
 	dir, err := os.MkdirTemp("", "configstamp-test-")
 	if err != nil {
@@ -169,7 +174,11 @@ func start(cfg Config) (*Env, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	e.CP, err = localcp.Start(ctx, localcp.Options{Dir: filepath.Join(dir, "cluster"), Full: cfg.Full, KwokStages: cfg.KwokStages,
+	if cfg.RealNode { // the real-node lock may be held by another suite for a while
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+	}
+	e.CP, err = localcp.Start(ctx, localcp.Options{Dir: filepath.Join(dir, "cluster"), Full: cfg.Full, RealNode: cfg.RealNode, KwokStages: cfg.KwokStages,
 		AuditLog: cfg.AuditLog, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 	if err != nil {
 		return e, fmt.Errorf("starting the local control plane: %w", err)

@@ -1,0 +1,146 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+// Event reasons of the automatic undo.
+const (
+	// ReasonRolloutUndone: a failed pinned workload was returned to its
+	// previous revision (configstamp.io/on-failure: undo).
+	ReasonRolloutUndone = "RolloutUndone"
+	// ReasonUndoImpossible: undo was asked for a workload it cannot help.
+	ReasonUndoImpossible = "UndoImpossible"
+)
+
+// undoFailed returns a workload whose rollout just failed to its previous
+// revision, as `kubectl rollout undo` would, when it asks for it
+// (rollout.OnFailure): a pinned workload's previous revision mounts the
+// snapshots it ran with, so its pods get their old config back while the
+// halt stays (a rolled-back pinned workload recovers nothing: pin.RolledBack).
+// An unpinned workload's previous revision mounts the same objects, which
+// hold the failed data now: undo could not help it, and a Warning says so.
+func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object) {
+	if !r.wantsUndo(ctx, obj) {
+		return
+	}
+	tmpl := r.Kind.PodTemplate(obj)
+	if r.Kind.Unstructured() {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but configstamp returns only Deployments, StatefulSets and DaemonSets to a previous revision", rollout.AnnotationOnFailure)
+		return
+	}
+	if len(pin.Pinned(tmpl)) == 0 || !r.Pin {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but the workload is not pinned: its previous revision mounts the same ConfigMaps and Secrets, which hold the failed data now; "+
+				"pin it (%s: \"true\", with pinning installed: --pin) so that its revisions keep their own snapshots", rollout.AnnotationOnFailure, pin.AnnotationPin)
+		return
+	}
+	prev, revision, err := r.previousRevision(ctx, obj, tmpl.Annotations[stamp.AnnotationHash])
+	if err != nil || prev == nil {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but no earlier pinned revision of this workload was found (%v)", rollout.AnnotationOnFailure, err)
+		return
+	}
+	if err := r.restoreTemplate(ctx, obj, prev); err != nil {
+		log.FromContext(ctx).Error(err, "undo of the failed rollout")
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo", "the undo to revision %d failed: %v", revision, err)
+		return
+	}
+	log.FromContext(ctx).Info("failed rollout undone", "revision", revision, "stamp", prev.Annotations[stamp.AnnotationHash])
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonRolloutUndone, "Undo",
+		"the rollout failed: the workload is returned to its revision %d (stamp %s), whose snapshots hold the config it ran before; "+
+			"the change stays halted until it is fixed", revision, prev.Annotations[stamp.AnnotationHash])
+}
+
+// wantsUndo reads rollout.OnFailure from the workload and its Namespace;
+// a bad value is a Warning event.
+func (r *WorkloadReconciler) wantsUndo(ctx context.Context, obj client.Object) bool {
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
+		return false
+	}
+	undo, problems := rollout.OnFailure(obj.GetAnnotations(), ns.Annotations, r.Scheduler.Policy.UndoOnFailure)
+	for _, p := range problems {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", p.String())
+	}
+	return undo
+}
+
+// previousRevision is the newest pinned revision of obj (from the cache,
+// which holds the pinned ReplicaSets and ControllerRevisions) whose template
+// is stamped otherwise than the current one: what `kubectl rollout undo`
+// returns to.
+func (r *WorkloadReconciler) previousRevision(ctx context.Context, obj client.Object, current string) (*corev1.PodTemplateSpec, int64, error) {
+	var list client.ObjectList = &appsv1.ControllerRevisionList{}
+	if _, ok := obj.(*appsv1.Deployment); ok {
+		list = &appsv1.ReplicaSetList{}
+	}
+	if err := r.Client.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingLabels{pin.LabelPinned: "true"}); err != nil {
+		return nil, 0, err
+	}
+	var best *corev1.PodTemplateSpec
+	var bestRev int64
+	consider := func(rev client.Object, n int64) error {
+		if !metav1.IsControlledBy(rev, obj) || n <= bestRev {
+			return nil
+		}
+		t, err := revisionTemplate(rev)
+		if err != nil || t.Annotations[stamp.AnnotationHash] == current {
+			return err
+		}
+		best, bestRev = t.DeepCopy(), n
+		return nil
+	}
+	switch l := list.(type) {
+	case *appsv1.ReplicaSetList:
+		for i := range l.Items {
+			n, _ := strconv.ParseInt(l.Items[i].Annotations["deployment.kubernetes.io/revision"], 10, 64)
+			if err := consider(&l.Items[i], n); err != nil {
+				return nil, 0, err
+			}
+		}
+		if best != nil {
+			delete(best.Labels, appsv1.DefaultDeploymentUniqueLabelKey) // the Deployment controller adds its own
+		}
+	case *appsv1.ControllerRevisionList:
+		for i := range l.Items {
+			if err := consider(&l.Items[i], l.Items[i].Revision); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
+	return best, bestRev, nil
+}
+
+// restoreTemplate replaces obj's pod template by t, on the version of obj
+// that was closed as failed only (a JSON patch testing its resourceVersion).
+func (r *WorkloadReconciler) restoreTemplate(ctx context.Context, obj client.Object, t *corev1.PodTemplateSpec) error {
+	path := "/spec/template"
+	raw, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": obj.GetResourceVersion()},
+		{"op": "replace", "path": path, "value": t},
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, raw), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("while restoring the previous template of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+//go:build linux
+
+// Package realnode_test runs configstamp against a control plane with a real
+// node (kubelet, kube-proxy, containerd and runc; localcp.Options.RealNode):
+// tests about what pods do — crash, read their files, become Ready — where
+// the containers really run. The test app (test/images/testapp) reads its
+// mounted ConfigMap at start and rejects a value containing "bad".
+package realnode_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/hack/images"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+var env *framework.Env
+
+// The suite's configstamp: the issue's settings — pinning installed, one
+// rollout at a time, no debounce — and the default verification window.
+// REALNODE_EXTRA_ARGS adds flags (e.g. --verify-window=0s to see the
+// negative checks fail).
+func TestMain(m *testing.M) {
+	args := []string{"--pin", "--max-concurrent-rollouts=1", "--progress-deadline=90s", "--debounce=0s"}
+	args = append(args, strings.Fields(os.Getenv("REALNODE_EXTRA_ARGS"))...)
+	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, Args: args}))
+}
+
+// appOptions shape one test app workload.
+type appOptions struct {
+	// env: extra APP_* settings (APP_FAIL_MODE, APP_FAIL_AFTER, ...).
+	env map[string]string
+	// probe: a readiness probe on the app's /ready.
+	probe bool
+	// annotations on the workload (pin, rollout-priority).
+	annotations map[string]string
+}
+
+// appSpec is a pod of the test app reading ConfigMap cm, mounted at /config,
+// and rejecting any value that contains "bad".
+func appSpec(cm string, o appOptions) corev1.PodSpec {
+	vars := []corev1.EnvVar{{Name: "APP_DIRS", Value: "/config"}, {Name: "APP_REJECT", Value: "bad"}}
+	for k, v := range o.env {
+		vars = append(vars, corev1.EnvVar{Name: k, Value: v})
+	}
+	c := corev1.Container{
+		Name: "app", Image: images.TestAppRef, ImagePullPolicy: corev1.PullNever, Env: vars,
+		VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/config"}},
+	}
+	if o.probe {
+		c.ReadinessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8080)}},
+			PeriodSeconds: 1, FailureThreshold: 1,
+		}
+	}
+	return corev1.PodSpec{
+		Containers: []corev1.Container{c},
+		Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}},
+		TerminationGracePeriodSeconds: ptr.To[int64](1),
+	}
+}
+
+// deployment is an opted-in Deployment of the test app.
+func deployment(ns, name, cm string, o appOptions) *appsv1.Deployment {
+	d := framework.Deployment(ns, name, framework.OptIn, appSpec(cm, o))
+	d.Annotations = o.annotations
+	return d
+}
+
+// waitReady polls until every pod of obj's current template is Ready and
+// the workload's status says so (kubectl rollout status).
+func waitReady(t *testing.T, obj client.Object, timeout time.Duration) {
+	t.Helper()
+	framework.Eventually(t, timeout, func() (bool, string) {
+		env.Get(t, obj)
+		ok, why := rolledOut(obj)
+		return ok, fmt.Sprintf("%s %s: %s", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), why)
+	})
+}
+
+func rolledOut(obj client.Object) (bool, string) {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		s := w.Status
+		return s.ObservedGeneration >= w.Generation && s.UpdatedReplicas == *w.Spec.Replicas && s.AvailableReplicas == *w.Spec.Replicas && s.Replicas == *w.Spec.Replicas,
+			fmt.Sprintf("%+v", s)
+	case *appsv1.StatefulSet:
+		s := w.Status
+		return s.ObservedGeneration >= w.Generation && s.ReadyReplicas == *w.Spec.Replicas && s.UpdateRevision == s.CurrentRevision, fmt.Sprintf("%+v", s)
+	case *appsv1.DaemonSet:
+		s := w.Status
+		return s.ObservedGeneration >= w.Generation && s.DesiredNumberScheduled > 0 && s.UpdatedNumberScheduled == s.DesiredNumberScheduled &&
+			s.NumberAvailable == s.DesiredNumberScheduled, fmt.Sprintf("%+v", s)
+	}
+	return false, "unknown kind"
+}
+
+// pods lists the pods of app (label app=name) in ns, not being deleted.
+func pods(t *testing.T, ns, app string) []corev1.Pod {
+	t.Helper()
+	list := &corev1.PodList{}
+	if err := env.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// restarts sums the restart counts of a pod's containers.
+func restarts(p corev1.Pod) int32 {
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
+}
+
+// appView is what the test app says it read (GET /config: at its start;
+// GET /files-now: the mounted files as they are now).
+type appView struct {
+	Files    map[string]string `json:"files"`
+	Rejected bool              `json:"rejected"`
+}
+
+// podGet asks the test app in pod p (at its pod IP, in the network
+// namespace the node made for it) for path.
+func podGet(p corev1.Pod, path string) (appView, error) {
+	var v appView
+	if p.Status.PodIP == "" {
+		return v, fmt.Errorf("pod %s has no IP yet", p.Name)
+	}
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + p.Status.PodIP + ":8080" + path)
+	if err != nil {
+		return v, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return v, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return v, fmt.Errorf("GET %s from pod %s: %s: %s", path, p.Name, resp.Status, body)
+	}
+	return v, json.Unmarshal(body, &v)
+}
+
+// record is obj's rollout record as written (its seal is configstamp's to check).
+func record(t *testing.T, obj client.Object) rollout.Record {
+	t.Helper()
+	env.Get(t, obj)
+	return rollout.Read(obj.GetAnnotations())
+}
+
+// configMap is the shared ConfigMap with mode: value.
+func configMap(ns, name, value string) *corev1.ConfigMap {
+	return framework.ConfigMap(ns, name, map[string]string{"mode": value}, nil)
+}
