@@ -23,7 +23,8 @@ import (
 // status: its verification window and, while its rollout is verifying or a
 // failed rollout of it halts its change, the first sign of failure among the
 // pods of its current revision (the pods stamped like its template, found by
-// the template's labels), read live.
+// the template's labels), read live: once per judgement, which happens on a
+// status change of the workload and at the window's end.
 func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object) (rollout.Verification, error) {
 	window, _ := rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow) // a bad value is told by compute
 	v := rollout.Verification{Window: rollout.EffectiveWindow(obj, window)}
@@ -33,6 +34,10 @@ func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object
 	case rec.State == rollout.Verifying:
 		from = rec.Until.Add(-v.Window)
 	case rec.State == rollout.Failed && rec.Halted != "":
+		// Read only when the workload is complete: it may then resume.
+		if complete, _ := rollout.Complete(r.Kind, obj); !complete {
+			return v, nil
+		}
 	default:
 		return v, nil
 	}

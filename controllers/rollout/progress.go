@@ -52,7 +52,7 @@ type Judgement struct {
 //     revision's pods (v.Problem) or of the workload itself (a Deployment
 //     whose Available condition turns False, or its deadline exceeded); Done
 //     once it stayed healthy until rec.Until; else pending, judged again
-//     within verifyRecheck.
+//     at rec.Until (and on every status change before).
 func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, deadline time.Duration, now time.Time) Judgement {
 	if rec.State == Verifying {
 		return judgeVerifying(kind, obj, rec, v, now)
@@ -91,7 +91,13 @@ func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verific
 	if left <= 0 {
 		return Judgement{Verdict: Done}
 	}
-	return Judgement{Verdict: Pending, Recheck: min(left+100*time.Millisecond, verifyRecheck)}
+	// Judged again at the window's end, and whenever the workload's status
+	// changes before: a pod that crashes or loses its readiness changes its
+	// ready and available counts. Its pods are read at each judgement, so a
+	// verifying rollout costs one LIST per status change and one at the end,
+	// not one per interval (a wave of a thousand workloads verifies at once
+	// without a budget).
+	return Judgement{Verdict: Pending, Recheck: left + 100*time.Millisecond}
 }
 
 func paused(obj client.Object) bool {

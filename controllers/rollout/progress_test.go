@@ -130,8 +130,12 @@ func TestJudge(t *testing.T) {
 			if j.Verdict != tc.want || !strings.Contains(j.Reason, tc.reason) {
 				t.Fatalf("verdict %v (%s), want %v (%s)", j.Verdict, j.Reason, tc.want, tc.reason)
 			}
-			if j.Verdict == Pending && (j.Recheck <= 0 || j.Recheck > 30*time.Second) {
-				t.Fatalf("pending recheck %v: must fall at the deadline", j.Recheck)
+			due := t0.Add(30 * time.Second) // the deadline, or the window's end
+			if tc.rec.State == Verifying {
+				due = tc.rec.Until
+			}
+			if left := due.Sub(t0.Add(tc.elapsed)); j.Verdict == Pending && (j.Recheck <= left || j.Recheck > left+time.Second) {
+				t.Fatalf("pending recheck %v: must fall just after %v", j.Recheck, left)
 			}
 		})
 	}

@@ -129,7 +129,7 @@ func Rules(sit Situation, p Policy) Plan {
 			following = j.Recheck
 		case ToVerify:
 			verifying := rec.StartVerifying(sit.Now.Add(o.Verification.Window))
-			return Plan{Step: StepVerify, Record: &verifying, After: min(o.Verification.Window, verifyRecheck)}
+			return Plan{Step: StepVerify, Record: &verifying, After: o.Verification.Window + 100*time.Millisecond}
 		case Done:
 			closed := rec.Complete()
 			return Plan{Step: StepClose, Record: &closed}

@@ -18,10 +18,6 @@ const (
 	// MaxVerifyWindow caps a workload's own verification window
 	// (AnnotationVerifyWindow): a tenant cannot hold a slot longer with it.
 	MaxVerifyWindow = 10 * time.Minute
-	// verifyRecheck: how often a verifying rollout is judged again when no
-	// status change of the workload wakes it earlier (its pods are read live
-	// at each judgement).
-	verifyRecheck = 3 * time.Second
 )
 
 // Verification is what the rules weigh of a rollout that is complete as
@@ -157,7 +153,7 @@ func containerProblem(cs *corev1.ContainerStatus, init bool) string {
 	case cs.RestartCount > 0:
 		return fmt.Sprintf("container %s restarted %d times%s%s", cs.Name, cs.RestartCount, exitOf(cs.LastTerminationState.Terminated), waiting)
 	case t != nil && (t.ExitCode != 0 || !init):
-		return fmt.Sprintf("container %s exited%s", cs.Name, exitOf(t))
+		return fmt.Sprintf("container %s exited%s, restarted %d times", cs.Name, exitOf(t), cs.RestartCount)
 	case waiting != "":
 		return fmt.Sprintf("container %s cannot run%s: %s", cs.Name, waiting, cs.State.Waiting.Message)
 	}

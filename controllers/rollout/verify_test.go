@@ -50,7 +50,7 @@ func TestInspectPods(t *testing.T) {
 	}{
 		"all ready":                              {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, initDone)}, ""},
 		"restarted, in CrashLoopBackOff":         {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, restarted)}, "pod b: container app restarted 2 times (exit code 1, Error), CrashLoopBackOff"},
-		"exited, not restarted yet":              {[]corev1.Pod{pod("a", "v1-new", before, false, exited)}, "pod a: container app exited (exit code 3, Error)"},
+		"exited, not restarted yet":              {[]corev1.Pod{pod("a", "v1-new", before, false, exited)}, "pod a: container app exited (exit code 3, Error), restarted 0 times"},
 		"lost readiness":                         {[]corev1.Pod{pod("a", "v1-new", before, false)}, "pod a: lost its readiness"},
 		"a new pod not ready yet is no failure":  {[]corev1.Pod{pod("a", "v1-new", after, false)}, ""},
 		"a new pod that crashes is":              {[]corev1.Pod{pod("a", "v1-new", after, false, restarted)}, "pod a: container app restarted"},

@@ -47,6 +47,7 @@ type config struct {
 	latencyChanges  int
 	wave            int
 	waveBudget      int
+	waveWindow      time.Duration
 	fanout          int
 	webhookCreates  int
 	webhookParallel int
@@ -133,6 +134,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.fanout, "fanout", 1000, "fan-out: Deployments sharing one ConfigMap")
 	fs.IntVar(&cfg.wave, "wave", 100, "wave: Deployments of one pod sharing one ConfigMap (-scale: 1000)")
 	fs.IntVar(&cfg.waveBudget, "wave-budget", 10, "wave: --max-concurrent-rollouts (-scale: 50)")
+	fs.DurationVar(&cfg.waveWindow, "wave-verify-window", 5*time.Second, "wave: --verify-window; a rollout holds its slot until it is verified (kwok's pods never crash: the window is pure hold)")
 	fs.IntVar(&cfg.webhookCreates, "webhook-creates", 200, "webhook: Deployment creations")
 	fs.IntVar(&cfg.webhookParallel, "webhook-parallel", 20, "webhook: creations in flight at once")
 	fs.IntVar(&cfg.workers, "workers", 32, "parallel creations of ConfigMaps and Secrets")

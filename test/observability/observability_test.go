@@ -220,7 +220,7 @@ func TestPrometheusRule(t *testing.T) {
 	}
 	slices.Sort(alerts)
 	want := []string{"ConfigstampChangeHalted", "ConfigstampDown", "ConfigstampReconcileErrors", "ConfigstampReplicaDown",
-		"ConfigstampRolloutFailed", "ConfigstampRolloutsWaiting", "ConfigstampWebhookErrors", "ConfigstampWebhookFailingOpen",
+		"ConfigstampRolloutFailed", "ConfigstampRolloutFailedVerification", "ConfigstampRolloutsWaiting", "ConfigstampWebhookErrors", "ConfigstampWebhookFailingOpen",
 		"ConfigstampWebhookSlow"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)

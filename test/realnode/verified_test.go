@@ -281,7 +281,6 @@ func slotsInUse(t *testing.T) float64 {
 
 func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }
 
-
 // TestUndoReturnsThePinnedWorkload: with configstamp.io/on-failure: undo, the
 // failed pinned workload runs its previous files again (read by its new
 // container at its start), its change stays halted, and the other workload
