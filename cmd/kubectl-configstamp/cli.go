@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -45,6 +46,15 @@ type options struct {
 	meta             metadata.Interface
 	dynamic          dynamic.Interface
 	defaultNamespace string
+	// now is the clock ("in 12s"); time.Now when nil.
+	now func() time.Time
+}
+
+func (o *options) clock() time.Time {
+	if o.now != nil {
+		return o.now()
+	}
+	return time.Now()
 }
 
 // connect builds a client from the user's kubeconfig, as kubectl does

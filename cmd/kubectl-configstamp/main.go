@@ -54,7 +54,7 @@ var commands = []command{
 	{"who-uses", "configmap/NAME|secret/NAME", "workloads that reference a ConfigMap or Secret: how, which keys, opted in or not", 1, runWhoUses},
 	{"plan", "-f FILE", "which workloads would roll if a ConfigMap/Secret manifest were applied, and which would not", 0, runPlan},
 	{"why", "KIND/NAME", "a workload's last configstamp rollout: when, caused by what, its state now, its events", 1, runWhy},
-	{"status", "", "rollouts in flight cluster-wide: rolling and halted workloads, budget in use", 0, runStatus},
+	{"status", "", "rollouts in flight cluster-wide: rolling, verifying and halted workloads, budget in use", 0, runStatus},
 	{"resume", "KIND/NAME", "lift the halt a failed workload carries (removes configstamp.io/halted)", 1, runResume},
 }
 

@@ -2,15 +2,25 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	cswl "github.com/configstamp/configstamp/controllers/workload"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -156,5 +166,154 @@ func TestKindsConfig(t *testing.T) {
 	if code := run(t.Context(), []string{"why", "rollout/web"}, &out, &errOut); code != exitUsage ||
 		!strings.Contains(errOut.String(), "KIND deployment, statefulset or daemonset") {
 		t.Fatalf("rollout/web without --kinds-config: exit %d, %s", code, errOut.String())
+	}
+}
+
+// fakeCluster is options on a fake API server holding objs (workloads,
+// events), as a command sees them in namespace ns, at now.
+func fakeCluster(t *testing.T, now time.Time, objs ...runtime.Object) (*options, *bytes.Buffer) {
+	t.Helper()
+	out := &bytes.Buffer{}
+	o := &options{namespace: "ns", defaultNamespace: "ns", registry: cswl.NewRegistry(), out: out, errOut: out, now: func() time.Time { return now },
+		client: kubefake.NewClientset(objs...), meta: metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())}
+	return o, out
+}
+
+// deployment is a Deployment with a rollout record (rollout.Read does not
+// check the seal: the plugin shows what is written).
+func deployment(name string, record map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name),
+		Labels: map[string]string{stamp.LabelEnabled: "true"}, Annotations: record},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name},
+			Annotations: map[string]string{stamp.AnnotationHash: "h-" + name}}}}}
+}
+
+func configstampEvent(d *appsv1.Deployment, reason, message string, at time.Time) *corev1.Event {
+	return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("%s.%s.%d", d.Name, reason, at.Unix())},
+		InvolvedObject: corev1.ObjectReference{Kind: "Deployment", Namespace: "ns", Name: d.Name, UID: d.UID},
+		Type:           corev1.EventTypeWarning, Reason: reason, Message: message, ReportingController: reporter, EventTime: metav1.NewMicroTime(at)}
+}
+
+// A verifying rollout holds a slot like a rolling one: status lists both,
+// and why tells the state, until when, and for a failed rollout the failure
+// its RolloutFailed event gives.
+func TestVerifyingAndFailedRollouts(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	started := now.Add(-time.Minute).Format(time.RFC3339)
+	until := now.Add(12 * time.Second).Format(time.RFC3339)
+	cause := "ConfigMap/cfg@c0ffee"
+	record := func(state string, extra ...string) map[string]string {
+		a := map[string]string{rollout.AnnotationState: state, rollout.AnnotationStarted: started, rollout.AnnotationCause: cause}
+		for i := 0; i < len(extra); i += 2 {
+			a[extra[i]] = extra[i+1]
+		}
+		return a
+	}
+	rolling := deployment("api", record("rolling"))
+	verifying := deployment("web", record("verifying", rollout.AnnotationVerifyUntil, until))
+	done := deployment("done", record("completed"))
+	crashed := deployment("crashed", record("failed", rollout.AnnotationHalted, cause))
+	slow := deployment("slow", record("failed", rollout.AnnotationHalted, cause))
+	const halts = "; configstamp halts further rollouts of this change until what this workload references of the source changes again, " +
+		"this workload recovers or is deleted, or its configstamp.io/halted annotation is removed"
+	const crash = "it failed verification: pod crashed-5d8c7-x2k8q: container app restarted 2 times (exit code 1, Error), CrashLoopBackOff"
+	const deadline = "it was not complete within the progress deadline of 10m0s"
+	objs := []runtime.Object{rolling, verifying, done, crashed, slow,
+		configstampEvent(crashed, reasonRolloutFailed, "rollout for "+cause+" failed: it was not complete within the progress deadline of 10m0s"+halts, now.Add(-time.Hour)), // an earlier rollout's
+		configstampEvent(crashed, reasonRolloutFailed, "rollout for "+cause+" failed: "+crash+halts, now.Add(-10*time.Second)),
+		configstampEvent(slow, reasonRolloutFailed, "rollout for "+cause+" failed: "+deadline+halts, now.Add(-10*time.Second)),
+	}
+
+	t.Run("status", func(t *testing.T) {
+		o, out := fakeCluster(t, now, objs...)
+		if err := runStatus(t.Context(), o, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			"Budget in use: 2 (1 rolling, 1 verifying; namespace ns)",
+			"Rolling or verifying: 2",
+			"deployment/api  rolling",
+			"deployment/web  verifying until " + until + " (in 12s)",
+		} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("want %q in\n%s", want, out)
+			}
+		}
+		o, out = fakeCluster(t, now, objs...)
+		o.output = "json"
+		if err := runStatus(t.Context(), o, nil); err != nil {
+			t.Fatal(err)
+		}
+		var res statusResult
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.BudgetInUse != 2 || len(res.Rolling) != 2 {
+			t.Fatalf("budgetInUse %d, rolling %+v: want the rolling and the verifying workload", res.BudgetInUse, res.Rolling)
+		}
+		api, web := res.Rolling[0], res.Rolling[1]
+		if api.Name != "api" || api.State != "rolling" || api.VerifyUntil != nil ||
+			web.Name != "web" || web.State != "verifying" || web.VerifyUntil == nil || web.VerifyUntil.Format(time.RFC3339) != until {
+			t.Errorf("rolling %+v, %+v", api, web)
+		}
+	})
+
+	tests := map[string]struct {
+		workload string
+		state    string
+		until    string // verifyUntil in JSON
+		failure  string
+		text     []string // in the table
+		summary  string   // its start
+	}{
+		"rolling": {workload: "api", state: "rolling", text: []string{"State:         rolling"},
+			summary: "rolling: holds a slot of the budget until the rollout completes and stays healthy through its verification window"},
+		"verifying": {workload: "web", state: "verifying", until: until,
+			text:    []string{"State:            verifying", "Verifying until:  " + until + " (in 12s)"},
+			summary: "verifying: complete as kubectl rollout status says; it counts as completed if every pod of the new revision stays Ready"},
+		"failed in verification": {workload: "crashed", state: "failed", failure: crash,
+			text:    []string{"State:         failed", "Failure:       " + crash, "Halts:         " + cause},
+			summary: "failed in verification: it was complete, then a pod of the new revision crashed or lost its readiness"},
+		"failed at the deadline": {workload: "slow", state: "failed", failure: deadline,
+			text:    []string{"Failure:       " + deadline},
+			summary: "failed and halting that change on every other workload"},
+		"completed": {workload: "done", state: "completed", summary: "completed"},
+	}
+	for name, tc := range tests {
+		t.Run("why "+name, func(t *testing.T) {
+			o, out := fakeCluster(t, now, objs...)
+			if err := runWhy(t.Context(), o, []string{"deploy/" + tc.workload}); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range append(tc.text, "Now:") {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("want %q in\n%s", want, out)
+				}
+			}
+			if tc.failure == "" && strings.Contains(out.String(), "Failure:") {
+				t.Errorf("a failure shown for a %s rollout:\n%s", tc.state, out)
+			}
+			o, out = fakeCluster(t, now, objs...)
+			o.output = "json"
+			if err := runWhy(t.Context(), o, []string{"deploy/" + tc.workload}); err != nil {
+				t.Fatal(err)
+			}
+			var res whyResult
+			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+				t.Fatal(err)
+			}
+			gotUntil := ""
+			if res.VerifyUntil != nil {
+				gotUntil = res.VerifyUntil.Format(time.RFC3339)
+			}
+			if res.State != tc.state || gotUntil != tc.until || res.Failure != tc.failure || !strings.HasPrefix(res.Summary, tc.summary) {
+				t.Errorf("state %q until %q failure %q summary %q;\nwant %q %q %q %q", res.State, gotUntil, res.Failure, res.Summary, tc.state, tc.until, tc.failure, tc.summary)
+			}
+			var raw map[string]any
+			_ = json.Unmarshal(out.Bytes(), &raw)
+			if _, ok := raw["failure"]; ok != (tc.failure != "") {
+				t.Errorf("JSON field failure present %v: %s", ok, out)
+			}
+		})
 	}
 }

@@ -15,12 +15,19 @@ import (
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
+// rollingView is a rollout under way: rolling, or complete as `kubectl
+// rollout status` says and verifying (both hold a slot).
 type rollingView struct {
 	Namespace string     `json:"namespace"`
 	Kind      string     `json:"kind"`
 	Name      string     `json:"name"`
 	Started   *time.Time `json:"started,omitempty"`
 	Causes    []change   `json:"causes"`
+	// State is rollout-state: rolling or verifying.
+	State string `json:"state"`
+	// VerifyUntil (verifying): when the rollout counts as completed if its
+	// new pods stay healthy until then (configstamp.io/rollout-verify-until).
+	VerifyUntil *time.Time `json:"verifyUntil,omitempty"`
 }
 
 type haltView struct {
@@ -34,11 +41,12 @@ type haltView struct {
 }
 
 type statusResult struct {
-	// BudgetInUse is the number of workloads with rollout-state=rolling: each
-	// holds a slot of --max-concurrent-rollouts.
-	BudgetInUse int           `json:"budgetInUse"`
-	Rolling     []rollingView `json:"rolling"`
-	Halted      []haltView    `json:"halted"`
+	// BudgetInUse is the number of workloads with rollout-state rolling or
+	// verifying: each holds a slot of --max-concurrent-rollouts.
+	BudgetInUse int `json:"budgetInUse"`
+	// Rolling are those workloads, rolling or verifying (State says which).
+	Rolling []rollingView `json:"rolling"`
+	Halted  []haltView    `json:"halted"`
 	// RolledBack are the pinned workloads a user rolled back to an earlier
 	// revision (configstamp.io/rolled-back-to): kept until a source changes.
 	RolledBack []rolledBackView `json:"rolledBack"`
@@ -93,10 +101,10 @@ func statusOf(ws []workload) statusResult {
 		}
 		rec := rollout.Read(w.meta.Annotations)
 		if rec.Open() {
-			v := rollingView{Namespace: w.meta.Namespace, Kind: w.kind, Name: w.meta.Name, Causes: changes(rec.Cause)}
-			if !rec.Started.IsZero() {
-				t := rec.Started.UTC()
-				v.Started = &t
+			v := rollingView{Namespace: w.meta.Namespace, Kind: w.kind, Name: w.meta.Name, Causes: changes(rec.Cause),
+				State: string(rec.State), Started: utcOrNil(rec.Started)}
+			if rec.State == rollout.Verifying {
+				v.VerifyUntil = utcOrNil(rec.Until)
 			}
 			res.Rolling = append(res.Rolling, v)
 		}
@@ -113,16 +121,24 @@ func (o *options) printStatus(res statusResult, ns string) {
 	if ns != "" {
 		scope = "namespace " + ns
 	}
-	o.printf("Budget in use: %d rolling (%s)\n", res.BudgetInUse, scope)
-	o.printf("\nRolling: %d\n", len(res.Rolling))
+	verifying := 0
+	for _, r := range res.Rolling {
+		if r.State == string(rollout.Verifying) {
+			verifying++
+		}
+	}
+	o.printf("Budget in use: %d (%d rolling, %d verifying; %s)\n", res.BudgetInUse, len(res.Rolling)-verifying, verifying, scope)
+	o.printf("\nRolling or verifying: %d\n", len(res.Rolling))
 	if len(res.Rolling) > 0 {
-		rows := [][]cell{header("NAMESPACE", "WORKLOAD", "STARTED", "CAUSE")}
+		now := o.clock()
+		rows := [][]cell{header("NAMESPACE", "WORKLOAD", "STATE", "STARTED", "CAUSE")}
 		for _, r := range res.Rolling {
 			started := "unknown"
 			if r.Started != nil {
 				started = r.Started.Format(time.RFC3339)
 			}
-			rows = append(rows, []cell{c(r.Namespace), coloured(strings.ToLower(r.Kind)+"/"+r.Name, yellow), c(started), c(changesText(r.Causes))})
+			rows = append(rows, []cell{c(r.Namespace), coloured(strings.ToLower(r.Kind)+"/"+r.Name, yellow),
+				coloured(stateText(r.State, r.VerifyUntil, now), yellow), c(started), c(changesText(r.Causes))})
 		}
 		o.table(rows)
 	}
@@ -147,6 +163,34 @@ func (o *options) printStatus(res statusResult, ns string) {
 		}
 		o.table(rows)
 	}
+}
+
+// stateText is a rollout's state for a table: "verifying until T (in 12s)"
+// while it is verifying.
+func stateText(state string, until *time.Time, now time.Time) string {
+	if state != string(rollout.Verifying) || until == nil {
+		return state
+	}
+	return state + " until " + untilText(*until, now)
+}
+
+// untilText is "T (in 12s)", or "T (3s ago)" once past (the rollout is then
+// completed at its next judgement, within seconds).
+func untilText(until, now time.Time) string {
+	left := until.Sub(now).Round(time.Second)
+	when := "in " + left.String()
+	if left < 0 {
+		when = (-left).String() + " ago"
+	}
+	return until.UTC().Format(time.RFC3339) + " (" + when + ")"
+}
+
+func utcOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }
 
 // fillWaiting finds, from RolloutHalted events, the workloads that wait on each halt.

@@ -20,6 +20,7 @@ import (
 // Event reasons configstamp emits on workloads (controllers package).
 const (
 	reasonRolloutHalted = "RolloutHalted"
+	reasonRolloutFailed = "RolloutFailed"
 	reporter            = "configstamp"
 )
 
@@ -66,11 +67,22 @@ type whyResult struct {
 	Stamp      string   `json:"stamp,omitempty"`
 	// Sources are the objects the last record names (configstamp.io/sources).
 	Sources []string `json:"sources"`
-	// State: none, rolling, completed, failed.
+	// State: none, rolling, verifying, completed, failed.
 	State   string     `json:"state"`
 	Started *time.Time `json:"started,omitempty"`
-	Causes  []change   `json:"causes"`
-	Halted  []change   `json:"halted"`
+	// VerifyUntil (verifying): the rollout is complete as `kubectl rollout
+	// status` says and counts as completed if its new pods stay healthy until
+	// then (configstamp.io/rollout-verify-until).
+	VerifyUntil *time.Time `json:"verifyUntil,omitempty"`
+	// Failure (failed): why, from the workload's latest RolloutFailed event
+	// (its message after "failed: ", without what configstamp does next):
+	// "it failed verification: pod web-7d4f9-x2k8q: container app restarted 2
+	// times (exit code 1, Error), CrashLoopBackOff", "it was not complete
+	// within the progress deadline of 10m0s". Empty when no such event is left
+	// (events expire, an hour by default).
+	Failure string   `json:"failure,omitempty"`
+	Causes  []change `json:"causes"`
+	Halted  []change `json:"halted"`
 	// Pinned are the snapshots the template mounts and reads instead of its
 	// sources (pinned config): "Kind/source=snapshot".
 	Pinned []string `json:"pinned"`
@@ -101,7 +113,9 @@ func (o *options) events(ctx context.Context, ns string, uid string) ([]eventVie
 	}
 	out := make([]eventView, 0, len(list.Items))
 	for _, e := range list.Items {
-		out = append(out, view(&e))
+		if string(e.InvolvedObject.UID) == uid {
+			out = append(out, view(&e))
+		}
 	}
 	slices.SortStableFunc(out, func(a, b eventView) int {
 		return cmp.Or(a.Last.Compare(b.Last), cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Message, b.Message))
@@ -178,12 +192,15 @@ func explain(ctx context.Context, o *options, w workload, ns string) (whyResult,
 			res.SelectedBy = append(res.SelectedBy, src.ref.String())
 		}
 	}
-	if !rec.Started.IsZero() {
-		t := rec.Started.UTC()
-		res.Started = &t
+	res.Started = utcOrNil(rec.Started)
+	if rec.State == rollout.Verifying {
+		res.VerifyUntil = utcOrNil(rec.Until)
 	}
 	if res.Events, err = o.events(ctx, ns, string(w.meta.UID)); err != nil {
 		return res, err
+	}
+	if rec.State == rollout.Failed {
+		res.Failure = failureOf(rec, res.Events)
 	}
 	if res.WaitingOn, err = o.waitingOn(ctx, ns, rec, res.Events); err != nil {
 		return res, err
@@ -194,7 +211,7 @@ func explain(ctx context.Context, o *options, w workload, ns string) (whyResult,
 
 // printWhy prints the explanation's table.
 func printWhy(o *options, w workload, ns string, res whyResult) {
-	stateColour := map[string]string{"rolling": yellow, "completed": green, "failed": red}[res.State]
+	stateColour := map[string]string{"rolling": yellow, "verifying": yellow, "completed": green, "failed": red}[res.State]
 	rows := [][]cell{
 		{c(w.kind + ":"), c(ns + "/" + w.meta.Name)},
 		{c("Opted in:"), c(optedInText(res))},
@@ -213,6 +230,15 @@ func printWhy(o *options, w workload, ns string, res whyResult) {
 		rows = append(rows, []cell{c("Pinned to:"), c(strings.Join(res.Pinned, ", "))})
 	}
 	rows = append(rows, []cell{c("State:"), coloured(res.State, stateColour)})
+	if res.VerifyUntil != nil {
+		rows = append(rows, []cell{c("Verifying until:"), coloured(untilText(*res.VerifyUntil, o.clock()), yellow)})
+	}
+	switch {
+	case res.Failure != "":
+		rows = append(rows, []cell{c("Failure:"), coloured(res.Failure, red)})
+	case res.State == string(rollout.Failed):
+		rows = append(rows, []cell{c("Failure:"), c("no RolloutFailed event left (events expire)")})
+	}
 	if len(res.Halted) > 0 {
 		rows = append(rows, []cell{c("Halts:"), coloured(changesText(res.Halted), red)})
 	}
@@ -260,6 +286,34 @@ func printWhyEvents(o *options, events []eventView) {
 		erows = append(erows, append(row, c(e.Message)))
 	}
 	o.table(erows)
+}
+
+// failureOf is why rec's rollout failed, from the latest RolloutFailed event
+// configstamp emitted on the workload since the rollout started: the message
+// ("rollout for CAUSES failed: REASON; configstamp halts ...") between
+// "failed: " and "; configstamp". "" when there is none.
+func failureOf(rec rollout.Record, events []eventView) string {
+	for i := len(events) - 1; i >= 0; i-- {
+		e := events[i]
+		if e.Reason != reasonRolloutFailed || e.From != reporter || (!rec.Started.IsZero() && e.Last.Before(rec.Started)) {
+			continue
+		}
+		_, reason, ok := strings.Cut(e.Message, " failed: ")
+		if !ok {
+			return e.Message
+		}
+		if i := strings.LastIndex(reason, "; configstamp"); i >= 0 {
+			reason = reason[:i]
+		}
+		return reason
+	}
+	return ""
+}
+
+// failedVerification reports a failure in the verification window (after
+// the rollout was complete as `kubectl rollout status` says).
+func failedVerification(failure string) bool {
+	return strings.HasPrefix(failure, "it failed verification")
 }
 
 // waitingOn finds a halt the workload waits on: its latest configstamp event
@@ -318,7 +372,22 @@ func summary(r whyResult) string {
 		return "waiting: the change " + r.WaitingOn.Change + " failed on " + r.WaitingOn.HaltedBy[0] +
 			"; it rolls once that halt is lifted (kubectl configstamp resume " + r.WaitingOn.HaltedBy[0] + ")"
 	case r.State == "rolling":
-		return "rolling: holds a slot of the budget until the rollout completes, or fails at --progress-deadline (its slot is given back with its halt)"
+		return "rolling: holds a slot of the budget until the rollout completes and stays healthy through its verification window (--verify-window), " +
+			"or fails at --progress-deadline or in that window (its slot is given back with its halt)"
+	case r.State == "verifying":
+		until := "the end of its window"
+		if r.VerifyUntil != nil {
+			until = r.VerifyUntil.Format(time.RFC3339)
+		}
+		return "verifying: complete as kubectl rollout status says; it counts as completed if every pod of the new revision stays Ready, " +
+			"with no container restarting, until " + until + ". It holds its slot of the budget until then; " +
+			"a restart, a crash or a lost readiness fails it (and halts its change)"
+	case r.State == "failed" && failedVerification(r.Failure) && len(r.Halted) > 0:
+		return "failed in verification: it was complete, then a pod of the new revision crashed or lost its readiness (see Failure; " +
+			"kubectl describe pod, kubectl logs --previous). That change is halted on every other workload until it changes again, " +
+			"this workload is complete with no pod crashing, or kubectl configstamp resume " + strings.ToLower(r.Kind) + "/" + r.Name
+	case r.State == "failed" && failedVerification(r.Failure):
+		return "failed in verification: it was complete, then a pod of the new revision crashed or lost its readiness (see Failure); no halt in force"
 	case r.State == "failed" && len(r.Halted) > 0:
 		return "failed and halting that change on every other workload; lift with kubectl configstamp resume " +
 			strings.ToLower(r.Kind) + "/" + r.Name
