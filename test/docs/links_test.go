@@ -1,5 +1,6 @@
 // Package docs checks the Markdown documentation of the repository: every
-// relative link in README.md and docs/*.md resolves to a file inside the
+// relative link in README.md, the other top-level *.md (CONTRIBUTING.md,
+// SECURITY.md, CHANGELOG.md), docs/*.md and .github's templates resolves to a file inside the
 // repository (a user's clone), every #fragment names a heading of the page it
 // points at, and README.md stays short. Standard library only, no cluster.
 package docs
@@ -12,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -20,7 +22,7 @@ import (
 // maxReadmeLines is the length README.md may not exceed; the rest lives in docs/.
 const maxReadmeLines = 250
 
-// TestLinks checks every link of README.md and docs/*.md.
+// TestLinks checks every link of the files markdownFiles lists.
 func TestLinks(t *testing.T) {
 	root := repoRoot(t)
 	files := markdownFiles(t, root)
@@ -147,18 +149,33 @@ func repoRoot(t *testing.T) string {
 	}
 }
 
-// markdownFiles lists README.md and docs/*.md.
+// markdownFiles lists README.md, the other Markdown files at the top
+// (CONTRIBUTING.md, SECURITY.md, CHANGELOG.md, ...), docs/*.md and GitHub's
+// (.github/*.md, .github/ISSUE_TEMPLATE/*.md). The files people look for must
+// exist.
 func markdownFiles(t *testing.T, root string) []string {
 	t.Helper()
-	files := []string{filepath.Join(root, "README.md")}
-	if _, err := os.Stat(files[0]); err != nil {
-		t.Fatalf("README.md: %v", err)
+	var files []string
+	for _, name := range []string{"README.md", "CONTRIBUTING.md", "SECURITY.md", "CHANGELOG.md",
+		".github/pull_request_template.md", ".github/ISSUE_TEMPLATE/bug_report.md", ".github/ISSUE_TEMPLATE/feature_request.md"} {
+		f := filepath.Join(root, filepath.FromSlash(name))
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		files = append(files, f)
 	}
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
+	for _, pattern := range []string{"*.md", "docs/*.md", ".github/*.md", ".github/ISSUE_TEMPLATE/*.md"} {
+		found, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pattern)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range found {
+			if !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
 	}
-	return append(files, docs...)
+	return files
 }
 
 func write(t *testing.T, name, content string) {
