@@ -37,13 +37,28 @@ $(GOLANGCI_LINT):
 	GOBIN=$(LOCALBIN)/.golangci-lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(LOCALBIN)/.golangci-lint/golangci-lint $@ && rmdir $(LOCALBIN)/.golangci-lint
 
+# actionlint checks .github/workflows (and runs shellcheck on their scripts when
+# shellcheck is on PATH, as on GitHub's runners).
+ACTIONLINT_VERSION ?= v1.7.12
+ACTIONLINT := $(LOCALBIN)/actionlint-$(ACTIONLINT_VERSION)
+
+.PHONY: actionlint
+actionlint: $(ACTIONLINT) ## Install actionlint into bin/.
+
+$(ACTIONLINT):
+	@echo "==> installing actionlint $(ACTIONLINT_VERSION) from the Go module proxy"
+	@mkdir -p $(LOCALBIN)
+	GOBIN=$(LOCALBIN)/.actionlint $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+	mv $(LOCALBIN)/.actionlint/actionlint $@ && rmdir $(LOCALBIN)/.actionlint
+
 .PHONY: lint
-lint: vet golangci-lint ## gofmt check, go vet and golangci-lint (.golangci.yml).
+lint: vet golangci-lint actionlint ## gofmt check, go vet, golangci-lint (.golangci.yml) and actionlint (.github/workflows).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
+	$(ACTIONLINT)
 
 .PHONY: test
-test: build controlplane argo-rollouts controller-gen lint ## Unit, integration and end-to-end tests (starts local control planes).
+test: build controlplane realnode node-images argo-rollouts controller-gen lint release-check ## Unit, integration and end-to-end tests (starts local control planes).
 	$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
 	$(GO) test -race -count=1 ./webhook/live/
 
@@ -80,6 +95,8 @@ include hack/controlplane.mk
 include hack/manifests.mk
 include hack/bench.mk
 include hack/chaos.mk
+include hack/images.mk
+include hack/release.mk
 
 ##@ kubectl plugin
 

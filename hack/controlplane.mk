@@ -24,6 +24,10 @@ K8S_MAJOR := $(patsubst v%,%,$(word 1,$(subst ., ,$(K8S_VERSION))))
 K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
 
 CP_K8S_BINS := $(CP_BIN)/kube-apiserver $(CP_BIN)/kube-controller-manager $(CP_BIN)/kube-scheduler
+# The real node's (localcp Options.RealNode): a group of their own, so that
+# building them never rebuilds the control plane and `make controlplane` does
+# not need them.
+CP_NODE_BINS := $(CP_BIN)/kubelet $(CP_BIN)/kube-proxy
 CP_ALL := $(CP_BIN)/etcd $(CP_K8S_BINS) $(CP_BIN)/kwok $(CP_BIN)/kwok-stages.yaml
 
 # The version variables feed `kube-apiserver --version` and the /version
@@ -80,7 +84,30 @@ $(CP_BIN)/kwok-stages.yaml: $(CP_BIN)/kwok
 	mv $@.tmp $@
 
 clean-controlplane: ## Remove the control plane binaries.
-	rm -f $(CP_ALL)
+	rm -f $(CP_ALL) $(CP_NODE_BINS)
+
+# A real node (test/localcp Options.RealNode, hack/localcp --real-node): kubelet
+# and kube-proxy from the same k8s.io/kubernetes, plus the host's containerd,
+# runc, CNI plugins, iptables and conntrack (Debian packages).
+.PHONY: realnode node-packages
+realnode: $(CP_BIN)/etcd $(CP_K8S_BINS) $(CP_NODE_BINS) node-packages ## Build kubelet and kube-proxy (and the control plane) into ./bin and install containerd, runc, CNI plugins, iptables, conntrack (apt-get, if missing).
+
+$(CP_NODE_BINS) &: $(CP_TOOLS)/k8s/go.mod $(CP_TOOLS)/k8s/go.sum
+	@echo "==> building kubelet, kube-proxy from k8s.io/kubernetes $(K8S_VERSION) (first time: ~3 min on 2 cores)"
+	@mkdir -p $(CP_BIN)
+	cd $(CP_TOOLS)/k8s && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(CP_K8S_LDFLAGS)" -o $(CP_BIN)/ \
+		k8s.io/kubernetes/cmd/kubelet \
+		k8s.io/kubernetes/cmd/kube-proxy
+	@touch $(CP_NODE_BINS)
+
+# Only when something is missing: apt-get needs root and the Debian mirror.
+node-packages:
+	@if ! command -v containerd >/dev/null || ! command -v runc >/dev/null || ! command -v ctr >/dev/null \
+		|| ! test -x /usr/lib/cni/bridge || ! command -v iptables >/dev/null || ! command -v conntrack >/dev/null; then \
+		echo "==> installing containerd runc containernetworking-plugins iptables conntrack from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			containerd runc containernetworking-plugins iptables conntrack; \
+	fi
 
 # Argo Rollouts' controller, for test/argo (configstamp's --kinds-config with
 # the real controller). The version is test/argo's argoModule.

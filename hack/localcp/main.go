@@ -1,13 +1,17 @@
 // Command localcp starts and stops a local Kubernetes control plane that
 // outlives it (see test/localcp).
 //
-//	localcp up   [--dir _output/localcp] [--full] [--bin DIR]   # prints: export KUBECONFIG=...
+//	localcp up   [--dir _output/localcp] [--full] [--real-node] [--bin DIR]   # prints: export KUBECONFIG=...
 //	localcp down [--dir _output/localcp]
 //	localcp status [--dir _output/localcp]
 //
 // `up` is idempotent: if a healthy control plane of the requested kind already
 // runs in --dir it only prints the export line again. Use it as
 // eval "$(go run ./hack/localcp up --full)". Progress goes to stderr.
+//
+// --real-node (root, Linux; `make realnode node-images`) runs a real node with
+// kubelet, kube-proxy and containerd instead of kwok's fake node; `down`
+// removes it with everything it made (mounts, bridge, iptables rules).
 package main
 
 import (
@@ -29,7 +33,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: localcp up|down|status [--dir DIR] [--full] [--bin DIR]")
+	return errors.New("usage: localcp up|down|status [--dir DIR] [--full] [--real-node] [--bin DIR]")
 }
 
 func run(args []string) error {
@@ -40,9 +44,13 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("localcp "+cmd, flag.ContinueOnError)
 	dir := fs.String("dir", "_output/localcp", "state directory (certificates, etcd data, kubeconfig, logs, pids)")
 	full := fs.Bool("full", false, "also run kube-controller-manager, kube-scheduler and kwok with one fake node")
+	realNode := fs.Bool("real-node", false, "run a real node (kubelet, kube-proxy, containerd; root only) instead of kwok's fake one; implies --full")
 	bin := fs.String("bin", "", "directory with the binaries (default: $CONFIGSTAMP_BIN or <repo>/bin)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if *realNode {
+		*full = true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -51,15 +59,15 @@ func run(args []string) error {
 	switch cmd {
 	case "up":
 		if cp, err := localcp.Attach(ctx, *dir); err == nil {
-			if cp.Full == *full {
+			if cp.Full == *full && cp.RealNode == *realNode {
 				logf("control plane already running in %s", cp.Dir)
 				fmt.Printf("export KUBECONFIG=%s\n", cp.KubeconfigPath)
 				return nil
 			}
-			logf("control plane in %s has full=%v, restarting with full=%v", cp.Dir, cp.Full, *full)
+			logf("control plane in %s has full=%v real-node=%v, restarting with full=%v real-node=%v", cp.Dir, cp.Full, cp.RealNode, *full, *realNode)
 		}
 		// Start stops whatever is left in dir (crashed or of the other kind).
-		cp, err := localcp.Start(ctx, localcp.Options{BinDir: *bin, Dir: *dir, Full: *full, Detach: true, Logf: logf})
+		cp, err := localcp.Start(ctx, localcp.Options{BinDir: *bin, Dir: *dir, Full: *full, RealNode: *realNode, Detach: true, Logf: logf})
 		if err != nil {
 			return err
 		}
@@ -77,7 +85,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		logf("control plane running in %s (full=%v) at %s", cp.Dir, cp.Full, cp.APIServerURL)
+		logf("control plane running in %s (full=%v real-node=%v) at %s", cp.Dir, cp.Full, cp.RealNode, cp.APIServerURL)
 		fmt.Printf("export KUBECONFIG=%s\n", cp.KubeconfigPath)
 		return nil
 	default:

@@ -1,8 +1,10 @@
 // Package localcp runs a real Kubernetes control plane on loopback: etcd and
 // kube-apiserver, and optionally kube-controller-manager, kube-scheduler and
 // kwok with one fake node, from the binaries built by `make controlplane`
-// (hack/controlplane.mk). It is used by integration and end-to-end tests,
-// benchmarks and the demo (through the hack/localcp CLI).
+// (hack/controlplane.mk). With Options.RealNode it runs a real node instead
+// (kubelet, kube-proxy, containerd, runc and a CNI bridge; see node.go). It is
+// used by integration and end-to-end tests, benchmarks and the demo (through
+// the hack/localcp CLI).
 package localcp
 
 import (
@@ -12,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -66,6 +69,15 @@ type Options struct {
 	// node (NodeName) that is Ready and schedulable when Start returns.
 	// Without it only etcd and kube-apiserver run.
 	Full bool
+	// RealNode implies Full but runs a real node, RealNodeName, instead of
+	// kwok's fake one: containerd (with runc and a CNI bridge), kubelet and
+	// kube-proxy, so pods run real containers. Linux and root only; needs
+	// `make realnode node-images`. Only one real node runs on a machine at a
+	// time: Start waits (within ctx) for the one of another process to stop.
+	// The API server then listens on the bridge address (RealNodeAPIAddress)
+	// only, not on 127.0.0.1, so that pods reach it; APIServerURL and the
+	// kubeconfig point there. See node.go.
+	RealNode bool
 	// EtcdQuotaBytes is etcd's --quota-backend-bytes. Default 8 GiB.
 	EtcdQuotaBytes int64
 	// KwokStages replaces kwok's stage file (default BinDir/kwok-stages.yaml),
@@ -89,8 +101,9 @@ type Options struct {
 type ControlPlane struct {
 	Dir            string // state directory
 	KubeconfigPath string // admin kubeconfig (client certificate, system:masters)
-	APIServerURL   string // https://127.0.0.1:<port>
-	Full           bool   // runs kube-controller-manager, kube-scheduler and kwok
+	APIServerURL   string // https://127.0.0.1:<port>; with RealNode https://RealNodeAPIAddress:<port>
+	Full           bool   // runs kube-controller-manager, kube-scheduler and kwok or a real node
+	RealNode       bool   // runs a real node (RealNodeName) instead of kwok
 
 	binDir   string
 	stages   string
@@ -105,6 +118,7 @@ type ControlPlane struct {
 	etcdURL   string
 	stopOnce  sync.Once
 	stopErr   error
+	node      nodeState // real node only
 }
 
 // Start starts a fresh control plane and returns once it is usable: the API
@@ -114,6 +128,9 @@ type ControlPlane struct {
 // stopped again.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	began := time.Now()
+	if opts.RealNode {
+		opts.Full = true
+	}
 	c := &ControlPlane{Full: opts.Full, detach: opts.Detach, logf: opts.Logf, auditLog: opts.AuditLog, profiling: opts.Profiling}
 	if c.logf == nil {
 		c.logf = func(string, ...any) {}
@@ -127,7 +144,16 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 			_ = c.Stop()
 		}
 	}()
-	p, err := writePKI(filepath.Join(c.Dir, "pki"))
+	var extraIPs []net.IP
+	if opts.RealNode {
+		// Before the API server: it binds to the bridge's address. Sets
+		// c.RealNode once it holds the machine's real-node lock.
+		if err := c.prepareRealNode(ctx); err != nil {
+			return nil, err
+		}
+		extraIPs = append(extraIPs, net.ParseIP(RealNodeAPIAddress))
+	}
+	p, err := writePKI(filepath.Join(c.Dir, "pki"), extraIPs...)
 	if err != nil {
 		return nil, fmt.Errorf("writing certificates: %w", err)
 	}
@@ -189,7 +215,10 @@ func (c *ControlPlane) init(opts Options) error {
 		return err
 	}
 	bins := []string{etcdBin, apiserverBin}
-	if opts.Full {
+	switch {
+	case opts.RealNode:
+		bins = append(bins, kcmBin, schedulerBin, kubeletBin, kubeProxyBin)
+	case opts.Full:
 		bins = append(bins, kcmBin, schedulerBin, kwokBin, kwokStages)
 	}
 	var missing []string
@@ -200,6 +229,11 @@ func (c *ControlPlane) init(opts Options) error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf(`%w: %s not in %s; run "make controlplane"`, ErrBinariesMissing, strings.Join(missing, ", "), c.binDir)
+	}
+	if opts.RealNode {
+		if err := checkNodeHost(c.binDir); err != nil {
+			return err
+		}
 	}
 	c.Dir = opts.Dir
 	if c.Dir == "" {
@@ -230,7 +264,12 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	c.etcdURL = etcdURL
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	c.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
+	// A real node's pods reach the API server at the bridge's address only.
+	host := "127.0.0.1"
+	if c.RealNode {
+		host = RealNodeAPIAddress
+	}
+	c.APIServerURL = fmt.Sprintf("https://%s:%d", host, ports[2])
 
 	dataDir := filepath.Join(c.Dir, "etcd")
 	if err := os.RemoveAll(dataDir); err != nil {
@@ -268,14 +307,32 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 	}
 
 	p := c.pki
-	audit, err := c.auditFlags()
+	extra, err := c.auditFlags()
 	if err != nil {
 		return err
 	}
+	// The endpoint reconciler would publish 127.0.0.1 as the endpoint of
+	// the `kubernetes` Service, which validation rejects (loopback). A real
+	// node's API server advertises the bridge address, which pods reach
+	// through the Service (kube-proxy), so its reconciler runs.
+	reconciler := "none"
+	if c.RealNode {
+		reconciler = "lease"
+		extra = append(extra,
+			// Webhooks and aggregated APIs are called at their pod's address
+			// instead of their Service IP, which the host cannot route.
+			"--enable-aggregator-routing=true",
+			// For logs, exec and port-forward: the kubelet only serves clients
+			// it can authenticate (system:masters is then authorized).
+			"--kubelet-client-certificate="+p.adminCert,
+			"--kubelet-client-key="+p.adminKey,
+			// The node's name does not resolve; its InternalIP is the bridge's.
+			"--kubelet-preferred-address-types=InternalIP")
+	}
 	if err := c.start(apiserverBin, append([]string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + host,
+		"--advertise-address=" + host,
 		"--secure-port=" + strconv.Itoa(ports[2]),
 		"--tls-cert-file=" + p.servingCert,
 		"--tls-private-key-file=" + p.servingKey,
@@ -285,12 +342,10 @@ func (c *ControlPlane) startCore(ctx context.Context, quota int64) error {
 		"--service-account-key-file=" + p.saPub,
 		"--service-account-signing-key-file=" + p.saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
-		// The endpoint reconciler would publish 127.0.0.1 as the endpoint of
-		// the `kubernetes` Service, which validation rejects (loopback).
-		"--endpoint-reconciler-type=none",
+		"--endpoint-reconciler-type=" + reconciler,
 		"--allow-privileged=true",
 		"--profiling=" + strconv.FormatBool(c.profiling),
-	}, audit...)); err != nil {
+	}, extra...)); err != nil {
 		return err
 	}
 	if err := writeKubeconfig(c.KubeconfigPath, c.APIServerURL, p); err != nil {
@@ -418,7 +473,10 @@ func (c *ControlPlane) AuditLogPath() string {
 // startNodeComponents registers the fake node, starts kube-controller-manager,
 // kube-scheduler and kwok, and waits until the node can take pods.
 func (c *ControlPlane) startNodeComponents(ctx context.Context, cs kubernetes.Interface) error {
-	if _, err := cs.CoreV1().Nodes().Create(ctx, fakeNode(NodeName), metav1.CreateOptions{}); err != nil {
+	node := NodeName
+	if c.RealNode {
+		node = RealNodeName
+	} else if _, err := cs.CoreV1().Nodes().Create(ctx, fakeNode(NodeName), metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating node %s: %w", NodeName, err)
 	}
 
@@ -448,7 +506,11 @@ func (c *ControlPlane) startNodeComponents(ctx context.Context, cs kubernetes.In
 	}); err != nil {
 		return err
 	}
-	if err := c.start(kwokBin, []string{
+	if c.RealNode {
+		if err := c.startRealNode(ctx, cs); err != nil {
+			return err
+		}
+	} else if err := c.start(kwokBin, []string{
 		"--kubeconfig=" + c.KubeconfigPath,
 		"--config=" + c.stages,
 		"--manage-all-nodes=false",
@@ -462,8 +524,8 @@ func (c *ControlPlane) startNodeComponents(ctx context.Context, cs kubernetes.In
 	}, "KWOK_WORKDIR="+filepath.Join(c.Dir, "kwok")); err != nil { // keep ~/.kwok/kwok.yaml out
 		return err
 	}
-	if err := c.waitFor(ctx, "node "+NodeName+" Ready and untainted", 2*time.Minute, func(ctx context.Context) error {
-		n, err := cs.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+	if err := c.waitFor(ctx, "node "+node+" Ready and untainted", 2*time.Minute, func(ctx context.Context) error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -555,7 +617,8 @@ func (c *ControlPlane) clientset() (*kubernetes.Clientset, error) {
 }
 
 // LogPath returns the log file of a component ("etcd", "kube-apiserver",
-// "kube-controller-manager", "kube-scheduler", "kwok").
+// "kube-controller-manager", "kube-scheduler", "kwok"; with a real node
+// "containerd", "kubelet", "kube-proxy").
 func (c *ControlPlane) LogPath(component string) string {
 	return filepath.Join(c.Dir, component+".log")
 }
@@ -570,7 +633,15 @@ func (c *ControlPlane) Tail(component string, n int) string {
 // Calling it again returns the first result.
 func (c *ControlPlane) Stop() error {
 	c.stopOnce.Do(func() {
+		if c.RealNode {
+			// Containers first, while containerd still answers.
+			c.drainRealNode()
+		}
 		c.stopErr = c.stopProcs(stopGrace)
+		if c.RealNode {
+			// Even after a failed stop: the node's leftovers are shared names.
+			c.stopErr = errors.Join(c.stopErr, c.cleanupRealNode())
+		}
 		if c.stopErr != nil {
 			return
 		}
@@ -600,7 +671,8 @@ func Attach(ctx context.Context, dir string) (*ControlPlane, error) {
 	}
 	c := &ControlPlane{Dir: dir, KubeconfigPath: filepath.Join(dir, "kubeconfig"), procs: procs, logf: func(string, ...any) {}}
 	for _, p := range procs {
-		c.Full = c.Full || p.name == kwokBin
+		c.Full = c.Full || p.name == kwokBin || p.name == kubeletBin
+		c.RealNode = c.RealNode || p.name == kubeletBin
 	}
 	cfg, err := c.RESTConfig()
 	if err != nil {
@@ -622,6 +694,10 @@ func Attach(ctx context.Context, dir string) (*ControlPlane, error) {
 // StopDir stops whatever components listed in dir/pids are still running,
 // healthy or not. No pids file means nothing to stop.
 func StopDir(dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
 	procs, _, err := attachProcs(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -629,7 +705,9 @@ func StopDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	c := &ControlPlane{Dir: dir, procs: procs, logf: func(string, ...any) {}}
+	// A real node leaves mounts, a bridge and iptables rules even when its
+	// processes have all gone (a crash), so the directory decides, not procs.
+	c := &ControlPlane{Dir: dir, procs: procs, RealNode: hasRealNode(dir), logf: func(string, ...any) {}}
 	return c.Stop()
 }
 

@@ -25,6 +25,7 @@ type pki struct {
 	caCert, caKey           string
 	servingCert, servingKey string
 	adminCert, adminKey     string
+	nodeCert, nodeKey       string // kubelet client: system:node:<RealNodeName>
 	saKey, saPub            string
 }
 
@@ -34,10 +35,12 @@ type keyPair struct {
 	der  []byte
 }
 
-// writePKI creates a CA, a kube-apiserver serving certificate, an admin client
-// certificate (system:masters) and the service-account signing key in dir.
-// ECDSA keys keep generation fast; the service-account key is RSA.
-func writePKI(dir string) (*pki, error) {
+// writePKI creates a CA, a kube-apiserver serving certificate (for loopback,
+// the `kubernetes` Service IP and extraIPs), an admin client certificate
+// (system:masters), a kubelet client certificate for RealNodeName and the
+// service-account signing key in dir. ECDSA keys keep generation fast; the
+// service-account key is RSA.
+func writePKI(dir string, extraIPs ...net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -45,6 +48,7 @@ func writePKI(dir string) (*pki, error) {
 		caCert: filepath.Join(dir, "ca.crt"), caKey: filepath.Join(dir, "ca.key"),
 		servingCert: filepath.Join(dir, "apiserver.crt"), servingKey: filepath.Join(dir, "apiserver.key"),
 		adminCert: filepath.Join(dir, "admin.crt"), adminKey: filepath.Join(dir, "admin.key"),
+		nodeCert: filepath.Join(dir, "kubelet-client.crt"), nodeKey: filepath.Join(dir, "kubelet-client.key"),
 		saKey: filepath.Join(dir, "sa.key"), saPub: filepath.Join(dir, "sa.pub"),
 	}
 	now := time.Now().Add(-time.Hour) // tolerate small clock skew
@@ -67,13 +71,24 @@ func writePKI(dir string) (*pki, error) {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		// 10.96.0.1 is the `kubernetes` Service IP of --service-cluster-ip-range.
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 96, 0, 1)},
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 96, 0, 1)}, extraIPs...),
 	}, ca)
 	if err != nil {
 		return nil, err
 	}
 	admin, err := newCert(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
+		NotBefore:   now,
+		NotAfter:    now.Add(365 * 24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca)
+	if err != nil {
+		return nil, err
+	}
+	// The Node authorizer and NodeRestriction know a kubelet by this name and group.
+	node, err := newCert(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:node:" + RealNodeName, Organization: []string{"system:nodes"}},
 		NotBefore:   now,
 		NotAfter:    now.Add(365 * 24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
@@ -89,7 +104,7 @@ func writePKI(dir string) (*pki, error) {
 	for _, w := range []struct {
 		path string
 		kp   *keyPair
-	}{{p.caCert, ca}, {p.servingCert, serving}, {p.adminCert, admin}} {
+	}{{p.caCert, ca}, {p.servingCert, serving}, {p.adminCert, admin}, {p.nodeCert, node}} {
 		if err := writePEM(w.path, "CERTIFICATE", w.kp.der); err != nil {
 			return nil, err
 		}
@@ -97,7 +112,7 @@ func writePKI(dir string) (*pki, error) {
 	for _, w := range []struct {
 		path string
 		key  crypto.Signer
-	}{{p.caKey, ca.key}, {p.servingKey, serving.key}, {p.adminKey, admin.key}, {p.saKey, saKey}} {
+	}{{p.caKey, ca.key}, {p.servingKey, serving.key}, {p.adminKey, admin.key}, {p.nodeKey, node.key}, {p.saKey, saKey}} {
 		der, err := x509.MarshalPKCS8PrivateKey(w.key)
 		if err != nil {
 			return nil, err
@@ -145,15 +160,21 @@ func writePEM(path, typ string, der []byte) error {
 
 // writeKubeconfig writes an admin kubeconfig with embedded certificate data.
 func writeKubeconfig(path, server string, p *pki) error {
-	ca, err := os.ReadFile(p.caCert)
+	return writeClientKubeconfig(path, server, p.caCert, p.adminCert, p.adminKey)
+}
+
+// writeClientKubeconfig writes a kubeconfig that authenticates with the
+// client certificate certFile, embedding the certificate data.
+func writeClientKubeconfig(path, server, caFile, certFile, keyFile string) error {
+	ca, err := os.ReadFile(caFile)
 	if err != nil {
 		return err
 	}
-	cert, err := os.ReadFile(p.adminCert)
+	cert, err := os.ReadFile(certFile)
 	if err != nil {
 		return err
 	}
-	key, err := os.ReadFile(p.adminKey)
+	key, err := os.ReadFile(keyFile)
 	if err != nil {
 		return err
 	}

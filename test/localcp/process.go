@@ -65,11 +65,13 @@ func (c *ControlPlane) run(name string, logFlag int, args, env []string) error {
 		return err
 	}
 	defer f.Close() // the child has its own copy of the descriptor
-	cmd := exec.Command(filepath.Join(c.binDir, name), args...)
+	cmd := exec.Command(c.binaryPath(name), args...)
 	cmd.Dir = c.Dir
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = sysProcAttr(c.detach)
+	// A detached real node's components inherit its machine-wide lock.
+	cmd.ExtraFiles = c.inheritedFiles()
 	c.logf("starting %s", name)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", name, err)
