@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -57,7 +58,7 @@ func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object) 
 			"%s: undo is asked, but no earlier pinned revision of this workload was found (%v)", rollout.AnnotationOnFailure, err)
 		return
 	}
-	if err := r.restoreTemplate(ctx, obj, prev); err != nil {
+	if err := r.restoreTemplate(ctx, obj, tmpl.Annotations[stamp.AnnotationHash], prev); err != nil {
 		log.FromContext(ctx).Error(err, "undo of the failed rollout")
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo", "the undo to revision %d failed: %v", revision, err)
 		return
@@ -128,13 +129,15 @@ func (r *WorkloadReconciler) previousRevision(ctx context.Context, obj client.Ob
 	return best, bestRev, nil
 }
 
-// restoreTemplate replaces obj's pod template by t, on the version of obj
-// that was closed as failed only (a JSON patch testing its resourceVersion).
-func (r *WorkloadReconciler) restoreTemplate(ctx context.Context, obj client.Object, t *corev1.PodTemplateSpec) error {
-	path := "/spec/template"
+// restoreTemplate replaces obj's pod template by t, only while the template
+// is still the failed one, stamped failed (a JSON patch testing the stamp):
+// a fix or a user's edit since wins.
+func (r *WorkloadReconciler) restoreTemplate(ctx context.Context, obj client.Object, failed string, t *corev1.PodTemplateSpec) error {
 	raw, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/resourceVersion", "value": obj.GetResourceVersion()},
-		{"op": "replace", "path": path, "value": t},
+		{"op": "test", "path": "/spec/template/metadata/annotations/" + strings.ReplaceAll(stamp.AnnotationHash, "/", "~1"), "value": failed},
+		{"op": "replace", "path": "/spec/template", "value": t},
+		// The webhook takes configstamp's own UPDATE for a rollback only with it.
+		{"op": "add", "path": "/metadata/annotations/" + strings.ReplaceAll(pin.AnnotationUndoTo, "/", "~1"), "value": t.Annotations[stamp.AnnotationHash]},
 	})
 	if err != nil {
 		return err

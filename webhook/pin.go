@@ -156,7 +156,12 @@ func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object
 func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Object) bool {
 	tmpl, oldT := p.tmpl, p.kind.PodTemplate(old)
 	pins := pin.Pinned(tmpl)
-	if p.req.UserInfo.Username == s.Self || p.sent == "" || oldT == nil || p.sent == oldT.Annotations[stamp.AnnotationHash] || len(pins) == 0 {
+	undoTo, undoing := p.obj.GetAnnotations()[pin.AnnotationUndoTo]
+	setAnnotation(p.obj, pin.AnnotationUndoTo, "") // never stored
+	if self := p.req.UserInfo.Username == s.Self; self && (!undoing || undoTo != p.sent) {
+		return false // configstamp's own stamp, not its undo
+	}
+	if p.sent == "" || oldT == nil || p.sent == oldT.Annotations[stamp.AnnotationHash] || len(pins) == 0 {
 		return false
 	}
 	then, err := s.Resolver.ComputeFrom(ctx, pin.Redirect{Reader: s.Resolver.Sources, Pins: pins}, p.req.Namespace, p.obj.GetAnnotations(), tmpl)

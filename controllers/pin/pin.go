@@ -241,6 +241,13 @@ func rename(spec *corev1.PodSpec, to func(stamp.Kind, string) string) {
 // rollout, and rolls it forward only when a source changes.
 const AnnotationRolledBack = "configstamp.io/rolled-back-to"
 
+// AnnotationUndoTo rides on configstamp's own undo of a failed pinned
+// workload (configstamp.io/on-failure: undo): the stamp of the revision it
+// returns the template to. The webhook treats configstamp's own UPDATE as a
+// rollback only with it (any other write of configstamp's is a stamp), and
+// removes it from the stored object.
+const AnnotationUndoTo = "configstamp.io/undo-to"
+
 // RolledBack reports whether a workload with these metadata annotations and
 // pod template runs an earlier revision a user rolled back to.
 func RolledBack(annotations map[string]string, tmpl *corev1.PodTemplateSpec) bool {
