@@ -305,13 +305,19 @@ func Priority(annotations map[string]string) (int, *stamp.Problem) {
 
 // Debounce reads AnnotationDebounce; absent gives def, malformed or negative a Problem and def.
 func Debounce(annotations map[string]string, def time.Duration) (time.Duration, *stamp.Problem) {
-	v, ok := annotations[AnnotationDebounce]
+	return durationAnnotation(annotations, AnnotationDebounce, def, "5s")
+}
+
+// durationAnnotation reads the non-negative Go duration of annotation key;
+// absent gives def, malformed or negative a Problem (naming example) and def.
+func durationAnnotation(annotations map[string]string, key string, def time.Duration, example string) (time.Duration, *stamp.Problem) {
+	v, ok := annotations[key]
 	if !ok {
 		return def, nil
 	}
 	d, err := time.ParseDuration(strings.TrimSpace(v))
 	if err != nil || d < 0 {
-		return def, &stamp.Problem{Field: "annotation " + AnnotationDebounce, Value: v, Message: "is not a non-negative duration such as 5s"}
+		return def, &stamp.Problem{Field: "annotation " + key, Value: v, Message: "is not a non-negative duration such as " + example}
 	}
 	return d, nil
 }

@@ -68,19 +68,12 @@ func OnFailure(workloadAnnotations, namespaceAnnotations map[string]string, def 
 // AnnotationVerifyWindow, else def; malformed, negative or beyond
 // MaxVerifyWindow a Problem (and def, or the cap).
 func VerifyWindow(annotations map[string]string, def time.Duration) (time.Duration, *stamp.Problem) {
-	v, ok := annotations[AnnotationVerifyWindow]
-	if !ok {
-		return def, nil
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	switch {
-	case err != nil || d < 0:
-		return def, &stamp.Problem{Field: "annotation " + AnnotationVerifyWindow, Value: v, Message: "is not a non-negative duration such as 30s"}
-	case d > MaxVerifyWindow:
-		return MaxVerifyWindow, &stamp.Problem{Field: "annotation " + AnnotationVerifyWindow, Value: v,
+	d, p := durationAnnotation(annotations, AnnotationVerifyWindow, def, "30s")
+	if p == nil && d > MaxVerifyWindow {
+		return MaxVerifyWindow, &stamp.Problem{Field: "annotation " + AnnotationVerifyWindow, Value: annotations[AnnotationVerifyWindow],
 			Message: fmt.Sprintf("is longer than %v, the longest a rollout may hold a slot for verification; %v is used", MaxVerifyWindow, MaxVerifyWindow)}
 	}
-	return d, nil
+	return d, p
 }
 
 // EffectiveWindow is window less obj's minReadySeconds, which its controller

@@ -61,6 +61,12 @@ func TestBadChangeStopsAtTheFirstWorkload(t *testing.T) {
 	// code and the restarts, and is halted.
 	var note string
 	framework.Eventually(t, time.Minute, func() (bool, string) {
+		for _, d := range []*appsv1.Deployment{b, c} {
+			env.Get(t, d)
+			if h := framework.TemplateHash(d); h != before[d.Name] {
+				t.Fatalf("%s was stamped %s after the bad change, before a failed: the wave went on (%s -> %s)", d.Name, since(changed), before[d.Name], h)
+			}
+		}
 		note = failedNote(t, a)
 		return note != "", "no RolloutFailed event on a yet; record " + fmt.Sprintf("%+v", record(t, a))
 	})
@@ -157,17 +163,7 @@ func TestFailuresAfterReady(t *testing.T) {
 				return note != "", fmt.Sprintf("no RolloutFailed on first; record %+v", record(t, first))
 			})
 			t.Logf("first failed %s after the change: %s", since(changed), note)
-			failedAt := time.Now()
-			// Nothing must be stamped on second: the slot is free now, so a
-			// wave that ignored the halt would stamp it at once; wait past the
-			// halted recheck (30 s) too.
-			framework.Eventually(t, time.Minute, func() (bool, string) {
-				env.Get(t, second)
-				if h := framework.TemplateHash(second); h != secondHash {
-					t.Fatalf("second was stamped after first failed: the halt did not hold")
-				}
-				return time.Since(failedAt) > 35*time.Second, "watching second"
-			})
+			staysUnstamped(t, second, secondHash)
 		})
 	}
 }
@@ -316,12 +312,21 @@ func TestUndoReturnsThePinnedWorkload(t *testing.T) {
 	if rec := record(t, u); rec.State != rollout.Failed || rec.Halted == "" {
 		t.Fatalf("u's record %+v: the halt must stay after the undo", rec)
 	}
-	quiet := time.Now()
+	staysUnstamped(t, v, vHash)
+}
+
+// staysUnstamped checks, once another workload's rollout of the change
+// failed, that obj keeps its stamp hash: the slot is free then, so a wave
+// that ignored the halt would stamp it at once; it is watched past the
+// halted workloads' recheck (30 s) too.
+func staysUnstamped(t *testing.T, obj client.Object, hash string) {
+	t.Helper()
+	from := time.Now()
 	framework.Eventually(t, time.Minute, func() (bool, string) {
-		env.Get(t, v)
-		if h := framework.TemplateHash(v); h != vHash {
-			t.Fatalf("v was stamped with the halted change")
+		env.Get(t, obj)
+		if h := framework.TemplateHash(obj); h != hash {
+			t.Fatalf("%s was stamped with the halted change (%s -> %s): the halt did not hold", obj.GetName(), hash, h)
 		}
-		return time.Since(quiet) > 35*time.Second, "watching v"
+		return time.Since(from) > 35*time.Second, "watching " + obj.GetName()
 	})
 }
