@@ -3,6 +3,7 @@
 #
 #   bin/images/pause.tar    registry.k8s.io/pause:3.10     (test/images/pause)
 #   bin/images/testapp.tar  configstamp.test/testapp:dev   (test/images/testapp)
+#   bin/images/configstamp.tar configstamp.test/configstamp:dev (./cmd, as the Dockerfile builds it)
 #
 # Included from the main Makefile. The archives are real file targets that
 # depend on their sources and the builder, so a second `make node-images` does
@@ -22,7 +23,7 @@ images_srcs = $(filter-out %_test.go,$(wildcard $(IMAGES_ROOT)/$(1)/*.go))
 ##@ Local control plane
 
 .PHONY: node-images clean-node-images
-node-images: $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/testapp.tar ## Build the node test images into bin/images (pause.tar, testapp.tar) for ctr images import.
+node-images: $(IMAGES_DIR)/pause.tar $(IMAGES_DIR)/testapp.tar $(IMAGES_DIR)/configstamp.tar ## Build the node images into bin/images (pause, testapp, configstamp) for ctr images import.
 
 $(IMAGES_BUILDER): $(call images_srcs,hack/images) $(call images_srcs,hack/images/cmd/build-image) $(IMAGES_ROOT)/go.mod $(IMAGES_ROOT)/go.sum
 	@mkdir -p $(dir $@)
@@ -37,6 +38,10 @@ $(IMAGES_DIR)/pause.tar: $(IMAGES_BUILDER) $(call images_srcs,test/images/pause)
 
 $(IMAGES_DIR)/testapp.tar: $(IMAGES_BUILDER) $(call images_srcs,test/images/testapp) $(IMAGES_ROOT)/go.mod
 	$(IMAGES_BUILDER) -preset testapp -dir $(IMAGES_ROOT) -o $@
+
+# configstamp's own image: the Dockerfile's build (hack/images TestDockerfileInStep).
+$(IMAGES_DIR)/configstamp.tar: $(IMAGES_BUILDER) $(shell cd $(IMAGES_ROOT) && git ls-files 'cmd/*.go' 'certs/*.go' 'controllers/*.go' 'webhook/*.go' 2>/dev/null) $(IMAGES_ROOT)/go.mod $(IMAGES_ROOT)/go.sum
+	$(IMAGES_BUILDER) -preset configstamp -dir $(IMAGES_ROOT) -o $@
 
 clean-node-images: ## Remove bin/images and bin/build-image.
 	rm -rf $(IMAGES_DIR) $(IMAGES_BUILDER)

@@ -1,15 +1,19 @@
 package webhook
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 // TestRegisterKeepsLabels: Register replaces the webhooks but only adds the
@@ -70,5 +74,38 @@ func TestRegisterKeepsLabels(t *testing.T) {
 				t.Errorf("%d webhooks, want %d", len(got.Webhooks), len(want.Webhooks))
 			}
 		})
+	}
+}
+
+// TestRegisterRetriesAConflict: replicas that start together update the same
+// configuration; the one whose update conflicts reads it again and retries
+// instead of failing its start (seen on a real node: the second replica of
+// config/selfsigned exited once with "the object has been modified").
+func TestRegisterRetriesAConflict(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	want := Configuration("configstamp-mutating-webhook-configuration", "configstamp-system",
+		admissionregistrationv1.WebhookClientConfig{URL: new("https://127.0.0.1:9443" + Path)}, nil)
+	conflicts := 2
+	c := fake.NewClientBuilder().WithScheme(scheme).
+		WithObjects(&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: want.Name}}).
+		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if conflicts > 0 {
+				conflicts--
+				return apierrors.NewConflict(admissionregistrationv1.Resource("mutatingwebhookconfigurations"), obj.GetName(), errors.New("the object has been modified"))
+			}
+			return c.Update(ctx, obj, opts...)
+		}}).Build()
+	if err := Register(t.Context(), c, want.DeepCopy()); err != nil {
+		t.Fatalf("Register after two conflicts: %v", err)
+	}
+	got := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(want), got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Webhooks) != len(want.Webhooks) {
+		t.Errorf("%d webhooks, want %d", len(got.Webhooks), len(want.Webhooks))
 	}
 }

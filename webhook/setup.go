@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -179,8 +180,15 @@ func Register(ctx context.Context, c client.Client, want *admissionregistrationv
 // want's webhooks (copyWebhooks) and the labels it lacks. It changes no label:
 // an installed configuration carries the overlay's labels
 // (app.kubernetes.io/managed-by: kustomize among them), and overwriting them
-// would undo every `kubectl apply`.
+// would undo every `kubectl apply`. Replicas starting together write the same
+// configuration: a conflict is read again and retried, not a failed start.
 func upsert[T client.Object](ctx context.Context, c client.Client, want, have T, kind string, copyWebhooks func()) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		return upsertOnce(ctx, c, want, have, kind, copyWebhooks)
+	})
+}
+
+func upsertOnce[T client.Object](ctx context.Context, c client.Client, want, have T, kind string, copyWebhooks func()) error {
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -203,7 +211,7 @@ func upsert[T client.Object](ctx context.Context, c client.Client, want, have T,
 	}
 	have.SetLabels(labels)
 	if err := c.Update(ctx, have); err != nil {
-		return fmt.Errorf("while updating %s %s: %w", kind, want.GetName(), err)
+		return fmt.Errorf("while updating %s %s: %w", kind, want.GetName(), err) // %w: RetryOnConflict sees a conflict
 	}
 	return nil
 }

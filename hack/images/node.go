@@ -13,6 +13,9 @@ import (
 const (
 	PauseRef   = "registry.k8s.io/pause:3.10"
 	TestAppRef = "configstamp.test/testapp:dev"
+	// ConfigstampRef is configstamp's own image built like the Dockerfile's
+	// (TestDockerfileInStep); a test tags it as the image the manifests name.
+	ConfigstampRef = "configstamp.test/configstamp:dev"
 )
 
 // Archive file names under the output directory (bin/images in the Makefile).
@@ -32,6 +35,16 @@ var Presets = map[string]Spec{
 		// 65535 is the user upstream's pause image runs as.
 		User:   "65535:65535",
 		Labels: map[string]string{"org.opencontainers.image.title": "pause (configstamp node tests)"},
+	},
+	// configstamp: what the Dockerfile builds (TestDockerfileInStep keeps the
+	// two in step): ./cmd, static, at /configstamp, run as 65532:65532.
+	"configstamp": {
+		Package: "./cmd",
+		Ref:     ConfigstampRef,
+		Binary:  "/configstamp",
+		User:    "65532:65532",
+		LDFlags: "-X main.version=node-test",
+		Labels:  map[string]string{"org.opencontainers.image.title": "configstamp"},
 	},
 	"testapp": {
 		Package: "./test/images/testapp",
@@ -64,7 +77,7 @@ func Preset(name, moduleRoot, outDir string) (Spec, error) {
 	return s, nil
 }
 
-// BuildNodeImages builds every preset (pause.tar and testapp.tar) from the
+// BuildNodeImages builds every preset (pause.tar, testapp.tar, configstamp.tar) from the
 // module at moduleRoot into outDir, for tests that do not go through make.
 func BuildNodeImages(ctx context.Context, moduleRoot, outDir string) error {
 	for _, n := range PresetNames() {

@@ -1,0 +1,158 @@
+//go:build linux
+
+// Package install_test installs configstamp as a user does, on a real node:
+// its own image (built like the Dockerfile, hack/images), the README's
+// commands read from the README's own fenced blocks and run with bash, so
+// the doc and the test cannot drift.
+package install_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/hack/images"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+var env *framework.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, NoConfigstamp: true}))
+}
+
+// shippedImage is the image config/manager names (configstamp:latest), as the
+// kubelet asks containerd for it.
+const shippedImage = "docker.io/library/configstamp:latest"
+
+// TestREADMEInstallSelfSigned runs "Without cert-manager" and then "Opt a
+// workload in and check it works" verbatim: configstamp runs in pods on the
+// node under its shipped security context and probes, the API server calls
+// its webhook through the Service, the example is stamped at CREATE and
+// rolls once, and its new pod's mounted file holds the new value.
+func TestREADMEInstallSelfSigned(t *testing.T) {
+	ctx := t.Context()
+	// configstamp.tar was imported with the node's images (make node-images);
+	// the manifests name configstamp:latest.
+	if out, err := env.CP.Ctr(ctx, "images", "tag", "--force", images.ConfigstampRef, shippedImage); err != nil {
+		t.Fatalf("tagging configstamp's image (make node-images builds bin/images/configstamp.tar): %v: %s", err, out)
+	}
+	applied := time.Now()
+	runBlock(t, "### Without cert-manager", 5*time.Minute)
+	t.Logf("README install (config/selfsigned): Ready %s after the apply", time.Since(applied).Round(100*time.Millisecond))
+
+	managers := &corev1.PodList{}
+	if err := env.Client.List(ctx, managers, client.InNamespace("configstamp-system"), client.MatchingLabels{"app.kubernetes.io/name": "configstamp", "app.kubernetes.io/component": "manager"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(managers.Items) == 0 {
+		t.Fatal("no manager pods")
+	}
+	for _, p := range managers.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if !c.Ready || c.RestartCount != 0 {
+				t.Errorf("manager pod %s container %s: ready %v, %d restarts; want Ready with 0", p.Name, c.Name, c.Ready, c.RestartCount)
+			}
+		}
+	}
+
+	started := time.Now()
+	runBlock(t, "## Opt a workload in and check it works", 5*time.Minute)
+	d := &appsv1.Deployment{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "demo", Name: "app"}, d); err != nil {
+		t.Fatal(err)
+	}
+	hash := framework.TemplateHash(d)
+	if !strings.HasPrefix(hash, "v1-") {
+		t.Fatalf("the example's stamp is %q: the webhook did not answer through the Service", hash)
+	}
+	// Stamped at CREATE and rolled once by the change: two ReplicaSets. A
+	// webhook that failed open would leave the stamp to the reconciler: a
+	// third.
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		rss := env.ReplicaSets(t, "demo", "app")
+		return len(rss) == 2, fmt.Sprintf("%d ReplicaSets, want 2 (created stamped, rolled once)", len(rss))
+	})
+	var pod corev1.Pod
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		list := &corev1.PodList{}
+		if err := env.Client.List(ctx, list, client.InNamespace("demo"), client.MatchingLabels{"app": "app"}); err != nil {
+			return false, err.Error()
+		}
+		var live []corev1.Pod
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Annotations[stamp.AnnotationHash] == hash && p.Status.Phase == corev1.PodRunning {
+				live = append(live, p)
+			}
+		}
+		if len(live) != 1 {
+			return false, fmt.Sprintf("%d running pods of the new revision", len(live))
+		}
+		pod = live[0]
+		return true, ""
+	})
+	data, err := os.ReadFile(env.CP.PodVolumeFile(string(pod.UID), "config", "greeting"))
+	if err != nil || string(data) != "bonjour" {
+		t.Fatalf("the new pod's mounted greeting: %q (%v), want bonjour", data, err)
+	}
+	t.Logf("README example: stamped at CREATE, rolled once; the new pod's file reads %q, %s after the example started", data,
+		time.Since(started).Round(100*time.Millisecond))
+}
+
+// runBlock runs the first ```sh block after heading in README.md with bash
+// (-e, pipefail), in the repository, against the suite's cluster.
+func runBlock(t *testing.T, heading string, timeout time.Duration) {
+	t.Helper()
+	block := readmeBlock(t, heading)
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
+	cmd.Dir = env.Root
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	t.Logf("README %q:\n%s", heading, out)
+	if err != nil {
+		t.Fatalf("README %q failed: %v", heading, err)
+	}
+}
+
+// readmeBlock is the first ```sh fenced block after the line heading.
+func readmeBlock(t *testing.T, heading string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(env.Root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(raw), "\n")
+	for i, l := range lines {
+		if strings.TrimSpace(l) != heading {
+			continue
+		}
+		var block []string
+		in := false
+		for _, l := range lines[i+1:] {
+			switch {
+			case !in && strings.HasPrefix(l, "#"):
+				t.Fatalf("README: no ```sh block under %q", heading)
+			case !in && strings.TrimSpace(l) == "```sh":
+				in = true
+			case in && strings.TrimSpace(l) == "```":
+				return strings.Join(block, "\n")
+			case in:
+				block = append(block, l)
+			}
+		}
+	}
+	t.Fatalf("README has no heading %q", heading)
+	return ""
+}
