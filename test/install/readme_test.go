@@ -8,7 +8,10 @@ package install_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +110,63 @@ func TestREADMEInstallSelfSigned(t *testing.T) {
 	}
 	t.Logf("README example: stamped at CREATE, rolled once; the new pod's file reads %q, %s after the example started", data,
 		time.Since(started).Round(100*time.Millisecond))
+
+	checkMetricsAuth(t, managers.Items[0])
+	checkUninstall(t)
+}
+
+// checkMetricsAuth scrapes a manager's /metrics where its metrics Service
+// points (the pod's :8443, HTTPS): 401 without a token, the metrics with a
+// token of a ServiceAccount bound to the shipped metrics-reader ClusterRole.
+func checkMetricsAuth(t *testing.T, manager corev1.Pod) {
+	t.Helper()
+	env.Kubectl(t, "", "-n", "default", "create", "serviceaccount", "scraper")
+	env.Kubectl(t, "", "create", "clusterrolebinding", "scraper", "--clusterrole=configstamp-metrics-reader", "--serviceaccount=default:scraper")
+	token, _ := env.Kubectl(t, "", "-n", "default", "create", "token", "scraper")
+	url := "https://" + manager.Status.PodIP + ":8443/metrics"
+	// The metrics server's certificate is self-signed in memory (no
+	// --metrics-cert-path in config/selfsigned): what is checked is who may read.
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // see above
+	get := func(bearer string) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(bearer))
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := get(""); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: %d, want 401", code)
+	}
+	framework.Eventually(t, 30*time.Second, func() (bool, string) { // the binding reaches the authorizer's cache
+		code, body := get(token)
+		return code == http.StatusOK && strings.Contains(body, "configstamp_rollouts_started_total"), fmt.Sprintf("/metrics with the metrics-reader's token: %d", code)
+	})
+}
+
+// checkUninstall deletes what the README installed and checks that nothing
+// is left that would block or slow a write: no webhook configuration, and an
+// opted-in Deployment is created at once.
+func checkUninstall(t *testing.T) {
+	t.Helper()
+	env.Kubectl(t, "", "delete", "-k", filepath.Join(env.Root, "config", "selfsigned"), "--wait=true", "--timeout=2m")
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		out, _ := env.Kubectl(t, "", "get", "mutatingwebhookconfigurations", "-o", "name")
+		return !strings.Contains(out, "configstamp"), "left: " + out
+	})
+	began := time.Now()
+	env.Kubectl(t, framework.Manifest(t, framework.Deployment("demo", "after", framework.OptIn, framework.PodSpec())), "apply", "-f", "-")
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("creating an opted-in Deployment after the uninstall took %v: something still waits on configstamp", took)
+	}
 }
 
 // runBlock runs the first ```sh block after heading in README.md with bash
