@@ -202,8 +202,13 @@ func TestLeastPrivilege(t *testing.T) {
 			}
 		}
 	}
-	// Pods: nothing but what a reader of workloads needs (none): no delete, no eviction.
-	add(false, append(writes, "get", "list"), "", "pods", everywhere...)
+	// Pods: listed (the pods of a rollout being verified, read live), nothing
+	// else: no get, no watch (never cached), no delete, no eviction, no logs.
+	add(true, []string{"list"}, "", "pods", everywhere...)
+	add(false, append(writes, "get", "watch"), "", "pods", everywhere...)
+	for _, ns := range everywhere {
+		table = append(table, access{verb: "get", resource: "pods", sub: "log", namespace: ns})
+	}
 	for _, ns := range everywhere {
 		table = append(table, access{verb: "create", resource: "pods", sub: "eviction", namespace: ns})
 	}
