@@ -58,7 +58,13 @@ func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object) 
 			"%s: undo is asked, but no earlier pinned revision of this workload was found (%v)", rollout.AnnotationOnFailure, err)
 		return
 	}
-	if err := r.restoreTemplate(ctx, obj, tmpl.Annotations[stamp.AnnotationHash], prev); err != nil {
+	err = r.restoreTemplate(ctx, obj, tmpl.Annotations[stamp.AnnotationHash], prev)
+	if now := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]; err == nil && now != prev.Annotations[stamp.AnnotationHash] {
+		// The webhook kept the template: the revision's snapshots no longer
+		// hold what its stamp says (its PinFailed event says why).
+		err = fmt.Errorf("the webhook kept the template stamped %s", now)
+	}
+	if err != nil {
 		log.FromContext(ctx).Error(err, "undo of the failed rollout")
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo", "the undo to revision %d failed: %v", revision, err)
 		return

@@ -139,10 +139,7 @@ func (r *WorkloadReconciler) observe(ctx context.Context, key rollout.Key) (*obs
 		return nil, nil
 	}
 	o.Object = obj
-	var err error
-	if o.Verification, err = r.verification(ctx, obj); err != nil {
-		return nil, err
-	}
+	o.Verification = r.verification(ctx, obj)
 	p, err := r.compute(ctx, obj)
 	if p == nil || err != nil { // neither opted in nor matched by a rollout selector: not ours
 		return o, err

@@ -74,7 +74,11 @@ func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
 			return "", err
 		}
 	}
-	if old != nil && s.rollback(ctx, p, old) {
+	rolledBack, err := s.rollback(ctx, p, old)
+	if err != nil {
+		return "", err
+	}
+	if rolledBack {
 		keepRolloutRecord(p.obj, old)
 		setAnnotation(p.obj, pin.AnnotationRolledBack, p.sent)
 		s.event(p.obj, p.req.Namespace, corev1.EventTypeNormal, ReasonRolledBack, "Pin", fmt.Sprintf("rolled back by a user to the revision stamped %s=%s, pinned to %s: configstamp keeps these snapshots and rolls forward when a source changes",
@@ -153,19 +157,29 @@ func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object
 // revision's pinned template: a stamp other than old's, and snapshots that
 // exist, are configstamp's and hash to that stamp (with the current key or
 // one it replaced: an undo across a key rotation).
-func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Object) bool {
+func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Object) (bool, error) {
+	if old == nil {
+		return false, nil
+	}
 	tmpl, oldT := p.tmpl, p.kind.PodTemplate(old)
 	pins := pin.Pinned(tmpl)
 	undoTo, undoing := p.obj.GetAnnotations()[pin.AnnotationUndoTo]
 	setAnnotation(p.obj, pin.AnnotationUndoTo, "") // never stored
-	if self := p.req.UserInfo.Username == s.Self; self && (!undoing || undoTo != p.sent) {
-		return false // configstamp's own stamp, not its undo
+	self := p.req.UserInfo.Username == s.Self
+	if self && (!undoing || undoTo != p.sent) {
+		return false, nil // configstamp's own stamp, not its undo
 	}
 	if p.sent == "" || oldT == nil || p.sent == oldT.Annotations[stamp.AnnotationHash] || len(pins) == 0 {
-		return false
+		return false, nil
 	}
 	then, err := s.Resolver.ComputeFrom(ctx, pin.Redirect{Reader: s.Resolver.Sources, Pins: pins}, p.req.Namespace, p.obj.GetAnnotations(), tmpl)
-	return err == nil && then.HashedAs(s.Resolver.Keys, p.req.Namespace, p.sent)
+	ok := err == nil && then.HashedAs(s.Resolver.Keys, p.req.Namespace, p.sent)
+	if self && !ok {
+		// configstamp's undo must bring the old config back or change nothing:
+		// pinned to the current sources it would run the failed data.
+		return false, fmt.Errorf("the undo to %s=%s: its snapshots do not hold what its stamp says (%v)", stamp.AnnotationHash, p.sent, err)
+	}
+	return ok, nil
 }
 
 // setAnnotation sets (or, for "", removes) a metadata annotation of obj.

@@ -49,10 +49,11 @@ type Judgement struct {
 //     workload holds a slot longer than that, whatever its own
 //     progressDeadlineSeconds); else pending.
 //   - Verifying: failed at the first sign of failure among the new
-//     revision's pods (v.Problem) or of the workload itself (a Deployment
-//     whose Available condition turns False, or its deadline exceeded); Done
-//     once it stayed healthy until rec.Until; else pending, judged again
-//     at rec.Until (and on every status change before).
+//     revision's pods (v.Problem: a pod that loses its readiness is one) or
+//     a Deployment's deadline exceeded; Done once it stayed healthy until
+//     rec.Until (its pods read then); else pending, judged again at
+//     rec.Until (and on every status change before). A Deployment's
+//     Available condition alone decides nothing: a scale-up turns it False.
 func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, deadline time.Duration, now time.Time) Judgement {
 	if rec.State == Verifying {
 		return judgeVerifying(kind, obj, rec, v, now)
@@ -73,6 +74,10 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 	return Judgement{Verdict: Pending, Recheck: left + time.Second}
 }
 
+// unreadRecheck: how soon a verifying rollout whose pods could not be read
+// at the end of its window is judged again.
+const unreadRecheck = 5 * time.Second
+
 // judgeVerifying judges a rollout in its verification window.
 func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verification, now time.Time) Judgement {
 	fail := func(why string) Judgement {
@@ -81,14 +86,14 @@ func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verific
 	if v.Problem != "" {
 		return fail(v.Problem)
 	}
-	if why := unavailable(obj); why != "" {
-		return fail(why)
-	}
 	if _, exceeded := Complete(kind, obj); exceeded {
 		return fail(failedReason(kind, obj))
 	}
 	left := rec.Until.Sub(now)
-	if left <= 0 {
+	switch {
+	case left <= 0 && v.Unread: // not completed unseen; the slot's bound (closeGrace) still holds
+		return Judgement{Verdict: Pending, Recheck: unreadRecheck}
+	case left <= 0:
 		return Judgement{Verdict: Done}
 	}
 	// Judged again at the window's end, and whenever the workload's status

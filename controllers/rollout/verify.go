@@ -33,6 +33,9 @@ type Verification struct {
 	// read while the rollout is verifying, and while a failed rollout halts
 	// its change (it resumes only without one).
 	Problem string
+	// Unread: they could not be read (an API error): a verifying rollout is
+	// not judged completed without them.
+	Unread bool
 }
 
 // AnnotationOnFailure (user, on a workload or its Namespace; the workload's
@@ -95,59 +98,85 @@ func EffectiveWindow(obj client.Object, window time.Duration) time.Duration {
 // with what it was given.
 var crashReasons = []string{"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
-// InspectPods looks for the first sign of failure among pods of the new
-// revision, those stamped with hash (the template's stamp, copied to every pod
-// made from it): a container that restarted, exited non-zero or waits in
-// CrashLoopBackOff (or cannot be created), a pod that failed, or a pod that
-// lost its readiness — not Ready although it existed when the verification
-// began at from (every pod of the revision was available then). A pod made
-// later (a scale-up, a replacement) may take its time to become Ready; it
-// fails only by crashing. Pods being deleted are passed over. "" when all is
-// well.
-func InspectPods(pods []corev1.Pod, hash string, from time.Time) string {
-	pods = slices.Clone(pods)
+// PodsSeen is the pods of a workload's current revision as read for one
+// judgement, and the times that say which of their events count.
+type PodsSeen struct {
+	// Pods: the workload's own pods (its controller's, by owner reference).
+	Pods []corev1.Pod
+	// Hash: the template's stamp, copied to every pod made from it; pods of
+	// other revisions are passed over.
+	Hash string
+	// Started: the rollout's start. A restart or a failed pod before it (a
+	// reverted change reuses an old revision, with its pods' history) counts
+	// for nothing.
+	Started time.Time
+	// From: when the verification began; every pod of the revision made
+	// before it was available then. Zero: no readiness rule.
+	From time.Time
+}
+
+// InspectPods looks for the first sign of failure among the pods of the new
+// revision since the rollout started: a container that restarted, exited or
+// waits in CrashLoopBackOff (or cannot be created), a pod that failed, or a
+// pod whose containers lost their readiness although it existed when the
+// verification began. A pod made later (a scale-up, a replacement) may take
+// its time to become Ready: it fails only by crashing. A pod whose node was
+// lost is not Ready while its containers still are (ContainersReady): that is
+// no failure of the config. Pods being deleted are passed over. "" when all
+// is well.
+func InspectPods(seen PodsSeen) string {
+	pods := slices.Clone(seen.Pods)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	for i := range pods {
 		p := &pods[i]
-		if p.Annotations[stamp.AnnotationHash] != hash || p.DeletionTimestamp != nil {
+		if p.Annotations[stamp.AnnotationHash] != seen.Hash || p.DeletionTimestamp != nil {
 			continue
 		}
-		if problem := podProblem(p, from); problem != "" {
+		if problem := podProblem(p, seen); problem != "" {
 			return "pod " + p.Name + ": " + problem
 		}
 	}
 	return ""
 }
 
-func podProblem(p *corev1.Pod, from time.Time) string {
+func podProblem(p *corev1.Pod, seen PodsSeen) string {
+	made := p.CreationTimestamp.Time
 	statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 	for i := range statuses {
-		if problem := containerProblem(&statuses[i], i < len(p.Status.InitContainerStatuses)); problem != "" {
+		if problem := containerProblem(&statuses[i], i < len(p.Status.InitContainerStatuses), made, seen.Started); problem != "" {
 			return problem
 		}
 	}
-	if p.Status.Phase == corev1.PodFailed {
+	switch terminal := p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded; {
+	case terminal && made.Before(seen.Started): // history of a revision a revert brought back
+		return ""
+	case p.Status.Phase == corev1.PodFailed:
 		return fmt.Sprintf("failed (%s: %s)", p.Status.Reason, p.Status.Message)
 	}
-	if ready, since := podReady(p); !ready && p.CreationTimestamp.Time.Before(from) {
+	if ready, since := containersReady(p); !ready && !seen.From.IsZero() && made.Before(seen.From) {
 		return fmt.Sprintf("lost its readiness at %s (%s)", since.UTC().Format(time.RFC3339), readyReason(p))
 	}
 	return ""
 }
 
-// containerProblem: a restart, a non-zero exit (an init container's exit 0 is
-// its success), or a waiting reason of a container that cannot run.
-func containerProblem(cs *corev1.ContainerStatus, init bool) string {
+// containerProblem: since the rollout started (or in a pod made since), a
+// restart, an exit (an init container's exit 0 is its success), or a waiting
+// reason of a container that cannot run.
+func containerProblem(cs *corev1.ContainerStatus, init bool, made, started time.Time) string {
+	recent := func(t *corev1.ContainerStateTerminated) bool {
+		return !made.Before(started) || (t != nil && !t.FinishedAt.Time.Before(started))
+	}
 	waiting := ""
 	if w := cs.State.Waiting; w != nil && slices.Contains(crashReasons, w.Reason) {
 		waiting = ", " + w.Reason
 	}
-	switch t := cs.State.Terminated; {
-	case cs.RestartCount > 0:
-		return fmt.Sprintf("container %s restarted %d times%s%s", cs.Name, cs.RestartCount, exitOf(cs.LastTerminationState.Terminated), waiting)
-	case t != nil && (t.ExitCode != 0 || !init):
+	last, t := cs.LastTerminationState.Terminated, cs.State.Terminated
+	switch {
+	case cs.RestartCount > 0 && recent(last):
+		return fmt.Sprintf("container %s restarted %d times%s%s", cs.Name, cs.RestartCount, exitOf(last), waiting)
+	case t != nil && (t.ExitCode != 0 || !init) && recent(t):
 		return fmt.Sprintf("container %s exited%s, restarted %d times", cs.Name, exitOf(t), cs.RestartCount)
-	case waiting != "":
+	case waiting != "" && (recent(last) || cs.RestartCount == 0):
 		return fmt.Sprintf("container %s cannot run%s: %s", cs.Name, waiting, cs.State.Waiting.Message)
 	}
 	return ""
@@ -164,9 +193,11 @@ func exitOf(t *corev1.ContainerStateTerminated) string {
 	return out + ")"
 }
 
-func podReady(p *corev1.Pod) (bool, time.Time) {
+// containersReady reads the pod's ContainersReady condition: what its
+// containers' probes say (PodReady also turns False when its node is lost).
+func containersReady(p *corev1.Pod) (bool, time.Time) {
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
+		if c.Type == corev1.ContainersReady {
 			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
 		}
 	}
@@ -175,24 +206,9 @@ func podReady(p *corev1.Pod) (bool, time.Time) {
 
 func readyReason(p *corev1.Pod) string {
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Reason != "" {
+		if c.Type == corev1.ContainersReady && c.Reason != "" {
 			return c.Reason
 		}
 	}
-	return "not Ready"
-}
-
-// unavailable reports a workload that says itself it is not available: a
-// Deployment whose Available condition is False.
-func unavailable(obj client.Object) string {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return ""
-	}
-	for _, c := range d.Status.Conditions {
-		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionFalse {
-			return fmt.Sprintf("its Available condition turned False (%s: %s)", c.Reason, c.Message)
-		}
-	}
-	return ""
+	return "containers not ready"
 }

@@ -13,6 +13,7 @@ import (
 )
 
 func TestInspectPods(t *testing.T) {
+	started := t0
 	from := t0.Add(time.Minute)
 	pod := func(name, hash string, created time.Time, ready bool, mutate ...func(*corev1.Pod)) corev1.Pod {
 		status := corev1.ConditionFalse
@@ -23,7 +24,9 @@ func TestInspectPods(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created),
 				Annotations: map[string]string{stamp.AnnotationHash: hash}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning,
-				Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: status, Reason: "ContainersNotReady", LastTransitionTime: metav1.NewTime(from.Add(5 * time.Second))}},
+				Conditions: []corev1.PodCondition{
+					{Type: corev1.PodReady, Status: status, Reason: "ContainersNotReady", LastTransitionTime: metav1.NewTime(from.Add(5 * time.Second))},
+					{Type: corev1.ContainersReady, Status: status, Reason: "ContainersNotReady", LastTransitionTime: metav1.NewTime(from.Add(5 * time.Second))}},
 				ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: ready}}},
 		}
 		for _, m := range mutate {
@@ -31,32 +34,43 @@ func TestInspectPods(t *testing.T) {
 		}
 		return p
 	}
-	restarted := func(p *corev1.Pod) {
-		p.Status.ContainerStatuses[0].RestartCount = 2
-		p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}
-		p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+	crashedAt := func(at time.Time) func(p *corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].RestartCount = 2
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", FinishedAt: metav1.NewTime(at)}
+			p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+		}
 	}
+	restarted := crashedAt(from.Add(2 * time.Second))
 	exited := func(p *corev1.Pod) {
-		p.Status.ContainerStatuses[0].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error"}
+		p.Status.ContainerStatuses[0].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error", FinishedAt: metav1.NewTime(from.Add(time.Second))}
 	}
 	initDone := func(p *corev1.Pod) {
 		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}
 	}
+	nodeLost := func(p *corev1.Pod) {
+		p.Status.Conditions[0].Status, p.Status.Conditions[0].Reason = corev1.ConditionFalse, "NodeNotReady"
+	}
 	deleting := func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: from} }
 	before, after := from.Add(-10*time.Second), from.Add(10*time.Second)
+	old := started.Add(-time.Hour) // a pod of a revision a revert brings back
 	tests := map[string]struct {
 		pods []corev1.Pod
 		want string // "" healthy, else a substring of the problem
 	}{
-		"all ready":                              {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, initDone)}, ""},
-		"restarted, in CrashLoopBackOff":         {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, restarted)}, "pod b: container app restarted 2 times (exit code 1, Error), CrashLoopBackOff"},
-		"exited, not restarted yet":              {[]corev1.Pod{pod("a", "v1-new", before, false, exited)}, "pod a: container app exited (exit code 3, Error), restarted 0 times"},
-		"lost readiness":                         {[]corev1.Pod{pod("a", "v1-new", before, false)}, "pod a: lost its readiness"},
-		"a new pod not ready yet is no failure":  {[]corev1.Pod{pod("a", "v1-new", after, false)}, ""},
-		"a new pod that crashes is":              {[]corev1.Pod{pod("a", "v1-new", after, false, restarted)}, "pod a: container app restarted"},
-		"old revision's pods do not count":       {[]corev1.Pod{pod("a", "v1-old", before, false, restarted)}, ""},
-		"pods being deleted do not count":        {[]corev1.Pod{pod("a", "v1-new", before, false, exited, deleting)}, ""},
-		"the first problem by pod name is named": {[]corev1.Pod{pod("z", "v1-new", before, false, exited), pod("c", "v1-new", before, false)}, "pod c: lost"},
+		"all ready":                                 {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, initDone)}, ""},
+		"restarted, in CrashLoopBackOff":            {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, restarted)}, "pod b: container app restarted 2 times (exit code 1, Error), CrashLoopBackOff"},
+		"exited, not restarted yet":                 {[]corev1.Pod{pod("a", "v1-new", before, false, exited)}, "pod a: container app exited (exit code 3, Error), restarted 0 times"},
+		"lost readiness":                            {[]corev1.Pod{pod("a", "v1-new", before, false)}, "pod a: lost its readiness"},
+		"its node lost: no failure of the config":   {[]corev1.Pod{pod("a", "v1-new", before, true, nodeLost)}, ""},
+		"a new pod not ready yet is no failure":     {[]corev1.Pod{pod("a", "v1-new", after, false)}, ""},
+		"a new pod that crashes is":                 {[]corev1.Pod{pod("a", "v1-new", after, false, restarted)}, "pod a: container app restarted"},
+		"old revision's pods do not count":          {[]corev1.Pod{pod("a", "v1-old", before, false, restarted)}, ""},
+		"pods being deleted do not count":           {[]corev1.Pod{pod("a", "v1-new", before, false, exited, deleting)}, ""},
+		"the first problem by pod name is named":    {[]corev1.Pod{pod("z", "v1-new", before, false, exited), pod("c", "v1-new", before, false)}, "pod c: lost"},
+		"a revert's pod: restarts before the start": {[]corev1.Pod{pod("a", "v1-new", old, true, crashedAt(old.Add(time.Minute)))}, ""},
+		"a revert's pod: a restart since the start": {[]corev1.Pod{pod("a", "v1-new", old, true, crashedAt(started.Add(time.Second)))}, "pod a: container app restarted"},
+		"a revert's pod that failed long ago":       {[]corev1.Pod{pod("a", "v1-new", old, false, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, nodeLost)}, ""},
 		"a container that cannot be created": {[]corev1.Pod{pod("a", "v1-new", after, false, func(p *corev1.Pod) {
 			p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `couldn't find key x in ConfigMap ns/c`}
 		})}, "CreateContainerConfigError: couldn't find key x"},
@@ -66,7 +80,7 @@ func TestInspectPods(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := InspectPods(tc.pods, "v1-new", from)
+			got := InspectPods(PodsSeen{Pods: tc.pods, Hash: "v1-new", Started: started, From: from})
 			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 				t.Fatalf("InspectPods = %q, want %q", got, tc.want)
 			}
