@@ -177,7 +177,10 @@ func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Obje
 	if self && !ok {
 		// configstamp's undo must bring the old config back or change nothing:
 		// pinned to the current sources it would run the failed data.
-		return false, fmt.Errorf("the undo to %s=%s: its snapshots do not hold what its stamp says (%v)", stamp.AnnotationHash, p.sent, err)
+		if err != nil {
+			return false, fmt.Errorf("the undo to %s=%s: reading its snapshots: %w", stamp.AnnotationHash, p.sent, err)
+		}
+		return false, fmt.Errorf("the undo to %s=%s: its snapshots do not hold what its stamp says", stamp.AnnotationHash, p.sent)
 	}
 	return ok, nil
 }
