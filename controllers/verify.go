@@ -31,6 +31,9 @@ import (
 func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object) rollout.Verification {
 	window, _ := rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow) // a bad value is told by compute
 	v := rollout.Verification{Window: rollout.EffectiveWindow(obj, window)}
+	if as := rollout.Read(obj.GetAnnotations()); as.State != rollout.Verifying && (as.State != rollout.Failed || as.Halted == "") {
+		return v // nothing to read: no seal to check either (most workloads, most reconciles)
+	}
 	rec, err := rollout.Verify(obj, r.Scheduler.Keys)
 	if err != nil {
 		return v

@@ -76,24 +76,21 @@ func writePKI(dir string, extraIPs ...net.IP) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	admin, err := newCert(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
-		NotBefore:   now,
-		NotAfter:    now.Add(365 * 24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, ca)
+	clientCert := func(cn, group string) (*keyPair, error) {
+		return newCert(&x509.Certificate{
+			Subject:     pkix.Name{CommonName: cn, Organization: []string{group}},
+			NotBefore:   now,
+			NotAfter:    now.Add(365 * 24 * time.Hour),
+			KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}, ca)
+	}
+	admin, err := clientCert("admin", "system:masters")
 	if err != nil {
 		return nil, err
 	}
 	// The Node authorizer and NodeRestriction know a kubelet by this name and group.
-	node, err := newCert(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "system:node:" + RealNodeName, Organization: []string{"system:nodes"}},
-		NotBefore:   now,
-		NotAfter:    now.Add(365 * 24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}, ca)
+	node, err := clientCert("system:node:"+RealNodeName, "system:nodes")
 	if err != nil {
 		return nil, err
 	}
