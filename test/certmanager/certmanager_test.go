@@ -48,7 +48,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -174,11 +173,10 @@ func TestCertManagerServesTheWebhook(t *testing.T) {
 	}
 
 	step("install CRDs, Namespace, Issuers, Certificates", func(t *testing.T) {
-		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
+		crds, err := cmrun.CRDDir()
 		if err != nil {
-			t.Fatalf("locating the cert-manager module: %v", err)
+			t.Fatal(err)
 		}
-		crds := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
 		env.Kubectl(t, "", "apply", "--server-side", "--field-manager="+fieldManager, "-f", crds)
 		env.Kubectl(t, "", "wait", "--for=condition=Established", "--timeout=60s",
 			"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io", "crd/certificaterequests.cert-manager.io")
@@ -533,22 +531,11 @@ func waitCertificate(t *testing.T, cm cmclient.Interface, ns, name string, revis
 	})
 }
 
-// renew triggers a reissuance the way `cmctl renew` does: the Issuing
-// condition set to True on the Certificate's status.
+// renew triggers a reissuance the way `cmctl renew` does.
 func renew(t *testing.T, cm cmclient.Interface, ns, name string) {
 	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		crt, err := cm.CertmanagerV1().Certificates(ns).Get(t.Context(), name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		apiutil.SetCertificateCondition(crt, crt.Generation, cmapi.CertificateConditionIssuing, cmmeta.ConditionTrue,
-			"ManuallyTriggered", "Certificate re-issuance manually triggered")
-		_, err = cm.CertmanagerV1().Certificates(ns).UpdateStatus(t.Context(), crt, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("triggering the renewal of Certificate %s: %v", name, err)
+	if err := cmrun.Renew(t.Context(), cm, ns, name); err != nil {
+		t.Fatal(err)
 	}
 }
 

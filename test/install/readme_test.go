@@ -38,37 +38,82 @@ func TestMain(m *testing.M) {
 // kubelet asks containerd for it.
 const shippedImage = "docker.io/library/configstamp:latest"
 
+// managerNamespace is where every overlay but config/namespaced installs.
+const managerNamespace = "configstamp-system"
+
 // TestREADMEInstallSelfSigned runs "Without cert-manager" and then "Opt a
 // workload in and check it works" verbatim: configstamp runs in pods on the
 // node under its shipped security context and probes, the API server calls
 // its webhook through the Service, the example is stamped at CREATE and
-// rolls once, and its new pod's mounted file holds the new value.
+// rolls once, and its new pod's mounted file holds the new value. Then, on
+// the running install: the memory limit the process runs with, the metrics'
+// authorization, the leader killed mid-wave, configstamp's own rolling
+// restart, and the uninstall.
 func TestREADMEInstallSelfSigned(t *testing.T) {
-	ctx := t.Context()
-	// configstamp.tar was imported with the node's images (make node-images);
-	// the manifests name configstamp:latest.
-	if out, err := env.CP.Ctr(ctx, "images", "tag", "--force", images.ConfigstampRef, shippedImage); err != nil {
-		t.Fatalf("tagging configstamp's image (make node-images builds bin/images/configstamp.tar): %v: %s", err, out)
-	}
-	applied := time.Now()
-	runBlock(t, "### Without cert-manager", 5*time.Minute)
-	t.Logf("README install (config/selfsigned): Ready %s after the apply", time.Since(applied).Round(100*time.Millisecond))
+	managers := install(t, "### Without cert-manager")
+	checkMemoryLimit(t, managers[0])
+	checkExample(t)
+	checkMetricsAuth(t, managers[0])
+	checkLeaderKill(t)
+	checkOwnRestart(t)
+	checkUninstall(t, "config/selfsigned")
+}
 
-	managers := &corev1.PodList{}
-	if err := env.Client.List(ctx, managers, client.InNamespace("configstamp-system"), client.MatchingLabels{"app.kubernetes.io/name": "configstamp", "app.kubernetes.io/component": "manager"}); err != nil {
-		t.Fatal(err)
-	}
-	if len(managers.Items) == 0 {
+// install makes configstamp's image the one the manifests name, runs the
+// README's block under heading (an install) and returns the manager pods,
+// each Ready through its own probes with no restart.
+func install(t *testing.T, heading string) []corev1.Pod {
+	t.Helper()
+	tagImage(t)
+	applied := time.Now()
+	runBlock(t, heading, 5*time.Minute)
+	t.Logf("README %q: Ready %s after the apply", heading, time.Since(applied).Round(100*time.Millisecond))
+	managers := managerPods(t)
+	if len(managers) == 0 {
 		t.Fatal("no manager pods")
 	}
-	for _, p := range managers.Items {
+	for _, p := range managers {
 		for _, c := range p.Status.ContainerStatuses {
 			if !c.Ready || c.RestartCount != 0 {
 				t.Errorf("manager pod %s container %s: ready %v, %d restarts; want Ready with 0", p.Name, c.Name, c.Ready, c.RestartCount)
 			}
 		}
 	}
+	return managers
+}
 
+// tagImage gives configstamp's image, imported with the node's images (make
+// node-images builds bin/images/configstamp.tar), the name the manifests use.
+func tagImage(t *testing.T) {
+	t.Helper()
+	if out, err := env.CP.Ctr(t.Context(), "images", "tag", "--force", images.ConfigstampRef, shippedImage); err != nil {
+		t.Fatalf("tagging configstamp's image: %v: %s", err, out)
+	}
+}
+
+// managerPods lists the manager pods that are not being deleted.
+func managerPods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	list := &corev1.PodList{}
+	if err := env.Client.List(t.Context(), list, client.InNamespace(managerNamespace),
+		client.MatchingLabels{"app.kubernetes.io/name": "configstamp", "app.kubernetes.io/component": "manager"}); err != nil {
+		t.Fatal(err)
+	}
+	var live []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+// checkExample runs "Opt a workload in and check it works" and checks what
+// it promises on the node; it deletes the example's namespace when done, so
+// the next install can run it again.
+func checkExample(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
 	started := time.Now()
 	runBlock(t, "## Opt a workload in and check it works", 5*time.Minute)
 	d := &appsv1.Deployment{}
@@ -110,9 +155,35 @@ func TestREADMEInstallSelfSigned(t *testing.T) {
 	}
 	t.Logf("README example: stamped at CREATE, rolled once; the new pod's file reads %q, %s after the example started", data,
 		time.Since(started).Round(100*time.Millisecond))
+	env.Kubectl(t, "", "delete", "namespace", "demo", "--wait=true", "--timeout=2m")
+}
 
-	checkMetricsAuth(t, managers.Items[0])
-	checkUninstall(t)
+// checkMemoryLimit reads, from a manager's log, the soft memory limit the
+// process runs with: 90% of the container's limit, which reaches it through
+// the downward API (CONFIGSTAMP_MEMORY_LIMIT).
+func checkMemoryLimit(t *testing.T, manager corev1.Pod) {
+	t.Helper()
+	var limit int64
+	for _, c := range manager.Spec.Containers {
+		if c.Name == "manager" {
+			limit = c.Resources.Limits.Memory().Value()
+		}
+	}
+	if limit == 0 {
+		t.Fatalf("manager pod %s has no memory limit", manager.Name)
+	}
+	want := fmt.Sprintf("%d bytes (90%% of CONFIGSTAMP_MEMORY_LIMIT)", int64(float64(limit)*0.9))
+	logs, _ := env.Kubectl(t, "", "-n", managerNamespace, "logs", manager.Name, "-c", "manager")
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "memory settings") {
+			if !strings.Contains(line, want) {
+				t.Fatalf("manager %s runs with %s; want a soft limit of %s (limit %d bytes)", manager.Name, line, want, limit)
+			}
+			t.Logf("memory limit %d bytes reaches the process: %s", limit, line)
+			return
+		}
+	}
+	t.Fatalf("manager %s logged no memory settings:\n%s", manager.Name, logs)
 }
 
 // checkMetricsAuth scrapes a manager's /metrics where its metrics Service
@@ -152,18 +223,19 @@ func checkMetricsAuth(t *testing.T, manager corev1.Pod) {
 	})
 }
 
-// checkUninstall deletes what the README installed and checks that nothing
+// checkUninstall deletes what the README installed from overlay and checks that nothing
 // is left that would block or slow a write: no webhook configuration, and an
 // opted-in Deployment is created at once.
-func checkUninstall(t *testing.T) {
+func checkUninstall(t *testing.T, overlay string) {
 	t.Helper()
-	env.Kubectl(t, "", "delete", "-k", filepath.Join(env.Root, "config", "selfsigned"), "--wait=true", "--timeout=2m")
+	env.Kubectl(t, "", "delete", "-k", filepath.Join(env.Root, overlay), "--wait=true", "--timeout=2m")
 	framework.Eventually(t, time.Minute, func() (bool, string) {
 		out, _ := env.Kubectl(t, "", "get", "mutatingwebhookconfigurations", "-o", "name")
 		return !strings.Contains(out, "configstamp"), "left: " + out
 	})
+	ns := env.Namespace(t, "after", nil)
 	began := time.Now()
-	env.Kubectl(t, framework.Manifest(t, framework.Deployment("demo", "after", framework.OptIn, framework.PodSpec())), "apply", "-f", "-")
+	env.Kubectl(t, framework.Manifest(t, framework.Deployment(ns, "after", framework.OptIn, framework.PodSpec())), "apply", "--dry-run=server", "-f", "-")
 	if took := time.Since(began); took > 5*time.Second {
 		t.Errorf("creating an opted-in Deployment after the uninstall took %v: something still waits on configstamp", took)
 	}
