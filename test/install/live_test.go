@@ -4,10 +4,10 @@ package install_test
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
