@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -361,7 +362,7 @@ func checkOwnRestart(t *testing.T) {
 // a leaf of a new CA, and no admission fails.
 func TestSelfSignedRotation(t *testing.T) {
 	tagImage(t)
-	overlay := rotationOverlay(t)
+	overlay := withArgs(t, "config/selfsigned", "--ca-lifetime=40s", "--cert-lifetime=15s", "--renew-before=8s", "--cert-check-interval=1s")
 	ns := env.Namespace(t, "rotation", nil)
 	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"v": "0"}, nil))
 	env.Kubectl(t, "", "apply", "-k", overlay)
@@ -405,25 +406,48 @@ func TestSelfSignedRotation(t *testing.T) {
 	env.Kubectl(t, "", "delete", "-k", overlay, "--wait=true", "--timeout=2m")
 }
 
-// rotationOverlay writes a kustomization that is config/selfsigned with
-// certificate lifetimes of seconds, and returns its directory.
-func rotationOverlay(t *testing.T) string {
+// withArgs writes a kustomization that is the repository's overlay (a
+// folder under config/) with args added to the manager's, and returns its
+// directory.
+func withArgs(t *testing.T, overlay string, args ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	base, err := filepath.Rel(dir, filepath.Join(env.Root, "config", "selfsigned")) // kustomize takes no absolute base
+	base, err := filepath.Rel(dir, filepath.Join(env.Root, overlay)) // kustomize takes no absolute base
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ops []string
-	for _, arg := range []string{"--ca-lifetime=40s", "--cert-lifetime=15s", "--renew-before=8s", "--cert-check-interval=1s"} {
-		ops = append(ops, "      - {op: add, path: /spec/template/spec/containers/0/args/-, value: "+arg+"}")
+	k := "resources:\n  - " + base + "\npatches:\n  - target: {kind: Deployment, name: configstamp-controller-manager}\n    patch: |-\n"
+	for _, arg := range args {
+		k += "      - {op: add, path: /spec/template/spec/containers/0/args/-, value: " + arg + "}\n"
 	}
-	k := "resources:\n  - " + base + "\npatches:\n  - target: {kind: Deployment, name: configstamp-controller-manager}\n    patch: |-\n" +
-		strings.Join(ops, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// withComponents copies config/ and adds components to overlay's
+// kustomization.yaml, as docs/pinning.md tells a user to, and returns the
+// copy's overlay directory.
+func withComponents(t *testing.T, overlay string, components ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("cp", "-r", filepath.Join(env.Root, "config"), dir).CombinedOutput(); err != nil {
+		t.Fatalf("copying config/: %v: %s", err, out)
+	}
+	kust := filepath.Join(dir, overlay, "kustomization.yaml")
+	data, err := os.ReadFile(kust)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(data, "\ncomponents:\n"...)
+	for _, c := range components {
+		data = append(data, "  - "+c+"\n"...)
+	}
+	if err := os.WriteFile(kust, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, overlay)
 }
 
 // servedLeaf is the certificate the webhook server at the pod's IP presents.

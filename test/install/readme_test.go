@@ -65,6 +65,13 @@ func TestREADMEInstallSelfSigned(t *testing.T) {
 func install(t *testing.T, heading string) []corev1.Pod {
 	t.Helper()
 	tagImage(t)
+	t.Cleanup(func() {
+		if t.Failed() { // what a user would look at first
+			out, _, _ := env.KubectlErr("", "-n", managerNamespace, "get", "pods", "-o", "wide")
+			logs, _, _ := env.KubectlErr("", "-n", managerNamespace, "logs", "deployment/configstamp-controller-manager", "--previous", "--tail=5")
+			t.Logf("manager pods:\n%s\nthe last container's log:\n%s", out, logs)
+		}
+	})
 	applied := time.Now()
 	runBlock(t, heading, 5*time.Minute)
 	t.Logf("README %q: Ready %s after the apply", heading, time.Since(applied).Round(100*time.Millisecond))
@@ -131,10 +138,28 @@ func checkExample(t *testing.T) {
 		rss := env.ReplicaSets(t, "demo", "app")
 		return len(rss) == 2, fmt.Sprintf("%d ReplicaSets, want 2 (created stamped, rolled once)", len(rss))
 	})
+	data := waitPodReads(t, "demo", "app", hash, "config", "greeting", "bonjour")
+	t.Logf("README example: stamped at CREATE, rolled once; the new pod's file reads %q, %s after the example started", data,
+		time.Since(started).Round(100*time.Millisecond))
+	env.Kubectl(t, "", "delete", "namespace", "demo", "--wait=true", "--timeout=2m")
+}
+
+// waitPodReads waits until the Deployment app in ns has one running pod,
+// of the template stamped hash, and returns what that pod's volume holds in
+// file, failing unless it is want: what the container reads, on the node.
+func waitPodReads(t *testing.T, ns, app, hash, volume, file, want string) string {
+	t.Helper()
+	return podReads(t, runningPod(t, ns, app, hash), volume, file, want)
+}
+
+// runningPod waits until the Deployment app in ns has exactly one running
+// pod of the template stamped hash, and returns it.
+func runningPod(t *testing.T, ns, app, hash string) corev1.Pod {
+	t.Helper()
 	var pod corev1.Pod
-	framework.Eventually(t, time.Minute, func() (bool, string) {
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
 		list := &corev1.PodList{}
-		if err := env.Client.List(ctx, list, client.InNamespace("demo"), client.MatchingLabels{"app": "app"}); err != nil {
+		if err := env.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
 			return false, err.Error()
 		}
 		var live []corev1.Pod
@@ -144,18 +169,29 @@ func checkExample(t *testing.T) {
 			}
 		}
 		if len(live) != 1 {
-			return false, fmt.Sprintf("%d running pods of the new revision", len(live))
+			return false, fmt.Sprintf("%d running pods of %s/%s stamped %s", len(live), ns, app, hash)
 		}
 		pod = live[0]
 		return true, ""
 	})
-	data, err := os.ReadFile(env.CP.PodVolumeFile(string(pod.UID), "config", "greeting"))
-	if err != nil || string(data) != "bonjour" {
-		t.Fatalf("the new pod's mounted greeting: %q (%v), want bonjour", data, err)
+	return pod
+}
+
+// podReads returns the content of file in pod's volume on the node, failing
+// unless it is want.
+func podReads(t *testing.T, pod corev1.Pod, volume, file, want string) string {
+	t.Helper()
+	data, err := readVolume(pod, volume, file)
+	if err != nil || data != want {
+		t.Fatalf("pod %s/%s's %s/%s: %q (%v), want %q", pod.Namespace, pod.Name, volume, file, data, err, want)
 	}
-	t.Logf("README example: stamped at CREATE, rolled once; the new pod's file reads %q, %s after the example started", data,
-		time.Since(started).Round(100*time.Millisecond))
-	env.Kubectl(t, "", "delete", "namespace", "demo", "--wait=true", "--timeout=2m")
+	return data
+}
+
+// readVolume reads file in pod's volume on the node.
+func readVolume(pod corev1.Pod, volume, file string) (string, error) {
+	data, err := os.ReadFile(env.CP.PodVolumeFile(string(pod.UID), volume, file))
+	return string(data), err
 }
 
 // checkMemoryLimit reads, from a manager's log, the soft memory limit the
@@ -245,23 +281,31 @@ func checkUninstall(t *testing.T, overlay string) {
 // (-e, pipefail), in the repository, against the suite's cluster.
 func runBlock(t *testing.T, heading string, timeout time.Duration) {
 	t.Helper()
-	block := readmeBlock(t, heading)
+	runDocBlock(t, "README.md", heading, timeout)
+}
+
+// runDocBlock runs the first ```sh block after heading in the repository's
+// file doc, as runBlock does.
+func runDocBlock(t *testing.T, doc, heading string, timeout time.Duration) {
+	t.Helper()
+	block := docBlock(t, doc, heading)
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", block)
 	cmd.Dir = env.Root
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
 	out, err := cmd.CombinedOutput()
-	t.Logf("README %q:\n%s", heading, out)
+	t.Logf("%s %q:\n%s", doc, heading, out)
 	if err != nil {
-		t.Fatalf("README %q failed: %v", heading, err)
+		t.Fatalf("%s %q failed: %v", doc, heading, err)
 	}
 }
 
-// readmeBlock is the first ```sh fenced block after the line heading.
-func readmeBlock(t *testing.T, heading string) string {
+// docBlock is the first ```sh fenced block after the line heading in the
+// repository's file doc.
+func docBlock(t *testing.T, doc, heading string) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(env.Root, "README.md"))
+	raw, err := os.ReadFile(filepath.Join(env.Root, doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +319,7 @@ func readmeBlock(t *testing.T, heading string) string {
 		for _, l := range lines[i+1:] {
 			switch {
 			case !in && strings.HasPrefix(l, "#"):
-				t.Fatalf("README: no ```sh block under %q", heading)
+				t.Fatalf("%s: no ```sh block under %q", doc, heading)
 			case !in && strings.TrimSpace(l) == "```sh":
 				in = true
 			case in && strings.TrimSpace(l) == "```":
@@ -285,6 +329,6 @@ func readmeBlock(t *testing.T, heading string) string {
 			}
 		}
 	}
-	t.Fatalf("README has no heading %q", heading)
+	t.Fatalf("%s has no heading %q", doc, heading)
 	return ""
 }

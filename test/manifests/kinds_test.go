@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,6 +129,34 @@ func TestPinComponent(t *testing.T) {
 	dep := getAs[appsv1.Deployment](t, r, "Deployment", deployment)
 	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--pin") {
 		t.Errorf("no --pin in the manager's args %v", dep.Spec.Template.Spec.Containers[0].Args)
+	}
+}
+
+// TestComponentsKeepTheirArgs: a component's argument reaches the manager
+// in every overlay a user adds it to, next to the overlay's own: config/
+// selfsigned once replaced the whole list of arguments, so --pin and
+// --kinds-config were silently dropped there.
+func TestComponentsKeepTheirArgs(t *testing.T) {
+	for _, c := range []struct{ overlay, component, arg string }{
+		{"config/default", "../components/pin", "--pin"},
+		{"config/selfsigned", "../components/pin", "--pin"},
+		{"config/namespaced", "../components/pin-namespaced", "--pin"},
+		{"config/default", "../kinds/argo-rollouts", "--kinds-config="},
+		{"config/selfsigned", "../kinds/argo-rollouts", "--kinds-config="},
+	} {
+		t.Run(c.overlay+" "+c.component, func(t *testing.T) {
+			plain := getAs[appsv1.Deployment](t, kustomize(t, filepath.Join(repoRoot(t), c.overlay)), "Deployment", deployment).Spec.Template.Spec.Containers[0].Args
+			args := getAs[appsv1.Deployment](t, withComponent(t, c.component, c.overlay), "Deployment", deployment).Spec.Template.Spec.Containers[0].Args
+			var added []string
+			for _, a := range args {
+				if !slices.Contains(plain, a) {
+					added = append(added, a)
+				}
+			}
+			if len(added) != 1 || !strings.HasPrefix(added[0], c.arg) || len(args) != len(plain)+1 {
+				t.Errorf("%s with %s: args %v, want the overlay's %v and %s", c.overlay, c.component, args, plain, c.arg)
+			}
+		})
 	}
 }
 
