@@ -245,6 +245,22 @@ func TemplateJSON(t testing.TB, obj client.Object) string {
 	return string(raw)
 }
 
+// LivePods lists the pods in ns with labels that are not being deleted.
+func (e *Env) LivePods(t testing.TB, ns string, labels map[string]string) []corev1.Pod {
+	t.Helper()
+	list := &corev1.PodList{}
+	if err := e.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
+		t.Fatal(err)
+	}
+	var live []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
 // ReplicaSets returns the ReplicaSets of the Deployment whose pods are labelled app=name.
 func (e *Env) ReplicaSets(t testing.TB, ns, name string) []appsv1.ReplicaSet {
 	t.Helper()

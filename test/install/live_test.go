@@ -55,7 +55,7 @@ const (
 
 func startAdmissions(t *testing.T, ns, configMap string) *admissions {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	// A client of its own: the suite's is rate-limited to a few requests a second.
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = 200, 400

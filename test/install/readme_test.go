@@ -101,18 +101,7 @@ func tagImage(t *testing.T) {
 // managerPods lists the manager pods that are not being deleted.
 func managerPods(t *testing.T) []corev1.Pod {
 	t.Helper()
-	list := &corev1.PodList{}
-	if err := env.Client.List(t.Context(), list, client.InNamespace(managerNamespace),
-		client.MatchingLabels{"app.kubernetes.io/name": "configstamp", "app.kubernetes.io/component": "manager"}); err != nil {
-		t.Fatal(err)
-	}
-	var live []corev1.Pod
-	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil {
-			live = append(live, p)
-		}
-	}
-	return live
+	return env.LivePods(t, managerNamespace, map[string]string{"app.kubernetes.io/name": "configstamp", "app.kubernetes.io/component": "manager"})
 }
 
 // checkExample runs "Opt a workload in and check it works" and checks what
@@ -158,13 +147,9 @@ func runningPod(t *testing.T, ns, app, hash string) corev1.Pod {
 	t.Helper()
 	var pod corev1.Pod
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
-		list := &corev1.PodList{}
-		if err := env.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
-			return false, err.Error()
-		}
 		var live []corev1.Pod
-		for _, p := range list.Items {
-			if p.DeletionTimestamp == nil && p.Annotations[stamp.AnnotationHash] == hash && p.Status.Phase == corev1.PodRunning {
+		for _, p := range env.LivePods(t, ns, map[string]string{"app": app}) {
+			if p.Annotations[stamp.AnnotationHash] == hash && p.Status.Phase == corev1.PodRunning {
 				live = append(live, p)
 			}
 		}

@@ -113,17 +113,7 @@ func rolledOut(obj client.Object) (bool, string) {
 // pods lists the pods of app (label app=name) in ns, not being deleted.
 func pods(t *testing.T, ns, app string) []corev1.Pod {
 	t.Helper()
-	list := &corev1.PodList{}
-	if err := env.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
-		t.Fatal(err)
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil {
-			out = append(out, p)
-		}
-	}
-	return out
+	return env.LivePods(t, ns, map[string]string{"app": app})
 }
 
 // restarts sums the restart counts of a pod's containers.
