@@ -204,7 +204,7 @@ func checkLeaderKill(t *testing.T) {
 	env.Apply(t, objs...)
 	waitWave(t, ns, 1)
 
-	leader := leaderPod(t)
+	leader, identity := leaderPod(t)
 	adm := startAdmissions(t, ns, "shared")
 	env.Kubectl(t, "", "-n", ns, "patch", "configmap", "shared", "--type=merge", "-p", `{"data":{"v":"1"}}`)
 	framework.Eventually(t, time.Minute, func() (bool, string) {
@@ -213,12 +213,19 @@ func checkLeaderKill(t *testing.T) {
 	before := rolled(t, ns)
 	killed := time.Now()
 	killContainer(t, leader)
-	var successor string
+	// Another process takes the lease once it expires: the other replica, or
+	// the killed one's restarted container if it asks first (a new identity).
+	var successor corev1.Pod
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
-		successor = leaderPod(t).Name
-		return successor != leader.Name, "the lease is still " + leader.Name + "'s"
+		var now string
+		successor, now = leaderPod(t)
+		return now != identity, "the lease is still " + identity + "'s"
 	})
-	t.Logf("leader %s killed with %d of %d Deployments rolled; %s took the lease %s later", leader.Name, before, waveSize, successor,
+	who := "the other replica " + successor.Name
+	if successor.Name == leader.Name {
+		who = "the killed replica's restarted container"
+	}
+	t.Logf("leader %s killed with %d of %d Deployments rolled; %s took the lease %s later", leader.Name, before, waveSize, who,
 		time.Since(killed).Round(100*time.Millisecond))
 	framework.Eventually(t, time.Minute, func() (bool, string) { // the kill happened: the kubelet restarted the container
 		p := &corev1.Pod{}
@@ -292,18 +299,20 @@ func rolled(t *testing.T, ns string) int {
 	return n
 }
 
-// leaderPod is the manager pod holding the leader election Lease
-// (controller-runtime's identity is <hostname>_<uuid>; a pod's hostname is
-// its name).
-func leaderPod(t *testing.T) corev1.Pod {
+// leaderPod is the manager pod holding the leader election Lease, and the
+// holder's identity (controller-runtime's is <hostname>_<uuid>, a new uuid
+// for each process; a pod's hostname is its name).
+func leaderPod(t *testing.T) (corev1.Pod, string) {
 	t.Helper()
 	var pod corev1.Pod
+	var identity string
 	framework.Eventually(t, time.Minute, func() (bool, string) {
 		lease := &coordinationv1.Lease{}
 		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: managerNamespace, Name: "configstamp.configstamp.io"}, lease); err != nil {
 			return false, err.Error()
 		}
-		holder, _, _ := strings.Cut(ptrString(lease.Spec.HolderIdentity), "_")
+		identity = ptrString(lease.Spec.HolderIdentity)
+		holder, _, _ := strings.Cut(identity, "_")
 		for _, p := range managerPods(t) {
 			if p.Name == holder {
 				pod = p
@@ -312,7 +321,7 @@ func leaderPod(t *testing.T) corev1.Pod {
 		}
 		return false, fmt.Sprintf("the lease is held by %q, no manager pod", holder)
 	})
-	return pod
+	return pod, identity
 }
 
 func ptrString(s *string) string {
