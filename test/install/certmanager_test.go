@@ -64,7 +64,10 @@ func startCertManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = logFile.Close() })
+	t.Cleanup(func() { // after the controllers have stopped (cleanups run last first)
+		klog.ClearLogger()
+		_ = logFile.Close()
+	})
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(2)))
 	klog.SetLogger(log)
 	ctrl.SetLogger(log) // cainjector logs through controller-runtime

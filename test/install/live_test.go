@@ -130,7 +130,8 @@ func (a *admissions) stop(t *testing.T, during string) {
 }
 
 // stopExcusing is stop, but excuses the failures of CREATEs sent from from to
-// to; every failure is still one the API server counted as failing open.
+// to; the API server's fail-open count is then logged, not required to be 0
+// (other writes in that moment, configstamp's own patches, may fail open too).
 func (a *admissions) stopExcusing(t *testing.T, during string, from, to time.Time) {
 	t.Helper()
 	a.halt()
@@ -155,20 +156,21 @@ func (a *admissions) stopExcusing(t *testing.T, during string, from, to time.Tim
 		t.Fatalf("%s: no CREATE was made", during)
 	case len(other) > 0:
 		t.Fatalf("%s: %d of %d CREATEs unstamped: %s; want every admission stamped", during, len(other), a.total, strings.Join(other, "; "))
-	case failOpen != float64(len(a.failures)):
-		t.Fatalf("%s: the API server counted %.0f calls failing open, the CREATEs %d", during, failOpen, len(a.failures))
+	case from.IsZero() && failOpen != 0:
+		t.Fatalf("%s: every CREATE was stamped, but the API server counted %.0f calls to configstamp failing open", during, failOpen)
 	}
 }
 
 // apiFailOpen is the API server's count of calls to configstamp's webhooks
-// that failed and were let through (failurePolicy Ignore).
+// (named *.configstamp.io) that failed and were let through (failurePolicy
+// Ignore): the CREATEs here and any other write to an opted-in workload.
 func apiFailOpen(t *testing.T) float64 {
 	t.Helper()
 	raw, err := kubernetes.NewForConfigOrDie(env.Config).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
 	if err != nil {
 		t.Fatalf("reading kube-apiserver's metrics: %v", err)
 	}
-	return framework.SumSamples(string(raw), "apiserver_admission_webhook_fail_open_count")
+	return framework.SumSamples(string(raw), "apiserver_admission_webhook_fail_open_count", `.configstamp.io"`)
 }
 
 // pauseSpec is a pod spec whose container runs the pause image on the node.
@@ -185,9 +187,9 @@ const waveSize = 20
 
 // checkLeaderKill changes a ConfigMap that waveSize Deployments mount and,
 // once the wave is rolling, kills the leader's container through containerd
-// (SIGKILL, behind the kubelet's back). The other replica takes the lease,
+// (SIGKILL, behind the kubelet's back). Another process takes the lease,
 // every Deployment rolls exactly once, and every CREATE made through it all
-// is stamped.
+// is stamped but for those the kill itself ended (see stopExcusing's call).
 func checkLeaderKill(t *testing.T) {
 	t.Helper()
 	ns := env.Namespace(t, "wave", nil)
@@ -233,7 +235,7 @@ func checkLeaderKill(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, c := range p.Status.ContainerStatuses {
-			if c.Name == "manager" && c.RestartCount > 0 {
+			if c.Name == "manager" && c.RestartCount > managerRestarts(leader) {
 				return true, ""
 			}
 		}
@@ -331,6 +333,16 @@ func ptrString(s *string) string {
 	return *s
 }
 
+// managerRestarts is the restart count of pod's manager container.
+func managerRestarts(pod corev1.Pod) int32 {
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.Name == "manager" {
+			return c.RestartCount
+		}
+	}
+	return 0
+}
+
 // killContainer kills the manager container of pod through containerd.
 func killContainer(t *testing.T, pod corev1.Pod) {
 	t.Helper()
@@ -358,9 +370,42 @@ func checkOwnRestart(t *testing.T) {
 	began := time.Now()
 	env.Kubectl(t, "", "-n", managerNamespace, "rollout", "restart", "deployment/configstamp-controller-manager")
 	env.Kubectl(t, "", "-n", managerNamespace, "rollout", "status", "deployment/configstamp-controller-manager", "--timeout=3m")
-	t.Logf("configstamp's own rolling restart: %s", time.Since(began).Round(100*time.Millisecond))
+	// rollout status returns once the last replaced pod is terminating; it
+	// serves through its preStop sleep and stops listening after it.
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		list := &corev1.PodList{}
+		if err := env.Client.List(t.Context(), list, client.InNamespace(managerNamespace), client.MatchingLabels(managerLabels)); err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == 2, fmt.Sprintf("%d manager pods, terminating ones included", len(list.Items))
+	})
+	t.Logf("configstamp's own rolling restart, replaced pods gone: %s", time.Since(began).Round(100*time.Millisecond))
 	adm.stop(t, "through configstamp's own rolling restart")
 	env.Kubectl(t, "", "delete", "namespace", ns, "--wait=false")
+}
+
+// waitWebhook waits until a dry-run CREATE in ns of an opted-in Deployment
+// mounting configMap is stamped: a new installation's CA bundle has reached
+// the API server.
+func waitWebhook(t *testing.T, ns, configMap string) {
+	t.Helper()
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		d := framework.Deployment(ns, "first", framework.OptIn, pauseSpec())
+		framework.MountConfigMap(&d.Spec.Template.Spec, configMap)
+		err := env.Client.Create(t.Context(), d, client.DryRunAll)
+		return err == nil && framework.TemplateHash(d) != "", fmt.Sprintf("a dry-run CREATE is not stamped yet (%v)", err)
+	})
+}
+
+// uninstallOnFailure deletes what kustomization dir installed if t fails, so
+// that the next test does not apply over it.
+func uninstallOnFailure(t *testing.T, dir string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			_, _, _ = env.KubectlErr("", "delete", "-k", dir, "--ignore-not-found", "--wait=true", "--timeout=2m")
+		}
+	})
 }
 
 // TestSelfSignedRotation installs config/selfsigned with certificate
@@ -374,14 +419,10 @@ func TestSelfSignedRotation(t *testing.T) {
 	overlay := withArgs(t, "config/selfsigned", "--ca-lifetime=40s", "--cert-lifetime=15s", "--renew-before=8s", "--cert-check-interval=1s")
 	ns := env.Namespace(t, "rotation", nil)
 	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"v": "0"}, nil))
+	uninstallOnFailure(t, overlay)
 	env.Kubectl(t, "", "apply", "-k", overlay)
 	env.Kubectl(t, "", "-n", managerNamespace, "rollout", "status", "deployment/configstamp-controller-manager", "--timeout=3m")
-	framework.Eventually(t, time.Minute, func() (bool, string) { // the bundle reaches the API server
-		d := framework.Deployment(ns, "first", framework.OptIn, pauseSpec())
-		framework.MountConfigMap(&d.Spec.Template.Spec, "shared")
-		err := env.Client.Create(t.Context(), d, client.DryRunAll)
-		return err == nil && framework.TemplateHash(d) != "", fmt.Sprintf("a dry-run CREATE is not stamped yet (%v)", err)
-	})
+	waitWebhook(t, ns, "shared")
 
 	adm := startAdmissions(t, ns, "shared")
 	began := time.Now()

@@ -101,8 +101,11 @@ func tagImage(t *testing.T) {
 // managerPods lists the manager pods that are not being deleted.
 func managerPods(t *testing.T) []corev1.Pod {
 	t.Helper()
-	return env.LivePods(t, managerNamespace, map[string]string{"app.kubernetes.io/name": "configstamp", "app.kubernetes.io/component": "manager"})
+	return env.LivePods(t, managerNamespace, managerLabels)
 }
+
+// managerLabels select the manager pods.
+var managerLabels = map[string]string{"app.kubernetes.io/name": "configstamp", "app.kubernetes.io/component": "manager"}
 
 // checkExample runs "Opt a workload in and check it works" and checks what
 // it promises on the node; it deletes the example's namespace when done, so
@@ -120,9 +123,7 @@ func checkExample(t *testing.T) {
 	if !strings.HasPrefix(hash, "v1-") {
 		t.Fatalf("the example's stamp is %q: the webhook did not answer through the Service", hash)
 	}
-	// Stamped at CREATE and rolled once by the change: two ReplicaSets. A
-	// webhook that failed open would leave the stamp to the reconciler: a
-	// third.
+	// Stamped at CREATE and rolled once by the change: two ReplicaSets.
 	framework.Eventually(t, time.Minute, func() (bool, string) {
 		rss := env.ReplicaSets(t, "demo", "app")
 		return len(rss) == 2, fmt.Sprintf("%d ReplicaSets, want 2 (created stamped, rolled once)", len(rss))

@@ -21,12 +21,15 @@ import (
 // verbatim (config/namespaced: Roles in example-a and example-b, no manager
 // ClusterRole): in a watched namespace an opted-in Deployment is stamped at
 // CREATE and a change rolls it once, its new pod reading the new value; in
-// any other namespace the webhook is not called; configstamp's log has no
-// Forbidden.
+// any other namespace an opted-in Deployment is not stamped (the webhook's
+// namespaceSelector leaves it out); configstamp's log has no Forbidden.
 func TestNamespacedInstall(t *testing.T) {
 	tagImage(t)
+	uninstallOnFailure(t, filepath.Join(env.Root, "config", "namespaced"))
 	runDocBlock(t, "docs/scoping.md", "## Namespaced install", 3*time.Minute)
 	env.Kubectl(t, "", "-n", managerNamespace, "rollout", "status", "deployment/configstamp-controller-manager", "--timeout=3m")
+	env.Apply(t, framework.ConfigMap("example-a", "app-config", map[string]string{"greeting": "hello"}, nil))
+	waitWebhook(t, "example-a", "app-config")
 
 	d := appWithGreeting(t, "example-a", "app", nil)
 	hash := framework.TemplateHash(d)
@@ -73,10 +76,13 @@ func TestNamespacedInstall(t *testing.T) {
 func TestPinnedConfigOnTheNode(t *testing.T) {
 	tagImage(t)
 	dir := withComponents(t, "config/selfsigned", "../components/pin")
+	uninstallOnFailure(t, dir)
 	env.Kubectl(t, "", "apply", "-k", dir)
 	env.Kubectl(t, "", "-n", managerNamespace, "rollout", "status", "deployment/configstamp-controller-manager", "--timeout=3m")
 
 	ns := env.Namespace(t, "pinned", nil)
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"greeting": "hello"}, nil))
+	waitWebhook(t, ns, "app-config")
 	pinned := appWithGreeting(t, ns, "pinned", map[string]string{pin.AnnotationPin: "true"})
 	control := appWithGreeting(t, ns, "control", nil)
 	if snap := pinned.Spec.Template.Spec.Volumes[0].ConfigMap.Name; snap == "app-config" || !strings.HasPrefix(framework.TemplateHash(pinned), "v1-") {
