@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
@@ -190,7 +189,7 @@ func (r *run) do(t *testing.T) row {
 	}
 	before := made(t, r.ns, r.objs)
 	oldStamps := stamps(t, r.objs)
-	openBefore := failOpen(t)
+	openBefore := env.WebhookFailOpen(t)
 	began := time.Now()
 	if r.fault.custom != nil {
 		r.fault.custom(t, r)
@@ -203,7 +202,7 @@ func (r *run) do(t *testing.T) row {
 	converged := time.Since(began)
 	leader(t).WaitIdle(t, map[string]float64{"deployment": 0})
 	after := made(t, r.ns, r.objs)
-	opened := failOpen(t) - openBefore
+	opened := env.WebhookFailOpen(t) - openBefore
 	if opened < 0 { // kube-apiserver restarted: its counter started again from 0
 		opened += openBefore
 	}
@@ -289,19 +288,4 @@ func (r *run) converge(t *testing.T, old map[string]string) {
 		stopWriter(t, r)
 	}
 	r.waitComplete(t, r.objs, 3*time.Minute)
-}
-
-// failOpen reads kube-apiserver's count of webhook calls that failed open.
-func failOpen(t *testing.T) float64 {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw []byte
-	framework.Eventually(t, time.Minute, func() (bool, string) {
-		raw, err = cs.RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-		return err == nil, fmt.Sprintf("reading kube-apiserver metrics: %v", err)
-	})
-	return framework.SumSamples(string(raw), "apiserver_admission_webhook_fail_open_count")
 }

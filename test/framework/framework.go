@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -789,6 +790,23 @@ func (e *Env) Namespace(t testing.TB, prefix string, labels map[string]string) s
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	return name
+}
+
+// WebhookFailOpen is kube-apiserver's count of calls to configstamp's
+// webhooks (named *.configstamp.io) that failed and were let through
+// (failurePolicy Ignore): apiserver_admission_webhook_fail_open_count.
+func (e *Env) WebhookFailOpen(t testing.TB) float64 {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []byte
+	Eventually(t, time.Minute, func() (bool, string) {
+		raw, err = cs.RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+		return err == nil, fmt.Sprintf("reading kube-apiserver metrics: %v", err)
+	})
+	return SumSamples(string(raw), "apiserver_admission_webhook_fail_open_count", `.configstamp.io"`)
 }
 
 // SumSamples sums the samples of family in a Prometheus text exposition whose

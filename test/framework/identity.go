@@ -127,11 +127,24 @@ func (e *Env) InstallWithComponents(ctx context.Context, overlay, serviceAccount
 		return "", err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	if out, err := exec.CommandContext(ctx, "cp", "-r", filepath.Join(e.Root, "config"), dir).CombinedOutput(); err != nil {
+	overlayDir, err := e.ConfigWithComponents(dir, overlay, components...)
+	if err != nil {
+		return "", err
+	}
+	if err := e.ApplyKustomize(ctx, overlayDir, InstallKinds...); err != nil {
+		return "", err
+	}
+	return e.ServiceAccountKubeconfig(ctx, OwnNamespace, serviceAccount)
+}
+
+// ConfigWithComponents copies config/ into dir and adds components to
+// overlay's kustomization.yaml, as the components' docs tell a user to, and
+// returns the copy's overlay directory.
+func (e *Env) ConfigWithComponents(dir, overlay string, components ...string) (string, error) {
+	if out, err := exec.Command("cp", "-r", filepath.Join(e.Root, "config"), dir).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("copying config/: %w\n%s", err, out)
 	}
-	overlayDir := filepath.Join(dir, overlay)
-	kust := filepath.Join(overlayDir, "kustomization.yaml")
+	kust := filepath.Join(dir, overlay, "kustomization.yaml")
 	data, err := os.ReadFile(kust)
 	if err != nil {
 		return "", err
@@ -143,10 +156,7 @@ func (e *Env) InstallWithComponents(ctx context.Context, overlay, serviceAccount
 	if err := os.WriteFile(kust, data, 0o644); err != nil {
 		return "", err
 	}
-	if err := e.ApplyKustomize(ctx, overlayDir, InstallKinds...); err != nil {
-		return "", err
-	}
-	return e.ServiceAccountKubeconfig(ctx, OwnNamespace, serviceAccount)
+	return filepath.Join(dir, overlay), nil
 }
 
 // Tenant creates the ServiceAccount "tenant" in ns bound to the `edit`

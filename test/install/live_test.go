@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,8 +20,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
@@ -63,7 +62,7 @@ func startAdmissions(t *testing.T, ns, configMap string) *admissions {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &admissions{client: c, cancel: cancel, done: make(chan struct{}), failOpenAtStart: apiFailOpen(t)}
+	a := &admissions{client: c, cancel: cancel, done: make(chan struct{}), failOpenAtStart: env.WebhookFailOpen(t)}
 	spec := pauseSpec()
 	framework.MountConfigMap(&spec, configMap)
 	var wg sync.WaitGroup
@@ -135,7 +134,7 @@ func (a *admissions) stop(t *testing.T, during string) {
 func (a *admissions) stopExcusing(t *testing.T, during string, from, to time.Time) {
 	t.Helper()
 	a.halt()
-	failOpen := apiFailOpen(t) - a.failOpenAtStart
+	failOpen := env.WebhookFailOpen(t) - a.failOpenAtStart
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var excused, other []string
@@ -159,18 +158,6 @@ func (a *admissions) stopExcusing(t *testing.T, during string, from, to time.Tim
 	case from.IsZero() && failOpen != 0:
 		t.Fatalf("%s: every CREATE was stamped, but the API server counted %.0f calls to configstamp failing open", during, failOpen)
 	}
-}
-
-// apiFailOpen is the API server's count of calls to configstamp's webhooks
-// (named *.configstamp.io) that failed and were let through (failurePolicy
-// Ignore): the CREATEs here and any other write to an opted-in workload.
-func apiFailOpen(t *testing.T) float64 {
-	t.Helper()
-	raw, err := kubernetes.NewForConfigOrDie(env.Config).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
-	if err != nil {
-		t.Fatalf("reading kube-apiserver's metrics: %v", err)
-	}
-	return framework.SumSamples(string(raw), "apiserver_admission_webhook_fail_open_count", `.configstamp.io"`)
 }
 
 // pauseSpec is a pod spec whose container runs the pause image on the node.
@@ -247,9 +234,9 @@ func checkLeaderKill(t *testing.T) {
 	// verification window (10 s) and a reconcile of the whole wave.
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		for i := range waveSize {
-			if rss := env.ReplicaSets(t, ns, fmt.Sprintf("d-%02d", i)); len(rss) > 2 {
-				t.Fatalf("d-%02d has %d ReplicaSets: it rolled more than once", i, len(rss))
+		for name, n := range replicaSets(t, ns) {
+			if n > 2 {
+				t.Fatalf("%s has %d ReplicaSets: it rolled more than once", name, n)
 			}
 		}
 		<-time.After(500 * time.Millisecond)
@@ -278,10 +265,10 @@ func waitWave(t *testing.T, ns string, revisions int) {
 		if err := env.Client.List(t.Context(), list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
 		}
-		done := 0
+		done, rss := 0, replicaSets(t, ns)
 		for i := range list.Items {
 			d := &list.Items[i]
-			if framework.RolledOut(d) && strings.HasPrefix(framework.TemplateHash(d), "v1-") && len(env.ReplicaSets(t, ns, d.Name)) == revisions {
+			if framework.RolledOut(d) && strings.HasPrefix(framework.TemplateHash(d), "v1-") && rss[d.Name] == revisions {
 				done++
 			}
 		}
@@ -293,10 +280,25 @@ func waitWave(t *testing.T, ns string, revisions int) {
 func rolled(t *testing.T, ns string) int {
 	t.Helper()
 	n := 0
-	for i := range waveSize {
-		if len(env.ReplicaSets(t, ns, fmt.Sprintf("d-%02d", i))) > 1 {
+	for _, rss := range replicaSets(t, ns) {
+		if rss > 1 {
 			n++
 		}
+	}
+	return n
+}
+
+// replicaSets counts the ReplicaSets in ns by the app label of their pods
+// (a Deployment's name): one LIST for the whole wave.
+func replicaSets(t *testing.T, ns string) map[string]int {
+	t.Helper()
+	list := &appsv1.ReplicaSetList{}
+	if err := env.Client.List(t.Context(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, rs := range list.Items {
+		n[rs.Labels["app"]]++
 	}
 	return n
 }
@@ -313,7 +315,7 @@ func leaderPod(t *testing.T) (corev1.Pod, string) {
 		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: managerNamespace, Name: "configstamp.configstamp.io"}, lease); err != nil {
 			return false, err.Error()
 		}
-		identity = ptrString(lease.Spec.HolderIdentity)
+		identity = ptr.Deref(lease.Spec.HolderIdentity, "")
 		holder, _, _ := strings.Cut(identity, "_")
 		for _, p := range managerPods(t) {
 			if p.Name == holder {
@@ -324,13 +326,6 @@ func leaderPod(t *testing.T) (corev1.Pod, string) {
 		return false, fmt.Sprintf("the lease is held by %q, no manager pod", holder)
 	})
 	return pod, identity
-}
-
-func ptrString(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // managerRestarts is the restart count of pod's manager container.
@@ -481,23 +476,11 @@ func withArgs(t *testing.T, overlay string, args ...string) string {
 // copy's overlay directory.
 func withComponents(t *testing.T, overlay string, components ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("cp", "-r", filepath.Join(env.Root, "config"), dir).CombinedOutput(); err != nil {
-		t.Fatalf("copying config/: %v: %s", err, out)
-	}
-	kust := filepath.Join(dir, overlay, "kustomization.yaml")
-	data, err := os.ReadFile(kust)
+	dir, err := env.ConfigWithComponents(t.TempDir(), overlay, components...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data = append(data, "\ncomponents:\n"...)
-	for _, c := range components {
-		data = append(data, "  - "+c+"\n"...)
-	}
-	if err := os.WriteFile(kust, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(dir, overlay)
+	return dir
 }
 
 // servedLeaf is the certificate the webhook server at the pod's IP presents.
