@@ -78,6 +78,7 @@ type options struct {
 	renewBefore         time.Duration
 	certCheckInterval   time.Duration
 	gracefulShutdownFor time.Duration
+	shutdownDelay       time.Duration
 	rollout             rollout.Policy
 	watchNamespaces     stringList
 	excludeNamespaces   stringList
@@ -133,6 +134,7 @@ func parseFlags() *options {
 	fs.DurationVar(&o.renewBefore, "renew-before", 30*24*time.Hour, "Self mode: renew a certificate with less validity left than this.")
 	fs.DurationVar(&o.certCheckInterval, "cert-check-interval", 0, "Self mode: how often every replica checks the certificates, picks up renewed ones and keeps the CA bundle. 0: a tenth of --renew-before, between 1s and 10m.")
 	fs.DurationVar(&o.gracefulShutdownFor, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for runnables on shutdown.")
+	fs.DurationVar(&o.shutdownDelay, "shutdown-delay", 5*time.Second, "On SIGTERM, keep serving this long, every admission answered with Connection: close, so the API servers move their connections to a replica that stays, before stopping (a second signal stops at once).")
 	fs.DurationVar(&o.rollout.Debounce, "debounce", 2*time.Second, "Quiet window: changes to a workload's sources closer together than this give one rollout (annotation configstamp.io/debounce overrides). 0 rolls at once.")
 	fs.DurationVar(&o.rollout.MaxWait, "debounce-max-wait", 30*time.Second, "Longest a rollout waits for a quiet window, so a source rewritten every second still rolls.")
 	fs.IntVar(&o.rollout.MaxConcurrent, "max-concurrent-rollouts", 10, "Budget of workloads rolling at once because of configstamp; a workload holds a slot from its stamp until its rollout completes or fails. 0: unlimited.")
@@ -247,7 +249,8 @@ func run() error {
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	ctx := ctrl.SetupSignalHandler()
+	drain := &webhook.Drain{}
+	ctx := stopContext(o.shutdownDelay, drain.Begin, setupLog)
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("while creating a client: %w", err)
@@ -283,7 +286,7 @@ func run() error {
 			setupLog.Error(err, "cleaning up the certificate files")
 		}
 	}()
-	mgr, lease, err := newManager(o, cfg, scheme, webhookHost, certDir, setupLog)
+	mgr, lease, err := newManager(o, cfg, scheme, webhookHost, certDir, drain, setupLog)
 	if err != nil {
 		return err
 	}
@@ -382,7 +385,7 @@ func lister(o *options, direct client.Client) func(context.Context, workload.Kin
 // newManager makes the manager: its cache (scope, slimmed objects), metrics
 // and probe servers, webhook server, and leader election through a lease
 // whose clock fences the leader's writes (controllers/fence).
-func newManager(o *options, cfg *rest.Config, scheme *runtime.Scheme, webhookHost, certDir string, log logr.Logger) (ctrl.Manager, *fence.Lease, error) {
+func newManager(o *options, cfg *rest.Config, scheme *runtime.Scheme, webhookHost, certDir string, drain *webhook.Drain, log logr.Logger) (ctrl.Manager, *fence.Lease, error) {
 	var lease *fence.Lease
 	if o.leaderElect {
 		var err error
@@ -418,9 +421,9 @@ func newManager(o *options, cfg *rest.Config, scheme *runtime.Scheme, webhookHos
 		// The reconciler's work is idempotent; a new leader may start at once.
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &o.gracefulShutdownFor,
-		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
+		WebhookServer: drain.Server(ctrlwebhook.NewServer(ctrlwebhook.Options{
 			Host: webhookHost, Port: o.webhookPort, CertDir: certDir, TLSOpts: tlsOpts,
-		}),
+		})),
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("while creating the manager: %w", err)

@@ -71,7 +71,7 @@ func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extr
 		"--health-probe-bind-address=" + p.probeAddr, "--metrics-bind-address=" + p.metricsAddr,
 		// Plain HTTP on loopback: the benchmark scrapes without an identity.
 		"--metrics-secure=false",
-		"--graceful-shutdown-timeout=5s",
+		"--graceful-shutdown-timeout=5s", "--shutdown-delay=0s",
 	}, extra...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile

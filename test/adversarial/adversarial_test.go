@@ -301,11 +301,18 @@ func TestForgedRecordsHoldNoSlot(t *testing.T) {
 		framework.Deployment(ns, "forger", framework.OptIn, spec), framework.Deployment(ns, "donor", framework.OptIn, spec),
 		framework.Deployment(ns, "copy", framework.OptIn, unschedulable(framework.PodSpec()))), "apply", "-f", "-")
 	waitComplete(t, ns, "forger", "donor")
-	// donor gets a genuine sealed record: one rollout, completed.
+	// donor gets a genuine sealed record: one rollout, completed. forger's
+	// rollout of the same change must be over too (the budget of 1 runs them
+	// one after the other): a record forged over a rollout still under way
+	// leaves configstamp's own stamp holding the slot (at most 30 s).
 	asTenant(t, kc, framework.Manifest(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil)), "apply", "-f", "-")
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
-		r := rollout.Read(deployment(t, ns, "donor").Annotations)
-		return r.State == rollout.Completed, "donor has not completed its rollout yet"
+		for _, n := range []string{"donor", "forger"} {
+			if r := rollout.Read(deployment(t, ns, n).Annotations); r.State != rollout.Completed {
+				return false, n + " has not completed its rollout yet"
+			}
+		}
+		return true, ""
 	})
 	waitComplete(t, ns, "forger", "donor")
 	donor := deployment(t, ns, "donor").Annotations

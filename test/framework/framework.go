@@ -442,7 +442,8 @@ func (p *Process) startOnce(ctx context.Context) error {
 		"--kubeconfig=" + kubeconfig, "--namespace=" + OwnNamespace,
 		fmt.Sprintf("--webhook-port=%d", p.WebhookPort),
 		"--health-probe-bind-address=" + p.ProbeAddr, "--metrics-bind-address=" + p.MetricsAddr,
-		"--graceful-shutdown-timeout=5s",
+		// A process here is behind no Service: nothing to drain on SIGTERM.
+		"--graceful-shutdown-timeout=5s", "--shutdown-delay=0s",
 	}, append(mode, p.args...)...)
 	p.secureMetrics = metricsSecure(args)
 	metricsAddr := lastValue(args, "metrics-bind-address")
