@@ -32,6 +32,9 @@ import (
 // ErrLeaseLapsed is what a fenced write returns once the lease may be another replica's.
 var ErrLeaseLapsed = errors.New("not writing: this replica has not renewed its leader lease in time, another may hold it")
 
+// ErrNotHolder is what a release returns when the lease is another replica's.
+var ErrNotHolder = errors.New("not releasing the leader lease: another replica holds it")
+
 // Lease is a resource lock that remembers until when its holder may write:
 // hold after the start of the last Create or Update that made it the holder.
 type Lease struct {
@@ -39,8 +42,9 @@ type Lease struct {
 	hold time.Duration
 	now  func() time.Time
 
-	mu    sync.Mutex
-	until time.Time
+	mu     sync.Mutex
+	until  time.Time
+	holder string // as the last Get read it
 }
 
 // Wrap remembers the renewals made through lock. hold is the leader election's
@@ -83,22 +87,50 @@ func (l *Lease) Create(ctx context.Context, rec resourcelock.LeaderElectionRecor
 	return err
 }
 
-// Update renews, takes or releases the lease.
+// Get reads the lease and remembers its holder.
+func (l *Lease) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	rec, raw, err := l.Interface.Get(ctx)
+	if err == nil {
+		l.mu.Lock()
+		l.holder = rec.HolderIdentity
+		l.mu.Unlock()
+	}
+	return rec, raw, err
+}
+
+// Update renews, takes or releases the lease. A release (no holder) is
+// written over this replica's own lease only. client-go's release reads the
+// lease first, for its resourceVersion, but judges by the holder it saw
+// before: a replica cut off from the API server past its renew deadline, its
+// traffic back, emptied the lease the next leader had taken meanwhile (CI,
+// test/chaos), and any replica could have taken it at once while that leader
+// still wrote.
 func (l *Lease) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	began := l.now()
-	err := l.Interface.Update(ctx, rec)
+	var err error
+	if holder := l.lastHolder(); rec.HolderIdentity == "" && holder != l.Identity() {
+		err = fmt.Errorf("%w (%q)", ErrNotHolder, holder)
+	} else {
+		err = l.Interface.Update(ctx, rec)
+	}
 	l.record(began, rec, err)
 	return err
+}
+
+func (l *Lease) lastHolder() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holder
 }
 
 func (l *Lease) record(began time.Time, rec resourcelock.LeaderElectionRecord, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
-	case err == nil && rec.HolderIdentity == l.Identity():
-		l.until = began.Add(l.hold)
-	case err == nil: // released
+	case rec.HolderIdentity != l.Identity(): // released, or not: it writes no more
 		l.until = time.Time{}
+	case err == nil:
+		l.until = began.Add(l.hold)
 	}
 }
 

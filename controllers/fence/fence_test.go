@@ -14,15 +14,51 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
-// lock is a resource lock whose writes fail while fail is set.
+// lock is a resource lock whose writes fail while fail is set; the lease's
+// holder is holder, and updates counts the Updates that reached it.
 type lock struct {
 	resourcelock.Interface
-	fail error
+	fail    error
+	holder  string
+	updates int
 }
 
 func (l *lock) Create(context.Context, resourcelock.LeaderElectionRecord) error { return l.fail }
-func (l *lock) Update(context.Context, resourcelock.LeaderElectionRecord) error { return l.fail }
-func (l *lock) Identity() string                                                { return "me" }
+func (l *lock) Update(context.Context, resourcelock.LeaderElectionRecord) error {
+	l.updates++
+	return l.fail
+}
+func (l *lock) Identity() string { return "me" }
+func (l *lock) Get(context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	return &resourcelock.LeaderElectionRecord{HolderIdentity: l.holder}, nil, nil
+}
+
+// TestReleasesOnlyItsOwnLease: client-go releases the lease after reading it,
+// whoever that read shows as the holder. The release reaches the API server
+// only over this replica's own lease; over another's it is refused, and this
+// replica writes no more either way.
+func TestReleasesOnlyItsOwnLease(t *testing.T) {
+	for _, holder := range []string{"me", "the-next-leader"} {
+		inner := &lock{holder: holder}
+		lease := Wrap(inner, time.Minute)
+		if err := lease.Create(t.Context(), resourcelock.LeaderElectionRecord{HolderIdentity: "me"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := lease.Get(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		err := lease.Update(t.Context(), resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1})
+		switch mine := holder == "me"; {
+		case mine && (err != nil || inner.updates != 1):
+			t.Errorf("held by me: release returned %v with %d updates sent, want it sent", err, inner.updates)
+		case !mine && (!errors.Is(err, ErrNotHolder) || inner.updates != 0):
+			t.Errorf("held by %s: release returned %v with %d updates sent, want it refused, nothing sent", holder, err, inner.updates)
+		}
+		if !lease.Until().IsZero() {
+			t.Errorf("held by %s: after the release this replica may still write until %v", holder, lease.Until())
+		}
+	}
+}
 
 func TestWritesOnlyWithinTheRenewDeadline(t *testing.T) {
 	const hold = 3 * time.Second
