@@ -78,7 +78,8 @@ $(LOCALBIN)/configstamp: $(shell git ls-files '*.go' 2>/dev/null) go.mod go.sum
 run: build ## Run configstamp against $$KUBECONFIG (self-managed certificate, webhook on 127.0.0.1:9443).
 	$(LOCALBIN)/configstamp --kubeconfig=$${KUBECONFIG:?set KUBECONFIG} --namespace=configstamp-system \
 	  --cert-mode=self --webhook-url=https://127.0.0.1:9443 --webhook-port=9443 \
-	  --health-probe-bind-address=127.0.0.1:8081 --metrics-bind-address=127.0.0.1:8080 --log-format=console
+	  --health-probe-bind-address=127.0.0.1:8081 --metrics-bind-address=127.0.0.1:8080 --log-format=console \
+	  --shutdown-delay=0s
 
 ##@ Demo
 

@@ -25,7 +25,11 @@ poll() {
 
 stop_configstamp() {
   if [[ -f $DEMO_DIR/configstamp.pid ]]; then
-    kill "$(cat "$DEMO_DIR/configstamp.pid")" 2>/dev/null || true
+    local pid
+    pid=$(cat "$DEMO_DIR/configstamp.pid")
+    kill "$pid" 2>/dev/null || true
+    # The next one binds the same ports: wait until this one is gone.
+    poll "the previous configstamp to exit" 30 bash -c "! kill -0 $pid"
     rm -f "$DEMO_DIR/configstamp.pid"
   fi
 }
@@ -55,6 +59,7 @@ up() {
   "$BIN/configstamp" --kubeconfig="$KUBECONFIG" --namespace=configstamp-system \
     --cert-mode=self --webhook-url=https://127.0.0.1:9443 --webhook-port=9443 \
     --health-probe-bind-address=127.0.0.1:8081 --metrics-bind-address=127.0.0.1:8080 \
+    --shutdown-delay=0s \
     >"$DEMO_DIR/configstamp.log" 2>&1 &
   echo $! >"$DEMO_DIR/configstamp.pid"
   poll "configstamp /readyz" 60 curl -fsS http://127.0.0.1:8081/readyz

@@ -33,7 +33,8 @@ func memoryFloor(ctx context.Context, e *env) (procMemory, error) {
 	}
 	defer logFile.Close()
 	cmd := exec.Command(bin, "--kubeconfig="+e.cp.KubeconfigPath, "--namespace="+ownNamespace,
-		"--health-probe-bind-address="+probe, "--metrics-bind-address=127.0.0.1:0")
+		"--health-probe-bind-address="+probe, "--metrics-bind-address=127.0.0.1:0",
+		"--shutdown-delay=0s")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
