@@ -111,7 +111,8 @@ type PodsSeen struct {
 	// for nothing.
 	Started time.Time
 	// From: when the verification began; every pod of the revision made
-	// before it was available then. Zero: no readiness rule.
+	// before it, or in its second, was available then. Zero: no readiness
+	// rule.
 	From time.Time
 }
 
@@ -153,7 +154,12 @@ func podProblem(p *corev1.Pod, seen PodsSeen) string {
 	case p.Status.Phase == corev1.PodFailed:
 		return fmt.Sprintf("failed (%s: %s)", p.Status.Reason, p.Status.Message)
 	}
-	if ready, since := containersReady(p); !ready && !seen.From.IsZero() && made.Before(seen.From) {
+	// Both times have whole seconds (the API's creationTimestamp, the record's
+	// Until): a pod made in the second the verification began was made before
+	// it. On a node that starts a container in under a second, the rollout's
+	// own pod is made in that second, and a pod that went unready was passed
+	// over as a replacement still starting (CI, test/realnode).
+	if ready, since := containersReady(p); !ready && !seen.From.IsZero() && !made.After(seen.From) {
 		return fmt.Sprintf("lost its readiness at %s (%s)", since.UTC().Format(time.RFC3339), readyReason(p))
 	}
 	return ""

@@ -58,19 +58,20 @@ func TestInspectPods(t *testing.T) {
 		pods []corev1.Pod
 		want string // "" healthy, else a substring of the problem
 	}{
-		"all ready":                                 {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, initDone)}, ""},
-		"restarted, in CrashLoopBackOff":            {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, restarted)}, "pod b: container app restarted 2 times (exit code 1, Error), CrashLoopBackOff"},
-		"exited, not restarted yet":                 {[]corev1.Pod{pod("a", "v1-new", before, false, exited)}, "pod a: container app exited (exit code 3, Error), restarted 0 times"},
-		"lost readiness":                            {[]corev1.Pod{pod("a", "v1-new", before, false)}, "pod a: lost its readiness"},
-		"its node lost: no failure of the config":   {[]corev1.Pod{pod("a", "v1-new", before, true, nodeLost)}, ""},
-		"a new pod not ready yet is no failure":     {[]corev1.Pod{pod("a", "v1-new", after, false)}, ""},
-		"a new pod that crashes is":                 {[]corev1.Pod{pod("a", "v1-new", after, false, restarted)}, "pod a: container app restarted"},
-		"old revision's pods do not count":          {[]corev1.Pod{pod("a", "v1-old", before, false, restarted)}, ""},
-		"pods being deleted do not count":           {[]corev1.Pod{pod("a", "v1-new", before, false, exited, deleting)}, ""},
-		"the first problem by pod name is named":    {[]corev1.Pod{pod("z", "v1-new", before, false, exited), pod("c", "v1-new", before, false)}, "pod c: lost"},
-		"a revert's pod: restarts before the start": {[]corev1.Pod{pod("a", "v1-new", old, true, crashedAt(old.Add(time.Minute)))}, ""},
-		"a revert's pod: a restart since the start": {[]corev1.Pod{pod("a", "v1-new", old, true, crashedAt(started.Add(time.Second)))}, "pod a: container app restarted"},
-		"a revert's pod that failed long ago":       {[]corev1.Pod{pod("a", "v1-new", old, false, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, nodeLost)}, ""},
+		"all ready":                                   {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, initDone)}, ""},
+		"restarted, in CrashLoopBackOff":              {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, restarted)}, "pod b: container app restarted 2 times (exit code 1, Error), CrashLoopBackOff"},
+		"exited, not restarted yet":                   {[]corev1.Pod{pod("a", "v1-new", before, false, exited)}, "pod a: container app exited (exit code 3, Error), restarted 0 times"},
+		"lost readiness":                              {[]corev1.Pod{pod("a", "v1-new", before, false)}, "pod a: lost its readiness"},
+		"made in the second verifying began, lost it": {[]corev1.Pod{pod("a", "v1-new", from, false)}, "pod a: lost its readiness"},
+		"its node lost: no failure of the config":     {[]corev1.Pod{pod("a", "v1-new", before, true, nodeLost)}, ""},
+		"a new pod not ready yet is no failure":       {[]corev1.Pod{pod("a", "v1-new", after, false)}, ""},
+		"a new pod that crashes is":                   {[]corev1.Pod{pod("a", "v1-new", after, false, restarted)}, "pod a: container app restarted"},
+		"old revision's pods do not count":            {[]corev1.Pod{pod("a", "v1-old", before, false, restarted)}, ""},
+		"pods being deleted do not count":             {[]corev1.Pod{pod("a", "v1-new", before, false, exited, deleting)}, ""},
+		"the first problem by pod name is named":      {[]corev1.Pod{pod("z", "v1-new", before, false, exited), pod("c", "v1-new", before, false)}, "pod c: lost"},
+		"a revert's pod: restarts before the start":   {[]corev1.Pod{pod("a", "v1-new", old, true, crashedAt(old.Add(time.Minute)))}, ""},
+		"a revert's pod: a restart since the start":   {[]corev1.Pod{pod("a", "v1-new", old, true, crashedAt(started.Add(time.Second)))}, "pod a: container app restarted"},
+		"a revert's pod that failed long ago":         {[]corev1.Pod{pod("a", "v1-new", old, false, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, nodeLost)}, ""},
 		"a container that cannot be created": {[]corev1.Pod{pod("a", "v1-new", after, false, func(p *corev1.Pod) {
 			p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `couldn't find key x in ConfigMap ns/c`}
 		})}, "CreateContainerConfigError: couldn't find key x"},
