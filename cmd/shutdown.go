@@ -15,6 +15,9 @@ import (
 // handler).
 func stopContext(delay time.Duration, begin func(), log logr.Logger) context.Context {
 	signalled := ctrl.SetupSignalHandler()
+	if delay <= 0 {
+		return signalled
+	}
 	ctx, stop := context.WithCancel(context.WithoutCancel(signalled))
 	go func() {
 		<-signalled.Done()

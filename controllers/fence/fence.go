@@ -33,7 +33,7 @@ import (
 var ErrLeaseLapsed = errors.New("not writing: this replica has not renewed its leader lease in time, another may hold it")
 
 // ErrNotHolder is what a release returns when the lease is another replica's.
-var ErrNotHolder = errors.New("not releasing the leader lease: another replica holds it")
+var ErrNotHolder = errors.New("not releasing the leader lease: this replica no longer holds it")
 
 // Lease is a resource lock that remembers until when its holder may write:
 // hold after the start of the last Create or Update that made it the holder.
@@ -109,7 +109,7 @@ func (l *Lease) Update(ctx context.Context, rec resourcelock.LeaderElectionRecor
 	began := l.now()
 	var err error
 	if holder := l.lastHolder(); rec.HolderIdentity == "" && holder != l.Identity() {
-		err = fmt.Errorf("%w (%q)", ErrNotHolder, holder)
+		err = fmt.Errorf("%w (holder %q)", ErrNotHolder, holder)
 	} else {
 		err = l.Interface.Update(ctx, rec)
 	}

@@ -111,8 +111,8 @@ type PodsSeen struct {
 	// for nothing.
 	Started time.Time
 	// From: when the verification began; every pod of the revision made
-	// before it, or in its second, was available then. Zero: no readiness
-	// rule.
+	// before it was available then, and so was one made in its second that
+	// became ready and lost it since (existedAt). Zero: no readiness rule.
 	From time.Time
 }
 
@@ -154,12 +154,7 @@ func podProblem(p *corev1.Pod, seen PodsSeen) string {
 	case p.Status.Phase == corev1.PodFailed:
 		return fmt.Sprintf("failed (%s: %s)", p.Status.Reason, p.Status.Message)
 	}
-	// Both times have whole seconds (the API's creationTimestamp, the record's
-	// Until): a pod made in the second the verification began was made before
-	// it. On a node that starts a container in under a second, the rollout's
-	// own pod is made in that second, and a pod that went unready was passed
-	// over as a replacement still starting (CI, test/realnode).
-	if ready, since := containersReady(p); !ready && !seen.From.IsZero() && !made.After(seen.From) {
+	if ready, since := containersReady(p); !ready && !seen.From.IsZero() && existedAt(p, seen.From, since) {
 		return fmt.Sprintf("lost its readiness at %s (%s)", since.UTC().Format(time.RFC3339), readyReason(p))
 	}
 	return ""
@@ -201,6 +196,26 @@ func exitOf(t *corev1.ContainerStateTerminated) string {
 
 // containersReady reads the pod's ContainersReady condition: what its
 // containers' probes say (PodReady also turns False when its node is lost).
+// existedAt reports whether p, not ready since since, was one of the pods
+// verification began with at from. Both times have whole seconds (the API's
+// creationTimestamp, the record's Until): on a node that starts a container
+// in under a second the rollout's own pod is made in the second verification
+// begins (CI, test/realnode, passed over a pod that went unready). A pod made
+// in that second counts when it lost its readiness after its containers
+// started: a pod still starting has been not ready since before they ran.
+func existedAt(p *corev1.Pod, from, since time.Time) bool {
+	made := p.CreationTimestamp.Time
+	if !made.Equal(from) {
+		return made.Before(from)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if r := cs.State.Running; r == nil || !since.After(r.StartedAt.Time) {
+			return false
+		}
+	}
+	return len(p.Status.ContainerStatuses) > 0
+}
+
 func containersReady(p *corev1.Pod) (bool, time.Time) {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.ContainersReady {

@@ -52,6 +52,12 @@ func TestInspectPods(t *testing.T) {
 		p.Status.Conditions[0].Status, p.Status.Conditions[0].Reason = corev1.ConditionFalse, "NodeNotReady"
 	}
 	deleting := func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: from} }
+	// running: the container runs since at (the pod's readiness changed at from+5s).
+	running := func(at time.Time) func(p *corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(at)}
+		}
+	}
 	before, after := from.Add(-10*time.Second), from.Add(10*time.Second)
 	old := started.Add(-time.Hour) // a pod of a revision a revert brings back
 	tests := map[string]struct {
@@ -62,7 +68,8 @@ func TestInspectPods(t *testing.T) {
 		"restarted, in CrashLoopBackOff":              {[]corev1.Pod{pod("a", "v1-new", before, true), pod("b", "v1-new", before, true, restarted)}, "pod b: container app restarted 2 times (exit code 1, Error), CrashLoopBackOff"},
 		"exited, not restarted yet":                   {[]corev1.Pod{pod("a", "v1-new", before, false, exited)}, "pod a: container app exited (exit code 3, Error), restarted 0 times"},
 		"lost readiness":                              {[]corev1.Pod{pod("a", "v1-new", before, false)}, "pod a: lost its readiness"},
-		"made in the second verifying began, lost it": {[]corev1.Pod{pod("a", "v1-new", from, false)}, "pod a: lost its readiness"},
+		"made in the second verifying began, lost it": {[]corev1.Pod{pod("a", "v1-new", from, false, running(from))}, "pod a: lost its readiness"},
+		"made in that second, still starting":         {[]corev1.Pod{pod("a", "v1-new", from, false, running(from.Add(6*time.Second)))}, ""},
 		"its node lost: no failure of the config":     {[]corev1.Pod{pod("a", "v1-new", before, true, nodeLost)}, ""},
 		"a new pod not ready yet is no failure":       {[]corev1.Pod{pod("a", "v1-new", after, false)}, ""},
 		"a new pod that crashes is":                   {[]corev1.Pod{pod("a", "v1-new", after, false, restarted)}, "pod a: container app restarted"},
