@@ -194,8 +194,6 @@ func exitOf(t *corev1.ContainerStateTerminated) string {
 	return out + ")"
 }
 
-// containersReady reads the pod's ContainersReady condition: what its
-// containers' probes say (PodReady also turns False when its node is lost).
 // existedAt reports whether p, not ready since since, was one of the pods
 // verification began with at from. Both times have whole seconds (the API's
 // creationTimestamp, the record's Until): on a node that starts a container
@@ -216,6 +214,8 @@ func existedAt(p *corev1.Pod, from, since time.Time) bool {
 	return len(p.Status.ContainerStatuses) > 0
 }
 
+// containersReady reads the pod's ContainersReady condition: what its
+// containers' probes say (PodReady also turns False when its node is lost).
 func containersReady(p *corev1.Pod) (bool, time.Time) {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.ContainersReady {
