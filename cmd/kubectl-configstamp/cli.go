@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	cswl "github.com/configstamp/configstamp/controllers/workload"
@@ -28,14 +28,20 @@ import (
 
 // options are the flags every command shares, and where it writes.
 type options struct {
+	// configFlags are kubectl's connection flags (--kubeconfig, --context,
+	// -n, --server, --token, --as, --request-timeout, ...).
+	configFlags *genericclioptions.ConfigFlags
+	// namespace is -n (from configFlags once the flags are read).
 	namespace     string
 	allNamespaces bool
 	output        string
 	filename      string
-	kubeconfig    string
-	context       string
 	noColor       bool
 	kindsConfig   string
+	// version's own flags.
+	clientOnly        bool
+	managerNamespace  string
+	managerDeployment string
 	// registry holds the workload kinds as configstamp does: the built-in
 	// ones and those of --kinds-config, read with the dynamic client.
 	registry *cswl.Registry
@@ -57,22 +63,19 @@ func (o *options) clock() time.Time {
 	return time.Now()
 }
 
-// connect builds a client from the user's kubeconfig, as kubectl does
-// (--kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context; -n).
+// connect builds a client from the connection flags, as kubectl does
+// (--kubeconfig, else $KUBECONFIG, else ~/.kube/config; --context, --cluster,
+// --user, --server, --token, --as, --request-timeout, ...; -n).
 func (o *options) connect() error {
 	if o.client != nil {
 		return nil
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.context}
-	overrides.Context.Namespace = o.namespace
-	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	rest, err := cfg.ClientConfig()
+	loader := o.configFlags.ToRawKubeConfigLoader()
+	rest, err := loader.ClientConfig()
 	if err != nil {
 		return fmt.Errorf("while loading the kubeconfig: %w", err)
 	}
-	rest.UserAgent = "kubectl-configstamp"
+	rest.UserAgent = "kubectl-configstamp/" + version
 	if o.client, err = kubernetes.NewForConfig(rest); err != nil {
 		return fmt.Errorf("while making a client: %w", err)
 	}
@@ -82,7 +85,7 @@ func (o *options) connect() error {
 	if o.dynamic, err = dynamic.NewForConfig(rest); err != nil {
 		return fmt.Errorf("while making a dynamic client: %w", err)
 	}
-	if o.defaultNamespace, _, err = cfg.Namespace(); err != nil {
+	if o.defaultNamespace, _, err = loader.Namespace(); err != nil {
 		return fmt.Errorf("while reading the namespace from the kubeconfig: %w", err)
 	}
 	return nil

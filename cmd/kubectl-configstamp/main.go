@@ -4,28 +4,62 @@
 // which waves are in flight, and lifts a halt. It runs with the user's own
 // kubeconfig and permissions and only reads, except `resume`.
 //
+// The command line is kubectl's: cobra commands and the connection flags of
+// k8s.io/cli-runtime (genericclioptions.ConfigFlags: --kubeconfig, --context,
+// --cluster, --user, -n, --server, --token, --as, --request-timeout, ...),
+// with kubectl's flag forms (-oyaml, -o=json, -n=x, --namespace x), flags
+// before or after the command and its arguments.
+//
 // Output is a table for people (colour only on a terminal) or, with -o json or
-// -o yaml, a document for scripts. Exit codes: 0 done, 1 an error, 2 a usage
-// error. Nothing it prints reveals Secret data.
+// -o yaml, a document for scripts whose field names are stable (output.go).
+// Exit codes: 0 done, 1 an error, 2 a usage error. Nothing it prints reveals
+// Secret data.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"slices"
+	"path/filepath"
+	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
+
+// version is the plugin's version, set at link time (hack/release.mk):
+//
+//	go build -ldflags "-X main.version=v0.3.0" ./cmd/kubectl-configstamp
+var version = "devel"
+
+// completionName is the name under which kubectl (1.26 and later) runs a
+// plugin's completion helper: `kubectl configstamp <TAB>` runs
+// kubectl_complete-configstamp from PATH with cobra's __complete arguments.
+// Run under that name (a symlink to this binary), the plugin answers them.
+const completionName = "kubectl_complete-configstamp"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, argsOf(os.Args), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// argsOf is the command line without the program name; run as
+// kubectl_complete-configstamp it is a completion request.
+func argsOf(osArgs []string) []string {
+	if len(osArgs) == 0 {
+		return nil
+	}
+	if strings.TrimSuffix(filepath.Base(osArgs[0]), ".exe") == completionName {
+		return append([]string{cobra.ShellCompRequestCmd}, osArgs[1:]...)
+	}
+	return osArgs[1:]
 }
 
 // Exit codes, as kubectl's.
@@ -45,44 +79,56 @@ func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(forma
 // command is one subcommand.
 type command struct {
 	name, args, short string
+	// long is the rest of its help: what it prints, then its -o json|yaml
+	// fields (output.go).
+	long string
 	// positional is the number of positional arguments it takes.
 	positional int
 	run        func(ctx context.Context, o *options, args []string) error
+	// flags adds the command's own flags (nil: none).
+	flags func(fs *pflag.FlagSet, o *options)
+	// complete proposes its positional argument (nil: none).
+	complete func(ctx context.Context, o *options, toComplete string) ([]string, cobra.ShellCompDirective)
 }
 
 var commands = []command{
-	{"who-uses", "configmap/NAME|secret/NAME", "workloads that reference a ConfigMap or Secret: how, which keys, opted in or not", 1, runWhoUses},
-	{"plan", "-f FILE", "which workloads would roll if a ConfigMap/Secret manifest were applied, and which would not", 0, runPlan},
-	{"why", "KIND/NAME", "a workload's last configstamp rollout: when, caused by what, its state now, its events", 1, runWhy},
-	{"status", "", "rollouts in flight cluster-wide: rolling, verifying and halted workloads, budget in use", 0, runStatus},
-	{"resume", "KIND/NAME", "lift the halt a failed workload carries (removes configstamp.io/halted)", 1, runResume},
+	{name: "who-uses", args: "configmap/NAME|secret/NAME", positional: 1, run: runWhoUses, complete: completeSource,
+		short: "workloads that reference a ConfigMap or Secret: how, which keys, opted in or not", long: whoUsesLong},
+	{name: "plan", args: "-f FILE", run: runPlan,
+		short: "which workloads would roll if a ConfigMap/Secret manifest were applied, and which would not", long: planLong},
+	{name: "why", args: "KIND/NAME", positional: 1, run: runWhy, complete: completeWorkload,
+		short: "a workload's last configstamp rollout: when, caused by what, its state now, its events", long: whyLong},
+	{name: "status", run: runStatus,
+		short: "rollouts in flight cluster-wide: rolling, verifying and halted workloads, budget in use", long: statusLong},
+	{name: "resume", args: "KIND/NAME", positional: 1, run: runResume, complete: completeWorkload,
+		short: "lift the halt a failed workload carries (removes configstamp.io/halted)", long: resumeLong},
+	{name: "version", run: runVersion, flags: versionFlags,
+		short: "the plugin's version and the version of configstamp the cluster runs", long: versionLong},
 }
 
-func usage(w io.Writer) {
-	_, _ = fmt.Fprint(w, "kubectl configstamp: see and steer configstamp.\n\nUsage:\n  kubectl configstamp COMMAND [flags]\n\nCommands:\n")
-	for _, c := range commands {
-		_, _ = fmt.Fprintf(w, "  %-9s %-27s %s\n", c.name, c.args, c.short)
-	}
-	_, _ = fmt.Fprint(w, `
-Flags:
-  -n, --namespace NS       namespace (default: the kubeconfig context's)
-  -A, --all-namespaces     every namespace (who-uses, status)
-  -o, --output FORMAT      json, yaml or wide (default: a table)
-  -f, --filename FILE      the manifest to plan ("-": standard input)
-      --kubeconfig PATH    kubeconfig file (default: $KUBECONFIG, ~/.kube/config)
-      --context NAME       kubeconfig context
-      --no-color           never colour the output (NO_COLOR does the same)
-      --kinds-config FILE  the extra kinds configstamp runs with (its --kinds-config,
-                           e.g. config/kinds/argo-rollouts/kinds.yaml; default
-                           $CONFIGSTAMP_KINDS_CONFIG): read them as workloads too
+const rootLong = `kubectl configstamp: see and steer configstamp.
 
-Exit codes: 0 done, 1 error, 2 usage error.
-`)
-}
+It uses your kubeconfig and your permissions, as kubectl does (the same
+connection flags: --kubeconfig, --context, --cluster, --user, -n, --server,
+--token, --as, --as-group, --request-timeout, ...). Flags may come before or
+after the command and its arguments.
+
+Output: a table for people (colour only on a terminal; --no-color or NO_COLOR
+turn it off), -o wide for more columns, -o json or -o yaml for scripts. The
+field names of -o json|yaml are stable (fields may be added, none renamed or
+removed); each command's help lists them.
+
+Completion: kubectl configstamp completion bash|zsh|fish|powershell prints
+the script for kubectl-configstamp. For "kubectl configstamp <TAB>" (kubectl
+1.26 and later), put an executable kubectl_complete-configstamp on PATH: a
+symlink to kubectl-configstamp, or a script running
+"kubectl configstamp __complete \"$@\"".
+
+Exit codes: 0 done, 1 error, 2 usage error.`
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, cmd, rest, err := parse(args, stdout)
+	o, cmd, rest, err := parseArgs(ctx, args, stdout, stderr)
 	if err == nil && cmd != nil {
 		o.out, o.errOut = stdout, stderr
 		err = cmd.run(ctx, o, rest)
@@ -91,7 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, pflag.ErrHelp):
 		return exitOK
 	case errors.As(err, &ue):
 		_, _ = fmt.Fprintf(stderr, "error: %s\nSee 'kubectl configstamp --help'.\n", ue.msg)
@@ -102,70 +148,92 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// parse reads the command line. Flags may come before or after the command
-// and its arguments, as with kubectl.
+// parse reads the command line (see parseArgs); help and completion write
+// to stdout.
 func parse(args []string, stdout io.Writer) (*options, *command, []string, error) {
-	o := &options{}
-	fs := flag.NewFlagSet("kubectl-configstamp", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	for _, name := range []string{"n", "namespace"} {
-		fs.StringVar(&o.namespace, name, "", "")
-	}
-	for _, name := range []string{"A", "all-namespaces"} {
-		fs.BoolVar(&o.allNamespaces, name, false, "")
-	}
-	for _, name := range []string{"o", "output"} {
-		fs.StringVar(&o.output, name, "", "")
-	}
-	for _, name := range []string{"f", "filename"} {
-		fs.StringVar(&o.filename, name, "", "")
-	}
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "")
-	fs.StringVar(&o.context, "context", "", "")
-	fs.BoolVar(&o.noColor, "no-color", false, "")
-	fs.StringVar(&o.kindsConfig, "kinds-config", "", "")
-	var help bool
-	fs.BoolVar(&help, "h", false, "")
-	fs.BoolVar(&help, "help", false, "")
+	return parseArgs(context.Background(), args, stdout, io.Discard)
+}
 
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, nil, nil, usagef("%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if help || len(positional) == 0 {
-		usage(stdout)
-		if help {
-			return nil, nil, nil, flag.ErrHelp
-		}
-		return nil, nil, nil, usagef("no command given")
-	}
-	i := slices.IndexFunc(commands, func(c command) bool { return c.name == positional[0] })
-	if i < 0 {
-		return nil, nil, nil, usagef("unknown command %q", positional[0])
-	}
-	cmd := &commands[i]
-	rest := positional[1:]
-	if len(rest) != cmd.positional {
-		return nil, nil, nil, usagef("%s takes %d argument(s): kubectl configstamp %s %s", cmd.name, cmd.positional, cmd.name, cmd.args)
-	}
-	switch o.output {
-	case "", "wide", "json", "yaml":
-	default:
-		return nil, nil, nil, usagef("unknown output format %q: use json, yaml or wide", o.output)
-	}
-	if o.allNamespaces && o.namespace != "" {
-		return nil, nil, nil, usagef("-n and -A exclude each other")
-	}
-	if err := o.loadKinds(); err != nil {
+// parseArgs reads the command line. It returns the command to run with its
+// options and arguments, or no command when the command line was answered
+// already (--help, help, completion, __complete).
+func parseArgs(ctx context.Context, args []string, stdout, stderr io.Writer) (*options, *command, []string, error) {
+	o := &options{configFlags: genericclioptions.NewConfigFlags(true)}
+	var chosen *command
+	var rest []string
+	root := newRoot(o, func(c *command, args []string) { chosen, rest = c, args })
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
 		return nil, nil, nil, err
 	}
-	return o, cmd, rest, nil
+	if chosen == nil {
+		return nil, nil, nil, nil
+	}
+	return o, chosen, rest, nil
+}
+
+// newRoot builds the command tree on o. A command line naming one of
+// commands calls chosen with it and its arguments, once its flags are read
+// and checked; run then runs it.
+func newRoot(o *options, chosen func(*command, []string)) *cobra.Command {
+	cobra.EnableCommandSorting = false // the order of commands
+	root := &cobra.Command{
+		Use:   "kubectl-configstamp",
+		Short: "see and steer configstamp",
+		Long:  rootLong,
+		// Help and usage name it as kubectl runs it.
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl configstamp"},
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_ = cmd.Help()
+			return usagef("no command given")
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef("%v", err) })
+	o.addFlags(root)
+	for i := range commands {
+		c := &commands[i]
+		sub := &cobra.Command{
+			Use:   strings.TrimSpace(c.name + " " + c.args),
+			Short: c.short,
+			Long:  c.short + ".\n\n" + c.long,
+			Args: func(_ *cobra.Command, args []string) error {
+				if len(args) != c.positional {
+					return usagef("%s takes %d argument(s): kubectl configstamp %s %s", c.name, c.positional, c.name, c.args)
+				}
+				return nil
+			},
+			RunE: func(_ *cobra.Command, args []string) error {
+				if err := o.check(); err != nil {
+					return err
+				}
+				chosen(c, args)
+				return nil
+			},
+		}
+		if c.flags != nil {
+			c.flags(sub.Flags(), o)
+		}
+		if c.complete != nil {
+			sub.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+				if len(args) >= c.positional || o.checkForCompletion() != nil {
+					return nil, cobra.ShellCompDirectiveNoFileComp
+				}
+				return c.complete(cmd.Context(), o, toComplete)
+			}
+		} else {
+			sub.ValidArgsFunction = cobra.NoFileCompletions
+		}
+		root.AddCommand(sub)
+	}
+	return root
 }

@@ -385,7 +385,7 @@ func runPlan(ctx context.Context, o *options, _ []string) error {
 	for _, s := range skipped {
 		_, _ = fmt.Fprintf(o.errOut, "warning: %s skipped: plan reads ConfigMaps and Secrets\n", s)
 	}
-	if done, err := o.machine(map[string]any{"objects": results}); done {
+	if done, err := o.machine(planOutput{Objects: results}); done {
 		return err
 	}
 	for i, res := range results {

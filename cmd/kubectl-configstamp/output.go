@@ -1,0 +1,135 @@
+package main
+
+// The help of each command: what it prints and, for scripts, the fields of
+// its -o json|yaml document. Those are the json tags of the result types
+// (statusResult, whyResult, whoUsesResult, planOutput, resumeResult,
+// versionResult); the names are stable: fields may be added, none renamed or
+// removed. TestOutputFieldsDocumented checks that every field is named here,
+// testdata/*.json holds the documents of a fixed cluster.
+
+const whoUsesLong = `Every workload that references it, how (volume, projected, envFrom, keyRef,
+extra, rollout-selector), which keys (*: all), whether it is opted in, and
+whether a change of those keys rolls it. -o wide adds where (the volume,
+container or annotation); -A looks in every namespace.
+
+Output (-o json|yaml), one object:
+  kind, name       the ConfigMap or Secret
+  namespace        its namespace (absent with -A)
+  workloads[]      the workloads that reference it:
+    namespace, kind, name
+    optedIn        it or its namespace carries configstamp.io/enabled
+    rolls          a change of the referenced keys rolls it
+    allKeys        it references every key; else keys[] lists them
+    keys[]         the referenced keys (absent with allKeys)
+    references[]   each way it references the object:
+      via          volume, projected, envFrom, keyRef, extra or rollout-selector
+      where        the volume, container, annotation or selector
+      allKeys, keys[]  as above, for this reference`
+
+const planLong = `What applying a ConfigMap/Secret manifest (-f FILE, "-" for standard input)
+would roll, computed as client-side kubectl apply would change the live
+object, before you apply it. Secret values are compared, never printed.
+
+Output (-o json|yaml), one object:
+  objects[]          one per ConfigMap or Secret of the file:
+    kind, namespace, name
+    exists           it exists (false: applying creates it)
+    changedKeys[]    the keys added, removed or modified, referenced or not
+    metadataChanged  its annotations change
+    workloads[]      the workloads of its namespace that reference it:
+      kind, name
+      rolls          applying the manifest rolls it
+      reason         why it rolls or not
+      keys[]         the keys behind the verdict (names only)
+      newSnapshot    it is pinned and rolls onto a new snapshot`
+
+const whyLong = `The workload's last configstamp rollout, from its annotations and events:
+when, caused by which change (Kind/name@content), its state now, why it
+failed, the halt it carries or waits on. -o wide shows every event of the
+workload, not only configstamp's.
+
+Output (-o json|yaml), one object:
+  namespace, kind, name
+  optedIn          it or its namespace carries configstamp.io/enabled
+  selectedBy[]     the objects whose rollout selector matches it (Kind/name)
+  stamp            its configstamp.io/config-hash (absent: none)
+  sources[]        the objects its last record names (Kind/name)
+  state            none, rolling, verifying, completed or failed
+  started          when its last rollout started (RFC 3339; absent: none)
+  verifyUntil      verifying: when its verification window ends
+  failure          failed: why, from its latest RolloutFailed event
+  causes[]         the changes its last rollout rolled:
+    source         Kind/name
+    content        the content id (keyed: reveals nothing of the data)
+  halted[]         the changes it halts ({source, content})
+  pinned[]         the snapshots it reads instead of its sources (Kind/source=snapshot)
+  rolledBackTo     the stamp a user rolled it back to, while pinned to it
+  waitingOn        the halt it waits on (absent: none):
+    change         Kind/name@content
+    haltedBy[]     the workloads halting it (kind/name)
+    message        its RolloutHalted event
+    eventTime      when (RFC 3339)
+  summary          what it means now (the Now: line)
+  events[]         its events, oldest first:
+    type, reason, count
+    lastSeen       RFC 3339
+    from           the component that reported it
+    message`
+
+const statusLong = `Rollouts in flight, cluster-wide (-n narrows): the budget in use, the
+workloads rolling or verifying, the halted workloads and who waits on them,
+the workloads a user rolled back.
+
+Output (-o json|yaml), one object:
+  budgetInUse      the workloads rolling or verifying (each holds a slot of
+                   --max-concurrent-rollouts)
+  rolling[]        those workloads:
+    namespace, kind, name
+    state          rolling or verifying
+    started        RFC 3339 (absent: unknown)
+    verifyUntil    verifying: when its verification window ends
+    causes[]       {source, content}: the changes it rolls
+  halted[]         the workloads that halt a failed change:
+    namespace, kind, name
+    changes[]      {source, content}
+    waiting[]      the workloads waiting on it (kind/name)
+  rolledBack[]     the pinned workloads a user rolled back:
+    namespace, kind, name
+    stamp          the stamp of the revision it runs
+    pinned[]       Kind/source=snapshot`
+
+const resumeLong = `Removes configstamp.io/halted from the workload (a JSON merge patch,
+conditional on the resourceVersion read); the workloads waiting on the halt
+roll within seconds, unless another workload still halts a change of the
+same source.
+
+Output (-o json|yaml), one object:
+  namespace, kind, name
+  lifted[]         the changes whose halt was lifted ({source, content})
+  stillHaltedBy[]  the workloads still halting a change of the same sources`
+
+const versionLong = `The plugin's version and configstamp's: read from the manager Deployment
+(GET deployments/configstamp-controller-manager in configstamp-system; the
+"view" role allows it): its app.kubernetes.io/version label, that label on its
+pod template, else the tag of the manager container's image. "unknown" when
+the Deployment cannot be read or says no version. --client: the plugin's
+only.
+
+Output (-o json|yaml), one object:
+  client
+    version            the plugin's (devel: built without a version)
+    goVersion
+    platform           GOOS/GOARCH
+  server               configstamp's (absent with --client):
+    version            or unknown
+    source             where version was read (label app.kubernetes.io/version,
+                       pod template label app.kubernetes.io/version, image tag)
+    namespace, deployment  the manager Deployment
+    image              its manager container's image
+    error              why it could not be read
+  kubernetesVersion    the API server's gitVersion`
+
+// planOutput is `plan -o json|yaml`: one result per object of the file.
+type planOutput struct {
+	Objects []planResult `json:"objects"`
+}
