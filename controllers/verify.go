@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,57 +20,71 @@ import (
 // need them, and a pod cache would grow with the cluster.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 
+// ReasonPodsUnreadable: configstamp may not list pods, so it judges
+// rollouts by the workloads' status alone.
+const ReasonPodsUnreadable = "PodsUnreadable"
+
 // verification is what the rules need to judge obj's rollout beyond its
-// status: its verification window and, while its rollout is verifying or a
-// failed rollout of it halts its change, the first sign of failure among the
-// pods of its current revision (its own pods, stamped like its template),
-// read live: once per judgement, which happens on a status change of the
-// workload and at the window's end. Only a record configstamp sealed asks
-// for the read, so a tenant's hand-written state costs nothing. A read that
-// fails leaves the pods unread (the rollout is not completed unseen) and the
-// rest of the reconcile goes on: a fix can still supersede it.
+// status: its verification window and, while its pods are watched
+// (rollout.Watched: its rollout is open, its failure halts its change, or it
+// completed a change that still rolls to other workloads), what the pods of
+// its current revision (its own pods, stamped like its template) show, read
+// live at each judgement: on a status change of the workload, at each poll
+// of an open rollout (rollout.PodPoll) and at the window's end. Only a
+// record configstamp sealed asks for the read, so a tenant's hand-written
+// state costs nothing. A read that fails leaves the pods unread (the rollout
+// is not completed unseen, no halt lifts) and the rest of the reconcile goes
+// on: a fix can still supersede it.
 func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object) rollout.Verification {
 	window, _ := rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow) // a bad value is told by compute
 	v := rollout.Verification{Window: rollout.EffectiveWindow(obj, window)}
-	if as := rollout.Read(obj.GetAnnotations()); as.State != rollout.Verifying && (as.State != rollout.Failed || as.Halted == "") {
-		return v // nothing to read: no seal to check either (most workloads, most reconciles)
+	if as := rollout.Read(obj.GetAnnotations()); as.State == rollout.None {
+		return v // nothing to read: no seal to check either (most workloads)
 	}
 	rec, err := rollout.Verify(obj, r.Scheduler.Keys)
 	if err != nil {
 		return v
 	}
-	seen := rollout.PodsSeen{Started: rec.Started}
-	switch {
-	case rec.State == rollout.Verifying:
-		seen.From = rec.Until.Add(-v.Window)
-	case rec.State == rollout.Failed && rec.Halted != "":
-		// Read only when the workload is complete: it may then resume.
-		if complete, _ := rollout.Complete(r.Kind, obj); !complete {
-			return v
-		}
-	default:
+	complete, _ := rollout.Complete(r.Kind, obj)
+	ongoing := rec.State == rollout.Completed &&
+		r.Scheduler.Ongoing(ctx, rollout.Key{Kind: r.Kind.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}, rollout.ParseChanges(rec.Cause))
+	rule, watched := rollout.Watched(rec, complete, ongoing)
+	tmpl := r.Kind.PodTemplate(obj)
+	if !watched || r.APIReader == nil || tmpl == nil || len(tmpl.Labels) == 0 {
 		return v
 	}
-	tmpl := r.Kind.PodTemplate(obj)
-	if r.APIReader == nil || tmpl == nil || len(tmpl.Labels) == 0 {
-		return v
+	now := time.Now()
+	seen := rollout.PodsSeen{Rule: rule, Hash: tmpl.Annotations[stamp.AnnotationHash], Started: rec.Started, Now: now}
+	switch rule {
+	case rollout.RuleVerifying:
+		seen.From = rec.Until.Add(-v.Window)
+	case rollout.RuleLasting: // crashes before the last window are history
+		seen.Started = now.Add(-v.Window)
 	}
 	pods := &corev1.PodList{}
-	err = r.APIReader.List(ctx, pods, client.InNamespace(obj.GetNamespace()), client.MatchingLabels(tmpl.Labels))
+	// ResourceVersion "0": served from the API server's watch cache, not
+	// etcd; a poll a moment behind is judged again at the next.
+	err = r.APIReader.List(ctx, pods, client.InNamespace(obj.GetNamespace()), client.MatchingLabels(tmpl.Labels),
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
 	switch {
 	case apierrors.IsForbidden(err):
 		// An installation whose RBAC predates verification: judged by the
-		// workload's status alone.
-		log.FromContext(ctx).Info("cannot list pods: the rollout is verified by the workload's status only", "error", err.Error())
+		// workload's status only, and said so once per workload and process.
+		if _, told := r.podsUnreadable.LoadOrStore(obj.GetUID(), true); !told {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonPodsUnreadable, "Verify",
+				"configstamp may not list pods (%s): its rollouts are judged by the workload's status only; a crash, a config error or a lost readiness "+
+					"is seen only at the progress deadline. Grant list on pods (config/rbac)", err.Error())
+		}
 		return v
 	case err != nil:
-		log.FromContext(ctx).Error(err, "while reading the pods of a rollout under verification")
+		log.FromContext(ctx).Error(err, "while reading the pods of a rollout")
 		v.Unread = true
 		return v
 	}
-	seen.Hash, seen.Pods = tmpl.Annotations[stamp.AnnotationHash], ownPods(obj, pods.Items)
-	v.Problem = rollout.InspectPods(seen)
-	return v
+	seen.Pods = ownPods(obj, pods.Items)
+	found := rollout.InspectPods(seen)
+	found.Window = v.Window
+	return found
 }
 
 // ownPods are the pods whose controller is obj, or one of obj's ReplicaSets

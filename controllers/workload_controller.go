@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,6 +74,10 @@ type WorkloadReconciler struct {
 	// Adopted is closed once the previous release's records are taken over
 	// (Adopter); reconciles wait for it. Nil: nothing to wait for.
 	Adopted <-chan struct{}
+
+	// podsUnreadable: the workloads (by UID) told that their pods cannot be
+	// listed (ReasonPodsUnreadable), once per process.
+	podsUnreadable sync.Map
 }
 
 var _ reconcile.Reconciler = &WorkloadReconciler{}

@@ -111,7 +111,20 @@ type Decision struct {
 func (s *Scheduler) Decide(ctx context.Context, o Observation) (Decision, error) {
 	sit := s.situation(ctx, o)
 	plan := Rules(sit, s.Policy)
+	d, err := s.take(ctx, sit, plan)
+	if plan.Recheck > 0 && (d.After == 0 || plan.Recheck < d.After) {
+		d.After = plan.Recheck
+	}
+	return d, err
+}
+
+// take is the step plan as the scheduler takes it, with its own state.
+func (s *Scheduler) take(ctx context.Context, sit Situation, plan Plan) (Decision, error) {
+	o := sit.Observation
 	d := Decision{Verb: plan.Step.verb(), Record: plan.Record, Judged: sit.Record, Causes: sit.Causes, Failure: plan.Failure, After: plan.After}
+	if !sit.Record.Open() || plan.Step == StepClose {
+		s.forgetProgress(o.Key)
+	}
 	switch plan.Step {
 	case StepGone:
 		s.settle(o.Key)
@@ -149,6 +162,9 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 		sit.Causes = Causes(o.Object.GetAnnotations(), o.Sources)
 	}
 	sit.Stamping = s.stamping(o.Key)
+	if sit.Record.Open() {
+		sit.Progressed = s.progressed(o.Key, statusMark(o.Kind, o.Object), sit.Now)
+	}
 	return sit
 }
 
@@ -156,16 +172,24 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 // window has passed and, unless it supersedes its own rollout under way (it
 // is being followed: the rollout is judged again by then), a slot is granted.
 func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Duration) (Decision, error) {
-	d, open, err := s.open(ctx, sit, following > 0)
+	// A change that supersedes the rollout under way keeps its slot, but
+	// only within the bound of the stamp that first took it: past it, the
+	// new rollout asks for a slot like any other (no tenant holds one
+	// forever by changing its config again and again).
+	keeps := following > 0 && s.holdsSlot(sit.Record, sit.Object, sit.Now)
+	d, open, err := s.open(ctx, sit, keeps)
 	if !open || err != nil {
-		if following > 0 && d.After > following {
+		if following > 0 && (d.After == 0 || d.After > following) {
 			d.After = following // the rollout under way is judged by its deadline meanwhile
 		}
 		return d, err
 	}
-	d = Decision{Verb: Stamp, Supersedes: following > 0, Judged: sit.Record, Causes: sit.Causes}
+	d = Decision{Verb: Stamp, Supersedes: keeps, Judged: sit.Record, Causes: sit.Causes}
 	if s.Policy.Tracks() {
 		start := StartRecord(sit.Now, sit.Causes, NothingToWaitFor(sit.Kind, sit.Object))
+		if keeps {
+			start.Started = sit.Record.Started // the slot's bound counts from the first stamp
+		}
 		d.Record = &start
 	}
 	return d, nil
@@ -177,7 +201,9 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	if d, halted, err := s.checkHalt(ctx, sit); halted || err != nil {
 		return d, false, err
 	}
-	if wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority); wait > 0 {
+	wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority)
+	s.wants(o.Key, sit.Causes)
+	if wait > 0 {
 		return Decision{After: wait}, false, nil
 	}
 	if supersedes { // its rollout holds a slot already, and keeps it

@@ -79,8 +79,8 @@ func TestDecideStates(t *testing.T) {
 		{name: "a change during its own rollout supersedes it, budget full or not", rolling: []client.Object{rollingDeployment("ns", "other", t0)},
 			obj: workloadIn("w", false, &open), ours: true, need: NeedRollout, want: Stamp,
 			check: func(t *testing.T, d Decision) {
-				if !d.Supersedes || d.Record == nil || !d.Record.Started.Equal(t0) {
-					t.Errorf("stamp %+v: want it to supersede, its record restarted now", d)
+				if !d.Supersedes || d.Record == nil || !d.Record.Started.Equal(open.Started) || d.Record.Cause != FormatChanges(cause) {
+					t.Errorf("stamp %+v: want it to supersede, its record of the new change started with the slot's first stamp", d)
 				}
 			}},
 		{name: "rollout not followed (no budget, no halt): no record", policy: Policy{ProgressDeadline: deadline},
@@ -177,5 +177,44 @@ func TestDecideNeverStampsTwice(t *testing.T) {
 	o.Object, o.Need = workloadIn("w", false, d.Record), NeedNothing
 	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Idle || d.After <= StaleRecheck {
 		t.Fatalf("the stamp seen: %+v, %v; want to follow the rollout by its deadline", d, err)
+	}
+}
+
+// A change that supersedes a rollout under way keeps its slot only within
+// the bound of the stamp that first took it (progress deadline + window +
+// slotGrace): a tenant who changes its config again and again holds no slot
+// past that, and its next change waits for a slot like any other.
+func TestSupersedingKeepsTheSlotWithinItsBound(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	first := StartRecord(t0, []Change{{Ref: ref, Content: "00aa"}}, false)
+	inCache := workloadIn("w", false, &first)
+	policy := Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute, VerifyWindow: 30 * time.Second, HaltOnFailure: true}
+	s, c := newTestScheduler(t, policy, inCache)
+	s.Halts = haltsFunc(func() string { return "" })
+	// change: a new change of the source while the rollout under way, which
+	// keeps progressing (its status moves), is open with rec.
+	change := func(content string, rec Record) Observation {
+		w := workloadIn("w", false, &rec)
+		w.Status.UpdatedReplicas = int32(c.now().Sub(t0) / time.Second)
+		return Observation{Key: dep("w"), Object: w, Ours: true, Need: NeedRollout, Hash: "v1-" + content,
+			Sources: map[stamp.ObjectRef]string{ref: content}}
+	}
+
+	c.advance(50 * time.Second)
+	d, err := s.Decide(t.Context(), change("00bb", first))
+	if err != nil || d.Verb != Stamp || !d.Supersedes || !d.Record.Started.Equal(t0) {
+		t.Fatalf("within the bound: %+v %v; want a superseding stamp that keeps the first stamp's start", d, err)
+	}
+	if w, _ := s.Acquire(t.Context(), depIn("other", "a"), 0, true); w == 0 {
+		t.Fatal("another namespace's workload got the slot the superseded rollout holds")
+	}
+
+	c.advance(time.Minute + 30*time.Second + slotGrace - 50*time.Second + time.Second) // just past t0 + deadline + window + grace
+	if w, _ := s.Acquire(t.Context(), depIn("other", "a"), 0, true); w != 0 {
+		t.Fatalf("past the bound of the first stamp the slot is still held (wait %v): a tenant starves the budget", w)
+	}
+	d, err = s.Decide(t.Context(), change("00cc", *d.Record))
+	if err != nil || d.Verb != Idle || d.After <= 0 {
+		t.Fatalf("past the bound, the budget full: %+v %v; want the new change to wait for a slot", d, err)
 	}
 }

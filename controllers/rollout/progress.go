@@ -40,42 +40,80 @@ type Judgement struct {
 	Recheck time.Duration
 }
 
-// Judge decides an open rollout rec:
+// Judge decides an open rollout rec, its pods read by v, the last progress
+// of its status seen at progressed (zero: none seen):
+//   - any state: a sign of failure among the new revision's pods (v.Problem,
+//     see InspectPods) fails it at once, from the moment the pod exists.
 //   - Rolling: complete as `kubectl rollout status` understands it for the
 //     kind and update strategy (see Complete) gives Verify, or Done when there
 //     is no window to verify (v.Window 0, a paused Deployment, nothing to wait
 //     for); failed when a Deployment reports ProgressDeadlineExceeded or when
-//     it is not complete within deadline of its start (every kind: so no
-//     workload holds a slot longer than that, whatever its own
-//     progressDeadlineSeconds); else pending.
-//   - Verifying: failed at the first sign of failure among the new
-//     revision's pods (v.Problem: a pod that loses its readiness is one) or
-//     a Deployment's deadline exceeded; Done once it stayed healthy until
-//     rec.Until (its pods read then); else pending, judged again at
-//     rec.Until (and on every status change before). A Deployment's
-//     Available condition alone decides nothing: a scale-up turns it False.
-func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, deadline time.Duration, now time.Time) Judgement {
+//     its status made no progress for deadline (since the later of its start
+//     and progressed: a long rollout that keeps progressing never fails by
+//     it; its slot is bounded apart, see Scheduler.holdsSlot); else pending,
+//     judged again at the next status change, the next poll of its pods
+//     (PodPoll) or the deadline, whichever comes first.
+//   - Verifying: failed as above or when a Deployment's deadline is
+//     exceeded; Done once it stayed healthy until rec.Until (its pods read
+//     then); else pending. A Deployment's Available condition alone decides
+//     nothing: a scale-up turns it False.
+func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, deadline time.Duration, progressed, now time.Time) Judgement {
 	if rec.State == Verifying {
 		return judgeVerifying(kind, obj, rec, v, now)
+	}
+	if v.Problem != "" {
+		return Judgement{Verdict: Failure, Reason: "its new pods failed: " + v.Problem}
 	}
 	complete, exceeded := Complete(kind, obj)
 	switch {
 	case complete && v.Window > 0 && !paused(obj) && !NothingToWaitFor(kind, obj):
 		return Judgement{Verdict: ToVerify}
+	case complete && v.Unread: // not completed unseen
+		return Judgement{Verdict: Pending, Recheck: unreadRecheck}
 	case complete:
 		return Judgement{Verdict: Done}
 	case exceeded:
 		return Judgement{Verdict: Failure, Reason: failedReason(kind, obj)}
 	}
-	left := rec.Started.Add(deadline).Sub(now)
-	if left < 0 {
-		return Judgement{Verdict: Failure, Reason: fmt.Sprintf("it was not complete within the progress deadline of %v", deadline)}
+	from := rec.Started
+	if progressed.After(from) {
+		from = progressed
 	}
-	return Judgement{Verdict: Pending, Recheck: left + time.Second}
+	left := from.Add(deadline).Sub(now)
+	if left < 0 {
+		return Judgement{Verdict: Failure, Reason: fmt.Sprintf("it made no progress for the progress deadline of %v", deadline)}
+	}
+	return Judgement{Verdict: Pending, Recheck: recheck(left+time.Second, rec, v, now)}
 }
 
-// unreadRecheck: how soon a verifying rollout whose pods could not be read
-// at the end of its window is judged again.
+// PodPoll is how soon the pods of an open rollout are read again when
+// nothing else wakes its reconcile: a pod that cannot start
+// (CreateContainerConfigError) changes no status of its workload. Every
+// PodPollMin early in the rollout, backing off to PodPollMax: one pod LIST
+// (served from the API server's watch cache) per open rollout per interval,
+// and open rollouts are at most the budget.
+func PodPoll(elapsed time.Duration) time.Duration {
+	return min(max(elapsed/8, PodPollMin), PodPollMax)
+}
+
+// Pod poll bounds (PodPoll).
+const (
+	PodPollMin = 2 * time.Second
+	PodPollMax = 10 * time.Second
+)
+
+// recheck is the sooner of after, the next pod poll, and when a pod not
+// Ready yet is judged by its probes' budget.
+func recheck(after time.Duration, rec Record, v Verification, now time.Time) time.Duration {
+	after = min(after, PodPoll(now.Sub(rec.Started)))
+	if !v.JudgeAt.IsZero() {
+		after = min(after, max(v.JudgeAt.Sub(now), 0)+100*time.Millisecond)
+	}
+	return after
+}
+
+// unreadRecheck: how soon a rollout whose pods could not be read when it
+// would complete is judged again.
 const unreadRecheck = 5 * time.Second
 
 // judgeVerifying judges a rollout in its verification window.
@@ -91,18 +129,15 @@ func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verific
 	}
 	left := rec.Until.Sub(now)
 	switch {
-	case left <= 0 && v.Unread: // not completed unseen; the slot's bound (closeGrace) still holds
+	case left <= 0 && v.Unread: // not completed unseen; the slot's bound still holds
 		return Judgement{Verdict: Pending, Recheck: unreadRecheck}
 	case left <= 0:
 		return Judgement{Verdict: Done}
 	}
-	// Judged again at the window's end, and whenever the workload's status
-	// changes before: a pod that crashes or loses its readiness changes its
-	// ready and available counts. Its pods are read at each judgement, so a
-	// verifying rollout costs one LIST per status change and one at the end,
-	// not one per interval (a wave of a thousand workloads verifies at once
-	// without a budget).
-	return Judgement{Verdict: Pending, Recheck: left + 100*time.Millisecond}
+	// Judged again at the window's end, whenever the workload's status
+	// changes before (a pod that crashes or loses its readiness changes its
+	// ready and available counts), and at each poll of its pods.
+	return Judgement{Verdict: Pending, Recheck: recheck(left+100*time.Millisecond, rec, v, now)}
 }
 
 func paused(obj client.Object) bool {
@@ -142,18 +177,45 @@ func Complete(kind workload.Kind, obj client.Object) (complete, exceeded bool) {
 	return true, false
 }
 
-// NothingToWaitFor reports whether a new template of obj rolls no pod by
-// itself (update strategy OnDelete), so a rollout holds no slot at all.
+// NothingToWaitFor reports whether a new template of obj replaces no pod by
+// itself (update strategy OnDelete, no replicas, a StatefulSet partition at
+// or above its replicas), so a rollout holds no slot and verifies nothing.
 func NothingToWaitFor(kind workload.Kind, obj client.Object) bool {
 	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		return replicas(w.Spec.Replicas) == 0
 	case *appsv1.StatefulSet:
-		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType
+		if ru := w.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil && *ru.Partition >= replicas(w.Spec.Replicas) {
+			return true
+		}
+		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType || replicas(w.Spec.Replicas) == 0
 	case *appsv1.DaemonSet:
 		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
 	case *unstructured.Unstructured:
 		return kind.Progress == nil
 	}
 	return false
+}
+
+// statusMark is what of obj's status tells its rollout's progress: any
+// change of it is progress (a crash-looping pod changes it too, and fails
+// the rollout by its pods).
+func statusMark(kind workload.Kind, obj client.Object) string {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		st := w.Status
+		return fmt.Sprint(st.ObservedGeneration, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas)
+	case *appsv1.StatefulSet:
+		st := w.Status
+		return fmt.Sprint(st.ObservedGeneration, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.CurrentReplicas, st.AvailableReplicas, st.UpdateRevision)
+	case *appsv1.DaemonSet:
+		st := w.Status
+		return fmt.Sprint(st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberReady, st.NumberAvailable)
+	case *unstructured.Unstructured:
+		st, _, _ := unstructured.NestedFieldNoCopy(w.Object, "status")
+		return fmt.Sprint(st) // fmt prints maps sorted by key
+	}
+	return ""
 }
 
 // failedReason says why Complete found obj's rollout failed.

@@ -109,25 +109,33 @@ func TestJudge(t *testing.T) {
 		elapsed time.Duration
 		want    Verdict
 		reason  string
+		// progressed: when its status last changed (zero: not seen).
+		progressed time.Time
 	}{
-		"pending within the deadline":                   {updating, rolling, window, 10 * time.Second, Pending, ""},
-		"failed at the deadline, whatever its own":      {hugeDeadline, rolling, window, 31 * time.Second, Failure, "deadline"},
-		"statefulset failed at the deadline":            {sts, rolling, window, 31 * time.Second, Failure, "deadline"},
-		"exceeded its own deadline before ours":         {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2}, exceeded), rolling, window, time.Second, Failure, "ProgressDeadlineExceeded"},
-		"complete after our deadline is still complete": {complete, rolling, Verification{}, time.Hour, Done, ""},
-		"complete with a window: verify it":             {complete, rolling, window, time.Second, ToVerify, ""},
-		"paused: nothing rolls, nothing to verify":      {pausedDeployment, rolling, window, time.Second, Done, ""},
-		"verifying, healthy: pending":                   {complete, verifying, window, 30 * time.Second, Pending, ""},
-		"verifying, healthy past the window: done":      {complete, verifying, window, time.Minute, Done, ""},
-		"verifying, a pod crashed: failure":             {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app restarted 1 times"}, 30 * time.Second, Failure, "pod p: container app restarted"},
-		"verifying, a crash at the window's end fails":  {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app exited"}, time.Hour, Failure, "pod p"},
-		"verifying, Available False alone (a scale-up)": {unavailableNow, verifying, window, 30 * time.Second, Pending, ""},
-		"verifying, pods unread at the end: not done":   {complete, verifying, Verification{Window: time.Minute, Unread: true}, time.Hour, Pending, ""},
-		"verifying past the deadline is no failure":     {complete, verifying, window, 59 * time.Second, Pending, ""},
+		"rolling, a pod that cannot run fails at once": {updating, rolling, Verification{Window: 30 * time.Second, Problem: "pod p: container app cannot run, CreateContainerConfigError"},
+			2 * time.Second, Failure, "its new pods failed: pod p: container app cannot run", time.Time{}},
+		"slow but progressing: the deadline counts from the last progress": {updating, rolling, window, 40 * time.Second, Pending, "", t0.Add(20 * time.Second)},
+		"no progress for the deadline since: failed":                       {updating, rolling, window, 51 * time.Second, Failure, "no progress", t0.Add(20 * time.Second)},
+		"complete, no window, pods unread: not completed unseen":           {complete, rolling, Verification{Unread: true}, time.Second, Pending, "", time.Time{}},
+		"complete, no window, a pod crashed: failure":                      {complete, rolling, Verification{Problem: "pod p: container app exited"}, time.Second, Failure, "pod p", time.Time{}},
+		"pending within the deadline":                                      {updating, rolling, window, 10 * time.Second, Pending, "", time.Time{}},
+		"failed at the deadline, whatever its own":                         {hugeDeadline, rolling, window, 31 * time.Second, Failure, "deadline", time.Time{}},
+		"statefulset failed at the deadline":                               {sts, rolling, window, 31 * time.Second, Failure, "deadline", time.Time{}},
+		"exceeded its own deadline before ours":                            {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2}, exceeded), rolling, window, time.Second, Failure, "ProgressDeadlineExceeded", time.Time{}},
+		"complete after our deadline is still complete":                    {complete, rolling, Verification{}, time.Hour, Done, "", time.Time{}},
+		"complete with a window: verify it":                                {complete, rolling, window, time.Second, ToVerify, "", time.Time{}},
+		"paused: nothing rolls, nothing to verify":                         {pausedDeployment, rolling, window, time.Second, Done, "", time.Time{}},
+		"verifying, healthy: pending":                                      {complete, verifying, window, 30 * time.Second, Pending, "", time.Time{}},
+		"verifying, healthy past the window: done":                         {complete, verifying, window, time.Minute, Done, "", time.Time{}},
+		"verifying, a pod crashed: failure":                                {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app restarted 1 times"}, 30 * time.Second, Failure, "pod p: container app restarted", time.Time{}},
+		"verifying, a crash at the window's end fails":                     {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app exited"}, time.Hour, Failure, "pod p", time.Time{}},
+		"verifying, Available False alone (a scale-up)":                    {unavailableNow, verifying, window, 30 * time.Second, Pending, "", time.Time{}},
+		"verifying, pods unread at the end: not done":                      {complete, verifying, Verification{Window: time.Minute, Unread: true}, time.Hour, Pending, "", time.Time{}},
+		"verifying past the deadline is no failure":                        {complete, verifying, window, 59 * time.Second, Pending, "", time.Time{}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			j := Judge(builtin(tc.obj), tc.obj, tc.rec, tc.v, 30*time.Second, t0.Add(tc.elapsed))
+			j := Judge(builtin(tc.obj), tc.obj, tc.rec, tc.v, 30*time.Second, tc.progressed, t0.Add(tc.elapsed))
 			if j.Verdict != tc.want || !strings.Contains(j.Reason, tc.reason) {
 				t.Fatalf("verdict %v (%s), want %v (%s)", j.Verdict, j.Reason, tc.want, tc.reason)
 			}
@@ -135,8 +143,14 @@ func TestJudge(t *testing.T) {
 			if tc.rec.State == Verifying {
 				due = tc.rec.Until
 			}
-			if left := due.Sub(t0.Add(tc.elapsed)); j.Verdict == Pending && left > 0 && (j.Recheck <= left || j.Recheck > left+time.Second) {
-				t.Fatalf("pending recheck %v: must fall just after %v", j.Recheck, left)
+			if !tc.progressed.IsZero() && tc.rec.State == Rolling {
+				due = tc.progressed.Add(30 * time.Second)
+			}
+			// Judged again just after the deadline or the window's end, or
+			// sooner at the next poll of its pods.
+			if left := due.Sub(t0.Add(tc.elapsed)); j.Verdict == Pending && left > 0 &&
+				(j.Recheck <= 0 || j.Recheck > left+time.Second || (j.Recheck <= left && j.Recheck > PodPollMax)) {
+				t.Fatalf("pending recheck %v: must fall just after %v, or at a poll (at most %v)", j.Recheck, left, PodPollMax)
 			}
 		})
 	}
@@ -145,7 +159,10 @@ func TestJudge(t *testing.T) {
 func TestNothingToWaitFor(t *testing.T) {
 	for obj, want := range map[client.Object]bool{
 		statefulSet(1, 1, onDeleteSTS, appsv1.StatefulSetStatus{}):                        true,
-		statefulSet(1, 1, partitioned(1), appsv1.StatefulSetStatus{}):                     false,
+		statefulSet(1, 2, partitioned(1), appsv1.StatefulSetStatus{}):                     false,
+		statefulSet(1, 1, partitioned(1), appsv1.StatefulSetStatus{}):                     true, // a partition at replicas replaces no pod
+		statefulSet(1, 0, rollingSTS, appsv1.StatefulSetStatus{}):                         true,
+		deployment(1, 0, appsv1.DeploymentStatus{}):                                       true, // replicas: 0
 		daemonSet(1, appsv1.OnDeleteDaemonSetStrategyType, appsv1.DaemonSetStatus{}):      true,
 		daemonSet(1, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{}): false,
 		deployment(1, 1, appsv1.DeploymentStatus{}):                                       false,

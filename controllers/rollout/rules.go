@@ -31,6 +31,9 @@ type Situation struct {
 	// Stamping: this process stamped it, and the cache it was read from does
 	// not show that yet.
 	Stamping bool
+	// Progressed: when this process last saw its open rollout's status
+	// change (zero: never); its progress deadline counts from then.
+	Progressed time.Time
 }
 
 // Step is the rule that applies to a Situation, and what the scheduler does
@@ -89,47 +92,85 @@ type Plan struct {
 	// After: ask again after this long (StepFollow, StepStale); for StepGate,
 	// when the rollout under way it would supersede is judged again.
 	After time.Duration
+	// Recheck: whatever the step, ask again after this long at the latest
+	// (a halted failure whose pods recover: when their health lasted a
+	// window). 0: no such time.
+	Recheck time.Duration
 }
 
 // Rules are the wave's rules, in the order they apply, as a pure function of
 // the situation and the policy:
 //
 //  1. Gone: it needs nothing, and holds no slot.
-//  2. Failed, halting its change, and complete again with no pod of its
-//     revision crashing (a crash-looping pod counts as available between
-//     its restarts): resume (lift the halt).
+//  2. Failed, halting its change, complete again with no sign of failure
+//     among the pods of its revision, and every one of them Ready with no
+//     restart for a full window: resume (lift the halt). Not yet that long:
+//     ask again when it will be (Recheck). One Ready read lifts nothing.
 //     A pinned workload a user rolled back to an earlier revision's snapshots
 //     runs other data, and recovers nothing.
-//  3. Its record is open: judge the rollout. Complete as `kubectl rollout
+//  3. Completed while its change still rolls to other workloads (its pods
+//     are read then), and crashing: fail it now, halting the rest.
+//  4. Its record is open: judge the rollout. Complete as `kubectl rollout
 //     status` says: verify it for its window (keeping its slot). Verified or
 //     failed: close the record. Still rolling or verifying: follow it, by its
-//     deadline or its window, unless a new change supersedes it (7).
-//  4. Not ours, or nothing new: nothing (still following a rollout under way).
-//  5. Its cache lags behind its record, or behind this process's own stamp:
+//     deadline, its window and its pods' polls, unless a new change
+//     supersedes it (8).
+//  5. Not ours, or nothing new: nothing (still following a rollout under way).
+//  6. Its cache lags behind its record, or behind this process's own stamp:
 //     ask again shortly (never stamp twice).
-//  6. A record only: write it.
-//  7. A rollout: the gate decides when; a change during its own rollout
-//     supersedes it and keeps its slot.
+//  7. A record only: write it.
+//  8. A rollout: the gate decides when; a change during its own rollout
+//     supersedes it and keeps its slot, within the slot's bound.
 func Rules(sit Situation, p Policy) Plan {
 	o, rec := sit.Observation, sit.Record
 	if o.Object == nil {
 		return Plan{Step: StepGone}
 	}
+	var recheck time.Duration
 	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), o.Kind.PodTemplate(o.Object)) {
-		if complete, _ := Complete(o.Kind, o.Object); complete && o.Verification.Problem == "" {
+		if at, ok := recovered(o, sit.Now); ok && !at.After(sit.Now) {
 			resumed := rec.Resume()
 			return Plan{Step: StepResume, Record: &resumed}
+		} else if ok {
+			recheck = at.Sub(sit.Now) + 100*time.Millisecond
 		}
 	}
+	if rec.State == Completed && o.Verification.Problem != "" {
+		failed := rec.Fail(p.HaltOnFailure)
+		return Plan{Step: StepClose, Record: &failed,
+			Failure: "it crashed after it completed, while its change still rolls to other workloads: " + o.Verification.Problem}
+	}
+	plan := judged(sit, p)
+	plan.Recheck = recheck
+	return plan
+}
+
+// recovered: whether a failed workload is complete again with its pods
+// healthy, and from when that has lasted a window. Pods not read (no list
+// permission): complete is all there is to go by.
+func recovered(o Observation, now time.Time) (time.Time, bool) {
+	v := o.Verification
+	if complete, _ := Complete(o.Kind, o.Object); !complete || v.Unread || v.Problem != "" || (v.Read && !v.Healthy) {
+		return time.Time{}, false
+	}
+	if !v.Read {
+		return now, true
+	}
+	return v.HealthySince.Add(v.Window), true
+}
+
+// judged is rules 4 to 8.
+func judged(sit Situation, p Policy) Plan {
+	o, rec := sit.Observation, sit.Record
 	var following time.Duration // > 0: its own rollout is under way
 	if rec.Open() {
-		j := Judge(o.Kind, o.Object, rec, o.Verification, p.ProgressDeadline, sit.Now)
+		j := Judge(o.Kind, o.Object, rec, o.Verification, p.ProgressDeadline, sit.Progressed, sit.Now)
 		switch j.Verdict {
 		case Pending:
 			following = j.Recheck
 		case ToVerify:
 			verifying := rec.StartVerifying(sit.Now.Add(o.Verification.Window))
-			return Plan{Step: StepVerify, Record: &verifying, After: o.Verification.Window + 100*time.Millisecond}
+			return Plan{Step: StepVerify, Record: &verifying, After: min(o.Verification.Window+100*time.Millisecond, PodPoll(sit.Now.Sub(rec.Started)))}
 		case Done:
 			closed := rec.Complete()
 			return Plan{Step: StepClose, Record: &closed}

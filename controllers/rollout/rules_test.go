@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -54,12 +55,12 @@ func TestRules(t *testing.T) {
 			written: &Record{State: Failed, Started: late.Started, Cause: late.Cause, Halted: late.Cause}, failure: true},
 		{name: "rolling past its deadline, halting off: close as failed only", policy: noHalt, record: &late, ours: true, want: StepClose,
 			written: &Record{State: Failed, Started: late.Started, Cause: late.Cause}, failure: true},
-		{name: "rolling, not ours: follow it by its deadline", record: &open, want: StepFollow, after: 51 * time.Second},
-		{name: "rolling, nothing new: follow it", record: &open, ours: true, need: NeedRecord, want: StepFollow, after: 51 * time.Second},
-		{name: "rolling, up to date: follow it", record: &open, ours: true, need: NeedNothing, want: StepFollow, after: 51 * time.Second},
-		{name: "rolling, a new change: gate it, to supersede", record: &open, ours: true, need: NeedRollout, want: StepGate, after: 51 * time.Second},
+		{name: "rolling, not ours: follow it by its deadline and its pods' poll", record: &open, want: StepFollow, after: PodPollMin},
+		{name: "rolling, nothing new: follow it", record: &open, ours: true, need: NeedRecord, want: StepFollow, after: PodPollMin},
+		{name: "rolling, up to date: follow it", record: &open, ours: true, need: NeedNothing, want: StepFollow, after: PodPollMin},
+		{name: "rolling, a new change: gate it, to supersede", record: &open, ours: true, need: NeedRollout, want: StepGate, after: PodPollMin},
 		{name: "rolling and stamped by this process, a new change: gate it", record: &open, ours: true, need: NeedRollout, stamping: true,
-			want: StepGate, after: 51 * time.Second},
+			want: StepGate, after: PodPollMin},
 		{name: "completed, not ours", complete: true, record: &done, want: StepSettle},
 		{name: "no record, not ours", complete: true, want: StepSettle},
 		{name: "cache behind its record", complete: true, ours: true, need: NeedRollout, behind: true, want: StepStale, after: StaleRecheck},
@@ -116,5 +117,55 @@ func TestRulesRolledBackRecoversNothing(t *testing.T) {
 	delete(w.Annotations, pin.AnnotationRolledBack)
 	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepResume {
 		t.Fatalf("step %v, want %v once it runs what failed again", p.Step, StepResume)
+	}
+}
+
+// A halt lifts on health that lasts a full window, never on one Ready read:
+// a flapping readiness probe that is Ready at the moment of a read keeps
+// its halt, and is asked again when its health would have lasted.
+func TestRulesHaltLiftsOnLastingHealth(t *testing.T) {
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	halting := StartRecord(t0.Add(-2*time.Minute), cause, false).Fail(true)
+	window := 30 * time.Second
+	tests := map[string]struct {
+		v       Verification
+		want    Step
+		recheck time.Duration
+	}{
+		"Ready for 10 s of a 30 s window: halt stands, asked again at its end": {Verification{Window: window, Read: true, Healthy: true, HealthySince: t0.Add(-10 * time.Second)},
+			StepSettle, 20*time.Second + 100*time.Millisecond},
+		"Ready for the whole window: resume":                {Verification{Window: window, Read: true, Healthy: true, HealthySince: t0.Add(-31 * time.Second)}, StepResume, 0},
+		"not Ready now: halt stands":                        {Verification{Window: window, Read: true}, StepSettle, 0},
+		"a restart seen: halt stands":                       {Verification{Window: window, Read: true, Healthy: true, Problem: "pod a: container app restarted 1 times"}, StepSettle, 0},
+		"pods unread (an API error): stands":                {Verification{Window: window, Unread: true}, StepSettle, 0},
+		"pods not listable (RBAC): as before":               {Verification{Window: window}, StepResume, 0},
+		"no window (--verify-window=0): as soon as healthy": {Verification{Read: true, Healthy: true, HealthySince: t0}, StepResume, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("w", true, nil), Ours: true,
+				Verification: tc.v}, Record: halting, Now: t0}
+			p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true})
+			if p.Step != tc.want || p.Recheck != tc.recheck {
+				t.Fatalf("step %v recheck %v, want %v recheck %v", p.Step, p.Recheck, tc.want, tc.recheck)
+			}
+		})
+	}
+}
+
+// While its change still rolls elsewhere, a completed workload that crashes
+// (its pods are read then, RuleCrashing) fails, halting the rest.
+func TestRulesCompletedThatCrashesWhileItsChangeRolls(t *testing.T) {
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	done := StartRecord(t0.Add(-time.Minute), cause, false).Complete()
+	sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("w", true, nil), Ours: true,
+		Verification: Verification{Read: true, Problem: "pod a: container app restarted 1 times (exit code 1, Error)"}}, Record: done, Now: t0}
+	p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true})
+	if p.Step != StepClose || p.Record == nil || p.Record.State != Failed || p.Record.Halted != done.Cause || !strings.Contains(p.Failure, "still rolls") {
+		t.Fatalf("plan %+v: want the completed rollout failed, halting its change", p)
+	}
+	sit.Verification = Verification{}
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepSettle {
+		t.Fatalf("step %v, want %v: without a crash read, a completed rollout stays completed", p.Step, StepSettle)
 	}
 }

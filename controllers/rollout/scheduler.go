@@ -34,14 +34,14 @@ func IndexRollingFunc(obj client.Object) []string {
 	return nil
 }
 
-// Bounds of an open record's start time: a record started later than
-// clockSkew from now, or longer than ProgressDeadline + closeGrace ago, holds
-// no slot. configstamp closes a record at its deadline (with its halt, in one
-// patch); the grace only bounds how long a record it cannot close (the API
-// server refuses every patch) keeps a slot.
+// Bounds of an open record's slot: a record started later than clockSkew
+// from now holds none; one older than its bound (SlotBound) holds none. The
+// grace is the time configstamp has to write a rollout's end (its failure
+// and its halt, in one patch) once its deadline or window is over, before
+// the slot goes back by itself.
 const (
-	clockSkew  = time.Minute
-	closeGrace = 10 * time.Minute
+	clockSkew = time.Minute
+	slotGrace = time.Minute
 )
 
 // Policy spreads the rollouts of a shared change over time.
@@ -110,6 +110,21 @@ type pending struct {
 	// readyAt: when it will ask for a slot (the end of its debounce window).
 	readyAt time.Time
 	seen    time.Time
+	// refs: the sources whose change it waits to roll out (none known: any).
+	refs []stamp.ObjectRef
+}
+
+// concerns reports whether p waits to roll out a change of one of refs.
+func (p *pending) concerns(refs []stamp.ObjectRef) bool {
+	if len(p.refs) == 0 {
+		return true
+	}
+	for _, r := range p.refs {
+		if slices.Contains(refs, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // upcoming is how far ahead a workload still debouncing counts for the wave
@@ -164,6 +179,9 @@ type Scheduler struct {
 	// seals: the last seal check of each open record, reused while the
 	// object's UID and resourceVersion and the key its seal names are the same.
 	seals map[Key]sealCheck
+	// progress: the status of each open rollout as last seen, and when it
+	// last changed (its progress deadline counts from then).
+	progress map[Key]progressMark
 	// pruned: when stale entries were last dropped (at most every pruneEvery).
 	pruned  time.Time
 	limiter *rate.Limiter
@@ -190,6 +208,7 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		handled:  map[Key]time.Time{},
 		halted:   map[Key]haltedOn{},
 		seals:    map[Key]sealCheck{},
+		progress: map[Key]progressMark{},
 		limiter:  rate.NewLimiter(limit, 1),
 		now:      time.Now,
 	}
@@ -199,7 +218,7 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 
 // Announce says that k's sources changed and its reconcile is queued, with
 // its priority, so that the wave order knows it before it asks.
-func (s *Scheduler) Announce(k Key, priority int) {
+func (s *Scheduler) Announce(k Key, priority int, refs ...stamp.ObjectRef) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -208,24 +227,92 @@ func (s *Scheduler) Announce(k Key, priority int) {
 		if p.foreseen {
 			p.foreseen, p.priority, p.seen = false, priority, now
 		}
+		p.refs = appendNew(p.refs, refs...)
 		return
 	}
-	s.pending[k] = &pending{priority: priority, announced: true, readyAt: now, seen: now}
+	s.pending[k] = &pending{priority: priority, announced: true, readyAt: now, seen: now, refs: refs}
 	s.report()
+}
+
+// appendNew appends the refs not in to yet.
+func appendNew(to []stamp.ObjectRef, refs ...stamp.ObjectRef) []stamp.ObjectRef {
+	for _, r := range refs {
+		if !slices.Contains(to, r) {
+			to = append(to, r)
+		}
+	}
+	return to
+}
+
+// wants notes which changes k waits to roll out (Ongoing reads them).
+func (s *Scheduler) wants(k Key, causes []Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pending[k]; p != nil {
+		p.refs = appendNew(p.refs[:0:0], refsOf(causes)...)
+	}
+}
+
+func refsOf(causes []Change) []stamp.ObjectRef {
+	out := make([]stamp.ObjectRef, 0, len(causes))
+	for _, c := range causes {
+		out = appendNew(out, c.Ref)
+	}
+	return out
+}
+
+// Ongoing reports whether a change of one of the sources of causes still
+// rolls to a workload of k's namespace other than k: one announced,
+// debouncing or waiting for a slot to roll it out, or holding a slot with a
+// rollout of it. While it does, a workload the change completed is watched
+// for crashes (RuleCrashing). When it cannot tell (the cache fails), it
+// says yes: watching costs a pod read, not a rollout.
+func (s *Scheduler) Ongoing(ctx context.Context, k Key, causes []Change) bool {
+	refs := refsOf(causes)
+	if len(refs) == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for j, p := range s.pending {
+		if j != k && j.Namespace == k.Namespace && !p.stale(now) && p.concerns(refs) {
+			return true
+		}
+	}
+	held, err := s.holders(ctx, now)
+	if err != nil {
+		return true
+	}
+	for j := range held {
+		if j == k || j.Namespace != k.Namespace {
+			continue
+		}
+		c, ok := s.seals[j]
+		if !ok { // stamped by this process, not in the cache yet
+			return true
+		}
+		for _, ch := range ParseChanges(c.record.Cause) {
+			if slices.Contains(refs, ch.Ref) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Foresee is Announce by the controller of another kind than k's: each kind's
 // controller handles a source change on its own, and the first to ask for a
 // slot must already know the others' priorities. Unconfirmed by k's own
 // Announce within foreseenFor, it is dropped.
-func (s *Scheduler) Foresee(k Key, priority int) {
+func (s *Scheduler) Foresee(k Key, priority int, refs ...stamp.ObjectRef) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	if s.entry(k, now) != nil || now.Sub(s.handled[k]) < foreseenFor {
 		return
 	}
-	s.pending[k] = &pending{priority: priority, announced: true, foreseen: true, readyAt: now, seen: now}
+	s.pending[k] = &pending{priority: priority, announced: true, foreseen: true, readyAt: now, seen: now, refs: refs}
 	s.report()
 }
 
@@ -394,7 +481,7 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 			c := s.verify(k, o)
 			seals[k] = c
 			r := c.record
-			if c.err != nil || !s.holdsSlot(r, now) {
+			if c.err != nil || !s.holdsSlot(r, o, now) {
 				continue
 			}
 			in, asked := inScope[k.Namespace]
@@ -418,18 +505,59 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 	return out, nil
 }
 
-// holdsSlot reports whether an open record (its seal verified) holds a slot
-// at now: from its start (no later than clockSkew from now) until it is
-// closed, or at the latest closeGrace after its deadline, or after the end of
-// its verification window (at most MaxVerifyWindow away).
-func (s *Scheduler) holdsSlot(r Record, now time.Time) bool {
+// holdsSlot reports whether an open record (its seal verified) of obj holds
+// a slot at now: from its start (no later than clockSkew from now) until it
+// is closed, at the latest slotGrace after the end of its verification
+// window (at most MaxVerifyWindow away), and never past its bound
+// (SlotBound), whatever superseded its change in between.
+func (s *Scheduler) holdsSlot(r Record, obj client.Object, now time.Time) bool {
 	switch {
-	case !r.Open() || r.Started.After(now.Add(clockSkew)):
+	case !r.Open() || r.Started.After(now.Add(clockSkew)) || now.After(s.SlotBound(r, obj)):
 		return false
 	case r.State == Verifying:
-		return !r.Until.After(now.Add(MaxVerifyWindow+clockSkew)) && now.Sub(r.Until) <= closeGrace
+		return !r.Until.After(now.Add(MaxVerifyWindow+clockSkew)) && !now.After(r.Until.Add(slotGrace))
 	}
-	return now.Sub(r.Started) <= s.Policy.ProgressDeadline+closeGrace
+	return true
+}
+
+// SlotBound is the latest an open record r of obj holds a slot: the
+// progress deadline and obj's verification window from the stamp that first
+// took the slot (a superseding change keeps its start), and slotGrace to
+// write the rollout's end. A rollout still open then goes on without a slot:
+// no tenant can hold one longer, whatever it changes meanwhile.
+func (s *Scheduler) SlotBound(r Record, obj client.Object) time.Time {
+	window := s.Policy.VerifyWindow
+	if obj != nil {
+		window, _ = VerifyWindow(obj.GetAnnotations(), s.Policy.VerifyWindow)
+	}
+	return r.Started.Add(s.Policy.ProgressDeadline + window + slotGrace)
+}
+
+// progressMark is an open rollout's status as last seen, and since when.
+type progressMark struct {
+	mark string
+	at   time.Time
+}
+
+// progressed returns when k's status, now mark, last changed as this
+// process saw it: now on a change, and on the first look (a new leader
+// gives a rollout under way a fresh deadline; its slot stays bounded by its
+// stamp, SlotBound).
+func (s *Scheduler) progressed(k Key, mark string, now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.progress[k]; ok && p.mark == mark {
+		return p.at
+	}
+	s.progress[k] = progressMark{mark: mark, at: now}
+	return now
+}
+
+// forgetProgress drops k's progress: it has no rollout open.
+func (s *Scheduler) forgetProgress(k Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.progress, k)
 }
 
 // sealCheck is the outcome of one seal check of an open record (Verify), for

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
@@ -32,6 +33,13 @@ func depIn(ns, name string) Key { return Key{"Deployment", ns, name} }
 func rollingDeployment(ns, name string, started time.Time) client.Object {
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name)}}
 	return sealed(d, StartRecord(started, nil, false), testKeys.Current())
+}
+
+func withAnnotation(o client.Object, k, v string) client.Object {
+	a := o.GetAnnotations()
+	a[k] = v
+	o.SetAnnotations(a)
+	return o
 }
 
 func newTestScheduler(t *testing.T, policy Policy, rolling ...client.Object) (*Scheduler, *clock) {
@@ -200,10 +208,12 @@ func TestHolders(t *testing.T) {
 		inScope func(ctx context.Context, ns string) bool
 		held    int
 	}{
-		"open, within the deadline":             {obj: rollingDeployment("ns", "a", t0), after: 10 * time.Second, held: 1},
-		"open, past the deadline, not closed":   {obj: rollingDeployment("ns", "a", t0), after: deadline + time.Second, held: 1},
-		"open, just within deadline + grace":    {obj: rollingDeployment("ns", "a", t0), after: deadline + closeGrace - time.Second, held: 1},
-		"open, past deadline + grace":           {obj: rollingDeployment("ns", "a", t0), after: deadline + closeGrace + time.Second, held: 0},
+		"open, within the deadline":           {obj: rollingDeployment("ns", "a", t0), after: 10 * time.Second, held: 1},
+		"open, past the deadline, not closed": {obj: rollingDeployment("ns", "a", t0), after: deadline + time.Second, held: 1},
+		"open, just within its bound":         {obj: rollingDeployment("ns", "a", t0), after: deadline + slotGrace - time.Second, held: 1},
+		"open, past its bound":                {obj: rollingDeployment("ns", "a", t0), after: deadline + slotGrace + time.Second, held: 0},
+		"open, its window counts in its bound": {obj: withAnnotation(rollingDeployment("ns", "a", t0), AnnotationVerifyWindow, "5m"),
+			after: deadline + 5*time.Minute + slotGrace - time.Second, held: 1},
 		"open, started within clock skew ahead": {obj: rollingDeployment("ns", "a", t0.Add(30*time.Second)), held: 1},
 		"open, sealed, started in 2099":         {obj: rollingDeployment("ns", "a", time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)), held: 0},
 		"closed":                                {obj: closed(), held: 0},
@@ -387,5 +397,42 @@ func TestLateForeseeLeavesNoPhantom(t *testing.T) {
 	}
 	if w, _ := s.Acquire(t.Context(), dep("low"), 0, true); w != 0 {
 		t.Fatalf("a late Foresee held the wave back: wait %v", w)
+	}
+}
+
+// A change still rolls elsewhere while another workload of the namespace
+// waits to roll it (announced, debouncing, waiting for a slot) or holds a
+// slot with a rollout of it; then a completed workload is watched for crashes.
+func TestOngoing(t *testing.T) {
+	shared := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	other := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "other"}
+	causes := []Change{{Ref: shared, Content: "00aa"}}
+	rollingWith := func(ns, name string, ref stamp.ObjectRef) client.Object {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name)}}
+		return sealed(d, StartRecord(t0, []Change{{Ref: ref, Content: "00bb"}}, false), testKeys.Current())
+	}
+	tests := map[string]struct {
+		rolling  []client.Object
+		announce func(s *Scheduler)
+		want     bool
+	}{
+		"nothing else":                          {want: false},
+		"another announced for the same source": {announce: func(s *Scheduler) { s.Announce(dep("b"), 0, shared) }, want: true},
+		"another announced for another source":  {announce: func(s *Scheduler) { s.Announce(dep("b"), 0, other) }, want: false},
+		"the same source in another namespace":  {announce: func(s *Scheduler) { s.Announce(depIn("elsewhere", "b"), 0, shared) }, want: false},
+		"only itself announced":                 {announce: func(s *Scheduler) { s.Announce(dep("w"), 0, shared) }, want: false},
+		"another rolling the same source":       {rolling: []client.Object{rollingWith("ns", "b", shared)}, want: true},
+		"another rolling another source":        {rolling: []client.Object{rollingWith("ns", "b", other)}, want: false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: time.Minute}, tc.rolling...)
+			if tc.announce != nil {
+				tc.announce(s)
+			}
+			if got := s.Ongoing(t.Context(), dep("w"), causes); got != tc.want {
+				t.Fatalf("Ongoing = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -18,24 +18,81 @@ const (
 	// MaxVerifyWindow caps a workload's own verification window
 	// (AnnotationVerifyWindow): a tenant cannot hold a slot longer with it.
 	MaxVerifyWindow = 10 * time.Minute
+	// readyMargin is added to a pod's probes' budget (ProbeBudget) before a
+	// pod whose containers run but never became Ready fails its rollout:
+	// twice the budget plus this margin, so an app a little slower than its
+	// probes allow is not failed by a strict reading of them.
+	readyMargin = 30 * time.Second
 )
 
-// Verification is what the rules weigh of a rollout that is complete as
-// `kubectl rollout status` says: how long its new revision must stay healthy,
-// and what its pods showed when they were last read.
+// Verification is what the rules weigh of a rollout's pods: how long its new
+// revision must stay healthy once `kubectl rollout status` calls it
+// complete, and what its pods showed when they were last read.
 type Verification struct {
 	// Window: how long after completion the new revision must stay healthy
-	// (minReadySeconds deducted: the controller waited that long already).
-	// 0: a rollout is completed as soon as it is complete.
+	// (a Deployment's or DaemonSet's minReadySeconds deducted: its controller
+	// waited that long already). 0: completed as soon as it is complete.
 	Window time.Duration
+	// Read: the pods were read for this judgement (Watched said to).
+	Read bool
 	// Problem: the first sign of failure among the new revision's pods
-	// (InspectPods), "" when none was seen or they were not read. They are
-	// read while the rollout is verifying, and while a failed rollout halts
-	// its change (it resumes only without one).
+	// (InspectPods), "" when none was seen or they were not read.
 	Problem string
-	// Unread: they could not be read (an API error): a verifying rollout is
-	// not judged completed without them.
+	// Unread: they could not be read (an API error): a rollout is not
+	// judged completed, nor a halt lifted, without them.
 	Unread bool
+	// Healthy: every pod of the revision is Ready now; HealthySince: they
+	// have all been Ready, and no container of them restarted, since then
+	// (zero: no pod). A halt lifts only after a full window of it.
+	Healthy      bool
+	HealthySince time.Time
+	// JudgeAt: when a pod whose containers run but that is not Ready yet
+	// has had its probes' budget (zero: no such pod).
+	JudgeAt time.Time
+}
+
+// Rule says which signs of failure among a revision's pods count, by where
+// the rollout stands (Watched).
+type Rule int
+
+const (
+	// RuleRolling: the rollout is under way. A sign the kubelet reports
+	// (a container that cannot be created or run, an init container or a
+	// container that exited or restarted, a failed pod), a Ready pod that
+	// lost its readiness, or a pod never Ready past its probes' budget
+	// fails it at once.
+	RuleRolling Rule = iota + 1
+	// RuleVerifying: complete, and watched for the window: as RuleRolling,
+	// and a pod that existed when the window began (PodsSeen.From) and is
+	// not Ready.
+	RuleVerifying
+	// RuleCrashing: completed while its change still rolls to other
+	// workloads: only a crash (a container that restarted, exited or waits
+	// in CrashLoopBackOff) since the rollout started counts. Readiness
+	// decides nothing here: the rollout was verified.
+	RuleCrashing
+	// RuleLasting: failed and halting its change: the halt lifts only once
+	// every pod has been healthy for a full window (HealthySince); crashes
+	// before the window are history.
+	RuleLasting
+)
+
+// Watched says whether the pods of a workload whose sealed record is rec
+// are read for a judgement, and by which rule: while its rollout is open,
+// while its failure halts its change (complete again: it may recover), and
+// once completed while its change still rolls to others (ongoing).
+func Watched(rec Record, complete, ongoing bool) (Rule, bool) {
+	switch {
+	case rec.State == Rolling:
+		return RuleRolling, true
+	case rec.State == Verifying:
+		return RuleVerifying, true
+	case rec.State == Failed && rec.Halted != "" && complete:
+		return RuleLasting, true
+	case rec.State == Completed && ongoing:
+		return RuleCrashing, true
+	}
+	return 0, false
 }
 
 // AnnotationOnFailure (user, on a workload or its Namespace; the workload's
@@ -79,14 +136,14 @@ func VerifyWindow(annotations map[string]string, def time.Duration) (time.Durati
 	return d, p
 }
 
-// EffectiveWindow is window less obj's minReadySeconds, which its controller
-// already waited before it counted a new pod available.
+// EffectiveWindow is window less obj's minReadySeconds where its controller
+// already waited that long before it counted a new pod available (a
+// Deployment, a DaemonSet). A StatefulSet's rollout is complete on its
+// ReadyReplicas, which minReadySeconds does not delay: nothing is deducted.
 func EffectiveWindow(obj client.Object, window time.Duration) time.Duration {
 	var minReady int32
 	switch w := obj.(type) {
 	case *appsv1.Deployment:
-		minReady = w.Spec.MinReadySeconds
-	case *appsv1.StatefulSet:
 		minReady = w.Spec.MinReadySeconds
 	case *appsv1.DaemonSet:
 		minReady = w.Spec.MinReadySeconds
@@ -98,9 +155,18 @@ func EffectiveWindow(obj client.Object, window time.Duration) time.Duration {
 // with what it was given.
 var crashReasons = []string{"CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
+// notTheConfig are the reasons of a failed pod that say the node, not the
+// pod's own containers, ended it: an eviction under node pressure, a
+// graceful node shutdown, a preemption, a node that could no longer admit
+// it. Such a pod is replaced by its controller and fails no rollout.
+var notTheConfig = []string{"Evicted", "Shutdown", "Terminated", "NodeShutdown", "Preempting", "NodeLost", "NodeAffinity",
+	"UnexpectedAdmissionError", "OutOfcpu", "OutOfmemory", "OutOfpods"}
+
 // PodsSeen is the pods of a workload's current revision as read for one
 // judgement, and the times that say which of their events count.
 type PodsSeen struct {
+	// Rule: which signs count (Watched).
+	Rule Rule
 	// Pods: the workload's own pods (its controller's, by owner reference).
 	Pods []corev1.Pod
 	// Hash: the template's stamp, copied to every pod made from it; pods of
@@ -108,36 +174,49 @@ type PodsSeen struct {
 	Hash string
 	// Started: the rollout's start. A restart or a failed pod before it (a
 	// reverted change reuses an old revision, with its pods' history) counts
-	// for nothing.
+	// for nothing. RuleLasting: the start of the window that must be healthy.
 	Started time.Time
-	// From: when the verification began; every pod of the revision made
-	// before it was available then, and so was one made in its second that
-	// became ready and lost it since (existedAt). Zero: no readiness rule.
+	// From (RuleVerifying): when the verification began; every pod of the
+	// revision made before it was available then, and so was one made in
+	// its second that became ready and lost it since (existedAt).
 	From time.Time
+	// Now: the time of the judgement (a pod's probes' budget ends then).
+	Now time.Time
 }
 
-// InspectPods looks for the first sign of failure among the pods of the new
-// revision since the rollout started: a container that restarted, exited or
-// waits in CrashLoopBackOff (or cannot be created), a pod that failed, or a
-// pod whose containers lost their readiness although it existed when the
-// verification began. A pod made later (a scale-up, a replacement) may take
-// its time to become Ready: it fails only by crashing. A pod whose node was
-// lost is not Ready while its containers still are (ContainersReady): that is
-// no failure of the config. Pods being deleted are passed over. "" when all
-// is well.
-func InspectPods(seen PodsSeen) string {
+// InspectPods judges the pods of the new revision by seen.Rule (see Rule):
+// the first sign of failure in Problem ("" when all is well), when they have
+// all been healthy since (HealthySince), and when a pod not Ready yet will
+// have had its probes' budget (JudgeAt). A pod whose node was lost is not
+// Ready while its containers still are (ContainersReady): that is no failure
+// of the config, nor is a pod the node evicted or shut down, nor a restart
+// the node caused (reason Unknown: a node reboot). Pods being deleted are
+// passed over.
+func InspectPods(seen PodsSeen) Verification {
 	pods := slices.Clone(seen.Pods)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	v := Verification{Read: true, Healthy: true}
 	for i := range pods {
 		p := &pods[i]
 		if p.Annotations[stamp.AnnotationHash] != seen.Hash || p.DeletionTimestamp != nil {
 			continue
 		}
-		if problem := podProblem(p, seen); problem != "" {
-			return "pod " + p.Name + ": " + problem
+		if problem := podProblem(p, seen); problem != "" && v.Problem == "" {
+			v.Problem = "pod " + p.Name + ": " + problem
+		}
+		since, ready := healthySince(p)
+		v.Healthy = v.Healthy && ready
+		if since.After(v.HealthySince) {
+			v.HealthySince = since
+		}
+		if seen.Rule != RuleRolling && seen.Rule != RuleVerifying {
+			continue
+		}
+		if at := readyBy(p); !at.IsZero() && (v.JudgeAt.IsZero() || at.Before(v.JudgeAt)) {
+			v.JudgeAt = at
 		}
 	}
-	return ""
+	return v
 }
 
 func podProblem(p *corev1.Pod, seen PodsSeen) string {
@@ -151,18 +230,37 @@ func podProblem(p *corev1.Pod, seen PodsSeen) string {
 	switch terminal := p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded; {
 	case terminal && made.Before(seen.Started): // history of a revision a revert brought back
 		return ""
+	case p.Status.Phase == corev1.PodFailed && slices.Contains(notTheConfig, p.Status.Reason):
+		return ""
 	case p.Status.Phase == corev1.PodFailed:
 		return fmt.Sprintf("failed (%s: %s)", p.Status.Reason, p.Status.Message)
 	}
-	if ready, since := containersReady(p); !ready && !seen.From.IsZero() && existedAt(p, seen.From, since) {
+	if seen.Rule != RuleRolling && seen.Rule != RuleVerifying {
+		return ""
+	}
+	ready, since := containersReady(p)
+	switch {
+	case ready:
+		return ""
+	case lostReadiness(p, since), seen.Rule == RuleVerifying && !seen.From.IsZero() && existedAt(p, seen.From, since):
+		// Ready once since its containers started, and not now, or not
+		// Ready although it was when the window began: the config it runs
+		// with made it unready (its node's loss leaves ContainersReady as
+		// it was).
 		return fmt.Sprintf("lost its readiness at %s (%s)", since.UTC().Format(time.RFC3339), readyReason(p))
+	}
+	if at := readyBy(p); !at.IsZero() && !seen.Now.Before(at) {
+		return fmt.Sprintf("never became ready: its containers run since %s, longer than its probes allow (%s)",
+			lastStart(p).UTC().Format(time.RFC3339), readyReason(p))
 	}
 	return ""
 }
 
 // containerProblem: since the rollout started (or in a pod made since), a
 // restart, an exit (an init container's exit 0 is its success), or a waiting
-// reason of a container that cannot run.
+// reason of a container that cannot run. A restart the node caused (its
+// last termination's reason Unknown: the node or its runtime restarted and
+// the container's end was not seen) is not the config's.
 func containerProblem(cs *corev1.ContainerStatus, init bool, made, started time.Time) string {
 	recent := func(t *corev1.ContainerStateTerminated) bool {
 		return !made.Before(started) || (t != nil && !t.FinishedAt.Time.Before(started))
@@ -172,10 +270,11 @@ func containerProblem(cs *corev1.ContainerStatus, init bool, made, started time.
 		waiting = ", " + w.Reason
 	}
 	last, t := cs.LastTerminationState.Terminated, cs.State.Terminated
+	byNode := last != nil && last.Reason == "Unknown"
 	switch {
-	case cs.RestartCount > 0 && recent(last):
+	case cs.RestartCount > 0 && recent(last) && !byNode:
 		return fmt.Sprintf("container %s restarted %d times%s%s", cs.Name, cs.RestartCount, exitOf(last), waiting)
-	case t != nil && (t.ExitCode != 0 || !init) && recent(t):
+	case t != nil && (t.ExitCode != 0 || !init) && recent(t) && t.Reason != "Unknown":
 		return fmt.Sprintf("container %s exited%s, restarted %d times", cs.Name, exitOf(t), cs.RestartCount)
 	case waiting != "" && (recent(last) || cs.RestartCount == 0):
 		return fmt.Sprintf("container %s cannot run%s: %s", cs.Name, waiting, cs.State.Waiting.Message)
@@ -206,6 +305,14 @@ func existedAt(p *corev1.Pod, from, since time.Time) bool {
 	if !made.Equal(from) {
 		return made.Before(from)
 	}
+	return lostReadiness(p, since)
+}
+
+// lostReadiness reports whether p, whose containers are not ready since
+// since, was Ready in between: every container runs, and started before
+// its readiness last changed (a pod still starting has been not ready since
+// before they ran).
+func lostReadiness(p *corev1.Pod, since time.Time) bool {
 	for _, cs := range p.Status.ContainerStatuses {
 		if r := cs.State.Running; r == nil || !since.After(r.StartedAt.Time) {
 			return false
@@ -223,6 +330,69 @@ func containersReady(p *corev1.Pod) (bool, time.Time) {
 		}
 	}
 	return false, p.CreationTimestamp.Time
+}
+
+// healthySince: whether p's containers are Ready, and since when they
+// have been Ready with no restart.
+func healthySince(p *corev1.Pod) (time.Time, bool) {
+	ready, since := containersReady(p)
+	if !ready {
+		return time.Time{}, false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.LastTerminationState.Terminated; t != nil && t.FinishedAt.After(since) {
+			since = t.FinishedAt.Time
+		}
+	}
+	return since, true
+}
+
+// lastStart is when p's last container started (zero unless all run).
+func lastStart(p *corev1.Pod) time.Time {
+	var last time.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		r := cs.State.Running
+		if r == nil {
+			return time.Time{}
+		}
+		if r.StartedAt.After(last) {
+			last = r.StartedAt.Time
+		}
+	}
+	return last
+}
+
+// readyBy is when p, whose containers all run but that was never Ready
+// since they started, has had twice its probes' budget and readyMargin (zero
+// when it is Ready, has been, or not all its containers run).
+func readyBy(p *corev1.Pod) time.Time {
+	ready, since := containersReady(p)
+	start := lastStart(p)
+	if ready || start.IsZero() || lostReadiness(p, since) {
+		return time.Time{}
+	}
+	var budget time.Duration
+	for _, c := range p.Spec.Containers {
+		budget = max(budget, ProbeBudget(c.StartupProbe)+ProbeBudget(c.ReadinessProbe))
+	}
+	return start.Add(2*budget + readyMargin)
+}
+
+// ProbeBudget is how long a probe may fail before the kubelet gives up on
+// it: initialDelaySeconds + periodSeconds × failureThreshold, with the
+// kubelet's defaults (period 10 s, threshold 3). 0 without a probe.
+func ProbeBudget(p *corev1.Probe) time.Duration {
+	if p == nil {
+		return 0
+	}
+	period, threshold := p.PeriodSeconds, p.FailureThreshold
+	if period <= 0 {
+		period = 10
+	}
+	if threshold <= 0 {
+		threshold = 3
+	}
+	return time.Duration(p.InitialDelaySeconds+period*threshold) * time.Second
 }
 
 func readyReason(p *corev1.Pod) string {

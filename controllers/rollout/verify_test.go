@@ -82,13 +82,19 @@ func TestInspectPods(t *testing.T) {
 		"a container that cannot be created": {[]corev1.Pod{pod("a", "v1-new", after, false, func(p *corev1.Pod) {
 			p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `couldn't find key x in ConfigMap ns/c`}
 		})}, "CreateContainerConfigError: couldn't find key x"},
-		"a failed pod":                            {[]corev1.Pod{pod("a", "v1-new", after, false, func(p *corev1.Pod) { p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted" })}, "pod a: failed (Evicted"},
+		"a failed pod": {[]corev1.Pod{pod("a", "v1-new", after, false, func(p *corev1.Pod) { p.Status.Phase, p.Status.Message = corev1.PodFailed, "containers exited" })}, "pod a: failed (: containers exited"},
+		"an evicted pod is the node's, not the config's": {[]corev1.Pod{pod("a", "v1-new", after, false, func(p *corev1.Pod) { p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted" })}, ""},
+		"a node shutdown's pod is not the config's":      {[]corev1.Pod{pod("a", "v1-new", after, false, func(p *corev1.Pod) { p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Terminated" })}, ""},
+		"a restart the node caused (reason Unknown)": {[]corev1.Pod{pod("a", "v1-new", before, true, func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].RestartCount = 1
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 255, Reason: "Unknown", FinishedAt: metav1.NewTime(from)}
+		})}, ""},
 		"an init container that failed is named":  {[]corev1.Pod{pod("a", "v1-new", after, false, func(p *corev1.Pod) { initDone(p); p.Status.InitContainerStatuses[0].State.Terminated.ExitCode = 2 })}, "container init exited (exit code 2"},
 		"no pods (scaled to zero) is nothing bad": {nil, ""},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := InspectPods(PodsSeen{Pods: tc.pods, Hash: "v1-new", Started: started, From: from})
+			got := InspectPods(PodsSeen{Rule: RuleVerifying, Pods: tc.pods, Hash: "v1-new", Started: started, From: from}).Problem
 			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 				t.Fatalf("InspectPods = %q, want %q", got, tc.want)
 			}
@@ -156,6 +162,136 @@ func TestOnFailure(t *testing.T) {
 			got, problems := OnFailure(tc.workload, tc.namespace, tc.def)
 			if got != tc.want || len(problems) != tc.problems {
 				t.Fatalf("OnFailure = %v, %v; want %v with %d problems", got, problems, tc.want, tc.problems)
+			}
+		})
+	}
+}
+
+// The rules by which a revision's pods are judged, from the moment they
+// exist (RuleRolling) to a halt that lifts only on health that lasts
+// (RuleLasting).
+func TestInspectPodsByRule(t *testing.T) {
+	started := t0
+	now := t0.Add(time.Minute)
+	base := func(name string, mutate ...func(*corev1.Pod)) corev1.Pod {
+		p := corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(started.Add(time.Second)),
+				Annotations: map[string]string{stamp.AnnotationHash: "v1-new"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning,
+				Conditions:        []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady", LastTransitionTime: metav1.NewTime(started.Add(time.Second))}},
+				ContainerStatuses: []corev1.ContainerStatus{{Name: "app"}}},
+		}
+		for _, m := range mutate {
+			m(&p)
+		}
+		return p
+	}
+	runningSince := func(at time.Time) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(at)}
+		}
+	}
+	readyAt := func(at time.Time) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.Conditions[0].Status, p.Status.Conditions[0].LastTransitionTime = corev1.ConditionTrue, metav1.NewTime(at)
+			p.Status.ContainerStatuses[0].Ready = true
+		}
+	}
+	unreadyAt := func(at time.Time) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.Conditions[0].Status, p.Status.Conditions[0].LastTransitionTime = corev1.ConditionFalse, metav1.NewTime(at)
+		}
+	}
+	probe := func(p *corev1.Pod) {
+		p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 2, FailureThreshold: 3} // a budget of 6 s
+	}
+	restartedAt := func(at time.Time, n int32) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].RestartCount = n
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", FinishedAt: metav1.NewTime(at)}
+		}
+	}
+	configError := func(p *corev1.Pod) {
+		p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `couldn't find key mode in ConfigMap ns/shared`}
+	}
+	initFailing := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "check", RestartCount: 1,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error", FinishedAt: metav1.NewTime(started.Add(3 * time.Second))}},
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
+		p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
+	}
+	tests := map[string]struct {
+		rule    Rule
+		pod     corev1.Pod
+		problem string // "" none, else a substring
+		healthy bool
+		since   time.Time // HealthySince, when healthy
+		judgeAt time.Time
+	}{
+		"rolling: a key removed (CreateContainerConfigError)": {rule: RuleRolling, pod: base("a", configError), problem: "cannot run, CreateContainerConfigError: couldn't find key mode"},
+		"rolling: an init container rejects the value":        {rule: RuleRolling, pod: base("a", initFailing), problem: "container check restarted 1 times (exit code 2, Error), CrashLoopBackOff"},
+		"rolling: starting within its probes' budget":         {rule: RuleRolling, pod: base("a", probe, runningSince(now.Add(-10*time.Second))), judgeAt: now.Add(-10*time.Second + 12*time.Second + readyMargin)},
+		"rolling: never ready past its probes' budget":        {rule: RuleRolling, pod: base("a", probe, runningSince(started.Add(2*time.Second))), problem: "never became ready"},
+		"rolling: Ready, then lost it (a flapping probe)":     {rule: RuleRolling, pod: base("a", runningSince(started.Add(2*time.Second)), unreadyAt(started.Add(20*time.Second))), problem: "lost its readiness"},
+		"rolling: Ready": {rule: RuleRolling, pod: base("a", runningSince(started.Add(2*time.Second)), readyAt(started.Add(3*time.Second))), healthy: true, since: started.Add(3 * time.Second)},
+		"crashing: a lost readiness decides nothing": {rule: RuleCrashing, pod: base("a", runningSince(started.Add(2*time.Second)), unreadyAt(started.Add(20*time.Second)))},
+		"crashing: a crash does":                     {rule: RuleCrashing, pod: base("a", runningSince(now), restartedAt(now.Add(-time.Second), 1)), problem: "restarted 1 times"},
+		"lasting: Ready since a restart inside the window": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-5*time.Second)), readyAt(now.Add(-4*time.Second)), restartedAt(now.Add(-6*time.Second), 3)),
+			problem: "restarted 3 times"},
+		"lasting: Ready for a while, restarts long ago are history": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-50*time.Second)), readyAt(now.Add(-45*time.Second)), restartedAt(now.Add(-51*time.Second), 3)),
+			healthy: true, since: now.Add(-45 * time.Second)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			seen := PodsSeen{Rule: tc.rule, Pods: []corev1.Pod{tc.pod}, Hash: "v1-new", Started: started, Now: now}
+			if tc.rule == RuleLasting {
+				seen.Started = now.Add(-30 * time.Second)
+			}
+			v := InspectPods(seen)
+			if (tc.problem == "") != (v.Problem == "") || !strings.Contains(v.Problem, tc.problem) {
+				t.Fatalf("problem %q, want %q", v.Problem, tc.problem)
+			}
+			if tc.problem == "" && (v.Healthy != tc.healthy || (tc.healthy && !v.HealthySince.Equal(tc.since))) {
+				t.Errorf("healthy %v since %v, want %v since %v", v.Healthy, v.HealthySince, tc.healthy, tc.since)
+			}
+			if tc.problem == "" && !v.JudgeAt.Equal(tc.judgeAt) {
+				t.Errorf("judged at %v, want %v", v.JudgeAt, tc.judgeAt)
+			}
+		})
+	}
+}
+
+func TestEffectiveWindowKeepsAStatefulSetsWindow(t *testing.T) {
+	s := statefulSet(1, 1, rollingSTS, appsv1.StatefulSetStatus{})
+	s.Spec.MinReadySeconds = 10
+	if got := EffectiveWindow(s, 30*time.Second); got != 30*time.Second {
+		t.Fatalf("EffectiveWindow = %v, want 30s: a StatefulSet is complete on ReadyReplicas, which minReadySeconds does not delay", got)
+	}
+}
+
+func TestWatched(t *testing.T) {
+	tests := map[string]struct {
+		rec               Record
+		complete, ongoing bool
+		rule              Rule
+		watched           bool
+	}{
+		"rolling":                           {Record{State: Rolling}, false, false, RuleRolling, true},
+		"verifying":                         {Record{State: Verifying}, true, false, RuleVerifying, true},
+		"failed, halting, complete":         {Record{State: Failed, Halted: "x"}, true, false, RuleLasting, true},
+		"failed, halting, not complete":     {Record{State: Failed, Halted: "x"}, false, false, 0, false},
+		"failed, not halting":               {Record{State: Failed}, true, false, 0, false},
+		"completed, its change rolls on":    {Record{State: Completed}, true, true, RuleCrashing, true},
+		"completed, its change reached all": {Record{State: Completed}, true, false, 0, false},
+		"no record":                         {Record{}, true, true, 0, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			rule, watched := Watched(tc.rec, tc.complete, tc.ongoing)
+			if rule != tc.rule || watched != tc.watched {
+				t.Fatalf("Watched = %v, %v; want %v, %v", rule, watched, tc.rule, tc.watched)
 			}
 		})
 	}
