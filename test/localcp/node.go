@@ -67,6 +67,8 @@ type nodeState struct {
 	// snapshotter is the CRI plugin's: overlayfs, or native where overlayfs
 	// cannot be mounted.
 	snapshotter string
+	// stoppedKubelet: how the kubelet StopKubelet stopped was started.
+	stoppedKubelet *process
 }
 
 // binaryPath is where component name's executable is: BinDir, except for

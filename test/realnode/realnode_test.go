@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,16 @@ type appOptions struct {
 	probe bool
 	// annotations on the workload (pin, rollout-priority).
 	annotations map[string]string
+	// envKey: the container reads the ConfigMap's key "mode" into
+	// APP_VALUE_MODE through a configMapKeyRef (a removed key: the
+	// container cannot be created).
+	envKey bool
+	// initCheck: an init container (the app, APP_ONCE) checks the mounted
+	// ConfigMap first and exits 1 on a rejected value.
+	initCheck bool
+	// liveness: a liveness probe on the app's /ready (1 s period, 2
+	// failures): an app unready on the value is killed and restarted.
+	liveness bool
 }
 
 // appSpec is a pod of the test app reading ConfigMap cm, mounted at /config,
@@ -61,14 +72,27 @@ func appSpec(cm string, o appOptions) corev1.PodSpec {
 		Name: "app", Image: images.TestAppRef, ImagePullPolicy: corev1.PullNever, Env: vars,
 		VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/config"}},
 	}
+	ready := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8080)}}
 	if o.probe {
-		c.ReadinessProbe = &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8080)}},
-			PeriodSeconds: 1, FailureThreshold: 1,
-		}
+		c.ReadinessProbe = &corev1.Probe{ProbeHandler: ready, PeriodSeconds: 1, FailureThreshold: 1}
+	}
+	if o.liveness {
+		c.LivenessProbe = &corev1.Probe{ProbeHandler: ready, PeriodSeconds: 1, FailureThreshold: 2}
+	}
+	if o.envKey {
+		c.Env = append(c.Env, corev1.EnvVar{Name: "APP_VALUE_MODE", ValueFrom: &corev1.EnvVarSource{
+			ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Key: "mode"}}})
+	}
+	var inits []corev1.Container
+	if o.initCheck {
+		check := c
+		check.Name, check.ReadinessProbe, check.LivenessProbe = "check", nil, nil
+		check.Env = append(slices.Clone(c.Env), corev1.EnvVar{Name: "APP_ONCE", Value: "true"})
+		inits = append(inits, check)
 	}
 	return corev1.PodSpec{
-		Containers: []corev1.Container{c},
+		InitContainers: inits,
+		Containers:     []corev1.Container{c},
 		Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}},
 		TerminationGracePeriodSeconds: ptr.To[int64](1),

@@ -17,12 +17,19 @@
 //	APP_VALUE_*    every variable with this prefix is part of what was read.
 //	APP_REJECT     a substring: if any file read at start or any APP_VALUE_*
 //	               value contains it, the app rejects its config. Empty: never.
-//	APP_FAIL_MODE  what rejecting does: "exit" (default) or "unready".
+//	APP_FAIL_MODE  what rejecting does: "exit" (default), "unready", or
+//	               "flap" (unready and Ready in turn, APP_FLAP each).
 //	APP_EXIT_CODE  exit code for APP_FAIL_MODE=exit, 0-255 (default 1).
 //	APP_FAIL_AFTER Go duration (default 0s). exit: the app exits after this
 //	               long, serving GET /ready 200 until then (0s: it exits at
 //	               once, without serving). unready: GET /ready returns 200
-//	               until this long after start and 503 from then on.
+//	               until this long after start and 503 from then on. flap:
+//	               200 until this long after start, then 503 for APP_FLAP,
+//	               200 for APP_FLAP, and so on.
+//	APP_FLAP       Go duration (default 10s): each half of a flap.
+//	APP_ONCE       "true": an init container's check. It reads its config
+//	               and exits 0 at once unless it rejects it (then as
+//	               APP_FAIL_MODE=exit says).
 //	APP_LISTEN     HTTP listen address (default ":8080").
 //
 // HTTP (GET or HEAD):
@@ -67,6 +74,7 @@ import (
 const (
 	failExit    = "exit"
 	failUnready = "unready"
+	failFlap    = "flap"
 	valuePrefix = "APP_VALUE_"
 	// exitSetup is the exit code for a configuration the app cannot run
 	// with (as opposed to one it rejects).
@@ -79,6 +87,8 @@ type config struct {
 	FailMode  string
 	ExitCode  int
 	FailAfter time.Duration
+	Flap      time.Duration
+	Once      bool
 	Listen    string
 	Values    map[string]string // the APP_VALUE_* variables
 }
@@ -86,7 +96,7 @@ type config struct {
 // parseConfig reads the settings from environ ("KEY=value" entries).
 func parseConfig(environ []string) (config, error) {
 	env := map[string]string{}
-	cfg := config{FailMode: failExit, ExitCode: 1, Listen: ":8080", Values: map[string]string{}}
+	cfg := config{FailMode: failExit, ExitCode: 1, Flap: 10 * time.Second, Listen: ":8080", Values: map[string]string{}}
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
@@ -101,8 +111,8 @@ func parseConfig(environ []string) (config, error) {
 	}
 	cfg.Reject = env["APP_REJECT"]
 	if v := env["APP_FAIL_MODE"]; v != "" {
-		if v != failExit && v != failUnready {
-			return cfg, fmt.Errorf("APP_FAIL_MODE=%q: want %q or %q", v, failExit, failUnready)
+		if v != failExit && v != failUnready && v != failFlap {
+			return cfg, fmt.Errorf("APP_FAIL_MODE=%q: want %q, %q or %q", v, failExit, failUnready, failFlap)
 		}
 		cfg.FailMode = v
 	}
@@ -120,6 +130,14 @@ func parseConfig(environ []string) (config, error) {
 		}
 		cfg.FailAfter = d
 	}
+	if v := env["APP_FLAP"]; v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("APP_FLAP=%q: want a positive Go duration such as 10s", v)
+		}
+		cfg.Flap = d
+	}
+	cfg.Once = env["APP_ONCE"] == "true"
 	if v := env["APP_LISTEN"]; v != "" {
 		cfg.Listen = v
 	}
@@ -246,10 +264,17 @@ func newApp(cfg config, now func() time.Time) (*app, error) {
 // ready reports whether GET /ready succeeds now. In exit mode the app stays
 // ready until it exits, so a readiness probe can pass first.
 func (a *app) ready() bool {
-	if !a.snap.Rejected || a.cfg.FailMode != failUnready {
+	if !a.snap.Rejected || a.cfg.FailMode == failExit {
 		return true
 	}
-	return a.now().Sub(a.start) < a.cfg.FailAfter
+	elapsed := a.now().Sub(a.start)
+	switch {
+	case elapsed < a.cfg.FailAfter:
+		return true
+	case a.cfg.FailMode == failUnready:
+		return false
+	}
+	return (elapsed-a.cfg.FailAfter)/a.cfg.Flap%2 == 1 // flap: unready first
 }
 
 func (a *app) handler() http.Handler {
@@ -308,6 +333,9 @@ func run(ctx context.Context, environ []string, stdout, stderr io.Writer, listen
 	}
 	_, _ = fmt.Fprintf(stdout, "%s\n", line)
 
+	if cfg.Once && !a.snap.Rejected {
+		return 0
+	}
 	var exitTimer <-chan time.Time
 	if a.snap.Rejected {
 		switch cfg.FailMode {
@@ -320,8 +348,8 @@ func run(ctx context.Context, environ []string, stdout, stderr io.Writer, listen
 			t := time.NewTimer(cfg.FailAfter)
 			defer t.Stop()
 			exitTimer = t.C
-		case failUnready:
-			logf(stderr, "rejecting config: %s; unready from %s after start", a.reason, cfg.FailAfter)
+		case failUnready, failFlap:
+			logf(stderr, "rejecting config: %s; %s from %s after start", a.reason, cfg.FailMode, cfg.FailAfter)
 		}
 	}
 

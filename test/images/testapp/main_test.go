@@ -339,3 +339,33 @@ func TestRunSetupErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestReadyFlaps(t *testing.T) {
+	clk := &clock{time.Now()}
+	a, err := newApp(config{Reject: "x", FailMode: failFlap, FailAfter: 5 * time.Second, Flap: 10 * time.Second, Values: map[string]string{"APP_VALUE_A": "x"}}, clk.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := clk.t
+	for _, step := range []struct {
+		at    time.Duration
+		ready bool
+	}{{0, true}, {4 * time.Second, true}, {5 * time.Second, false}, {14 * time.Second, false}, {15 * time.Second, true}, {24 * time.Second, true}, {25 * time.Second, false}} {
+		clk.t = start.Add(step.at)
+		if got := a.ready(); got != step.ready {
+			t.Errorf("ready at %v = %v, want %v", step.at, got, step.ready)
+		}
+	}
+}
+
+func TestRunOnce(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"APP_VALUE_A=good", "APP_REJECT=bad", "APP_ONCE=true", "APP_LISTEN=127.0.0.1:0"}, &stdout, &stderr, func(net.Addr) {
+		t.Error("listened although it checks once and exits")
+	}); code != 0 {
+		t.Errorf("a good config checked once: exit code %d, want 0", code)
+	}
+	if code := run(t.Context(), []string{"APP_VALUE_A=bad", "APP_REJECT=bad", "APP_ONCE=true", "APP_EXIT_CODE=4", "APP_LISTEN=127.0.0.1:0"}, &stdout, &stderr, nil); code != 4 {
+		t.Errorf("a bad config checked once: exit code %d, want 4", code)
+	}
+}

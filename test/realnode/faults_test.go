@@ -1,0 +1,136 @@
+//go:build linux
+
+package realnode_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/test/framework"
+	"github.com/configstamp/configstamp/test/localcp"
+)
+
+// TestNoFalseHaltFromTheNode: a good change is verified through faults of
+// the node that are not the config's, each inside the verification window
+// (120 s here): a new pod evicted through the Eviction API, containerd
+// killed and restarted, the kubelet killed and restarted, and the node
+// stopped (cordoned, its kubelet gone until the node is NotReady). Neither
+// rollout fails; both complete.
+func TestNoFalseHaltFromTheNode(t *testing.T) {
+	restartWith(t, defaultFlags...)
+	ns := env.Namespace(t, "node-faults", nil)
+	long := map[string]string{rollout.AnnotationVerifyWindow: "120s"}
+	evicted := deployment(ns, "evicted", "shared", appOptions{probe: true, annotations: long})
+	steady := deployment(ns, "steady", "shared", appOptions{probe: true, annotations: long})
+	env.Apply(t, configMap(ns, "shared", "good"), evicted, steady)
+	waitReady(t, evicted, 2*time.Minute)
+	waitReady(t, steady, 2*time.Minute)
+	env.Apply(t, configMap(ns, "shared", "better"))
+	for _, d := range []client.Object{evicted, steady} {
+		waitState(t, d, rollout.Verifying, time.Minute)
+	}
+	noFailure := func(what string) {
+		t.Helper()
+		for _, d := range []client.Object{evicted, steady} {
+			if note := failedNote(t, d); note != "" {
+				t.Fatalf("%s: %s's good rollout failed: %s", what, d.GetName(), note)
+			}
+		}
+	}
+
+	ps := pods(t, ns, "evicted")
+	if len(ps) != 1 {
+		t.Fatalf("evicted runs %d pods, want 1", len(ps))
+	}
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: ps[0].Name, Namespace: ns}}
+	if err := env.Client.SubResource("eviction").Create(t.Context(), &ps[0], ev); err != nil {
+		t.Fatalf("evicting %s: %v", ps[0].Name, err)
+	}
+	waitReady(t, evicted, time.Minute)
+	noFailure("a pod evicted")
+	t.Log("evicted a new pod; its replacement is Ready")
+
+	if err := env.CP.RestartContainerd(); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeReady(t, "containerd restarted")
+	noFailure("containerd restarted")
+
+	if err := env.CP.RestartKubelet(); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeReady(t, "kubelet restarted")
+	noFailure("the kubelet restarted")
+
+	env.Kubectl(t, "", "cordon", localcp.RealNodeName)
+	if err := env.CP.StopKubelet(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Cleanup(func() {
+		_ = env.CP.StartKubelet() // an error: it runs already
+		env.Kubectl(t, "", "uncordon", localcp.RealNodeName)
+	})
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		ready, why := nodeReady(t)
+		return !ready, "the node is still Ready without its kubelet: " + why
+	})
+	t.Logf("the node turned NotReady %s after its kubelet stopped", since(stopped))
+	noFailure("the node NotReady")
+	if err := env.CP.StartKubelet(); err != nil {
+		t.Fatal(err)
+	}
+	env.Kubectl(t, "", "uncordon", localcp.RealNodeName)
+	waitNodeReady(t, "kubelet started again")
+
+	for _, d := range []client.Object{evicted, steady} {
+		framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+			noFailure("after the faults")
+			rec := record(t, d)
+			return rec.State == rollout.Completed, fmt.Sprintf("%s's record %+v", d.GetName(), rec)
+		})
+	}
+	if n := env.CountEvents(t, steady, controllers.ReasonRolloutFailed) + env.CountEvents(t, evicted, controllers.ReasonRolloutFailed); n != 0 {
+		t.Fatalf("%d RolloutFailed events on a good change", n)
+	}
+}
+
+// waitState polls until obj's record is in state.
+func waitState(t *testing.T, obj client.Object, state rollout.State, timeout time.Duration) {
+	t.Helper()
+	framework.Eventually(t, timeout, func() (bool, string) {
+		rec := record(t, obj)
+		return rec.State == state, fmt.Sprintf("%s's record %+v, want %s", obj.GetName(), rec, state)
+	})
+}
+
+// nodeReady reads the real node's Ready condition.
+func nodeReady(t *testing.T) (bool, string) {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := env.Client.Get(t.Context(), client.ObjectKey{Name: localcp.RealNodeName}, n); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+		}
+	}
+	return false, "no Ready condition"
+}
+
+func waitNodeReady(t *testing.T, after string) {
+	t.Helper()
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		ready, why := nodeReady(t)
+		return ready, after + ": node not Ready: " + why
+	})
+}
