@@ -184,14 +184,18 @@ func newRoot(o *options, chosen func(*command, []string)) *cobra.Command {
 		Short: "see and steer configstamp",
 		Long:  rootLong,
 		// Help and usage name it as kubectl runs it.
-		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl configstamp"},
-		SilenceErrors: true,
-		SilenceUsage:  true,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q", args[0])
+		Annotations:                map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl configstamp"},
+		SilenceErrors:              true,
+		SilenceUsage:               true,
+		SuggestionsMinimumDistance: 2, // cobra's default, which SuggestionsFor does not apply
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
 			}
-			return nil
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				return usagef("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
+			}
+			return usagef("unknown command %q", args[0])
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_ = cmd.Help()
