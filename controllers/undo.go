@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +29,9 @@ const (
 	ReasonRolloutUndone = "RolloutUndone"
 	// ReasonUndoImpossible: undo was asked for a workload it cannot help.
 	ReasonUndoImpossible = "UndoImpossible"
+	// ReasonUndoNeedsPodDelete: a StatefulSet returned to its previous
+	// revision keeps a broken pod until someone deletes it.
+	ReasonUndoNeedsPodDelete = "UndoNeedsPodDelete"
 )
 
 // undoFailed returns a workload whose rollout just failed to its previous
@@ -58,7 +63,13 @@ func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object) 
 			"%s: undo is asked, but no earlier pinned revision of this workload was found (%v)", rollout.AnnotationOnFailure, err)
 		return
 	}
-	err = r.restoreTemplate(ctx, obj, tmpl.Annotations[stamp.AnnotationHash], prev)
+	if edit := editedSince(tmpl, prev); edit != "" {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but the pod template differs from revision %d in more than configstamp's stamp and snapshots (%s): "+
+				"configstamp never overwrites an edit; the change stays halted (fix it, or undo by hand)", rollout.AnnotationOnFailure, revision, edit)
+		return
+	}
+	err = r.restoreTemplate(ctx, obj, tmpl, prev)
 	if now := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]; err == nil && now != prev.Annotations[stamp.AnnotationHash] {
 		// The webhook kept the template: the revision's snapshots no longer
 		// hold what its stamp says (its PinFailed event says why).
@@ -73,6 +84,37 @@ func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object) 
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonRolloutUndone, "Undo",
 		"the rollout failed: the workload is returned to its revision %d (stamp %s), whose snapshots hold the config it ran before; "+
 			"the change stays halted until it is fixed", revision, prev.Annotations[stamp.AnnotationHash])
+	if s, ok := obj.(*appsv1.StatefulSet); ok && s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		// kubernetes/kubernetes#67250: with OrderedReady the controller waits
+		// for the broken pod to become Ready before it replaces it, forever.
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoNeedsPodDelete, "Undo",
+			"the StatefulSet is returned to revision %d, but with podManagementPolicy OrderedReady its controller does not replace a pod of the failed "+
+				"revision that never becomes Ready (kubernetes/kubernetes#67250): delete that pod (kubectl delete pod) for the undo to reach it; "+
+				"configstamp never deletes pods", revision)
+	}
+}
+
+// editedSince says how failed, the template whose rollout failed, differs
+// from prev, the revision an undo would return to, beyond what configstamp
+// itself changed between them (its stamp and its snapshots): "" when it
+// does not. A user's edit during the failing rollout (an image, resources,
+// a restart annotation) is never overwritten by an undo.
+func editedSince(failed, prev *corev1.PodTemplateSpec) string {
+	own := func(a map[string]string) map[string]string {
+		out := maps.Clone(a)
+		delete(out, stamp.AnnotationHash)
+		delete(out, pin.AnnotationPinned)
+		return out
+	}
+	switch {
+	case !equality.Semantic.DeepEqual(failed.Labels, prev.Labels):
+		return "its labels"
+	case !equality.Semantic.DeepEqual(own(failed.Annotations), own(prev.Annotations)):
+		return "its annotations"
+	case !equality.Semantic.DeepEqual(pin.SourceSpec(failed), pin.SourceSpec(prev)):
+		return "its pod spec"
+	}
+	return ""
 }
 
 // wantsUndo reads rollout.OnFailure from the workload and its Namespace;
@@ -136,11 +178,12 @@ func (r *WorkloadReconciler) previousRevision(ctx context.Context, obj client.Ob
 }
 
 // restoreTemplate replaces obj's pod template by t, only while the template
-// is still the failed one, stamped failed (a JSON patch testing the stamp):
-// a fix or a user's edit since wins.
-func (r *WorkloadReconciler) restoreTemplate(ctx context.Context, obj client.Object, failed string, t *corev1.PodTemplateSpec) error {
+// is still exactly the failed one judged (a JSON patch testing the whole
+// template, not the resourceVersion: a status update in between changes
+// nothing): a fix or a user's edit since wins.
+func (r *WorkloadReconciler) restoreTemplate(ctx context.Context, obj client.Object, failed, t *corev1.PodTemplateSpec) error {
 	raw, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/spec/template/metadata/annotations/" + strings.ReplaceAll(stamp.AnnotationHash, "/", "~1"), "value": failed},
+		{"op": "test", "path": "/spec/template", "value": failed},
 		{"op": "replace", "path": "/spec/template", "value": t},
 		// The webhook takes configstamp's own UPDATE for a rollback only with it.
 		{"op": "add", "path": "/metadata/annotations/" + strings.ReplaceAll(pin.AnnotationUndoTo, "/", "~1"), "value": t.Annotations[stamp.AnnotationHash]},
