@@ -34,14 +34,17 @@ const (
 	ReasonUndoNeedsPodDelete = "UndoNeedsPodDelete"
 )
 
-// undoFailed returns a workload whose rollout just failed to its previous
-// revision, as `kubectl rollout undo` would, when it asks for it
-// (rollout.OnFailure): a pinned workload's previous revision mounts the
-// snapshots it ran with, so its pods get their old config back while the
-// halt stays (a rolled-back pinned workload recovers nothing: pin.RolledBack).
-// An unpinned workload's previous revision mounts the same objects, which
-// hold the failed data now: undo could not help it, and a Warning says so.
-func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object) {
+// undoFailed returns a workload whose rollout just failed (its record rec)
+// to the last revision whose rollout passed verification (rec.Verified),
+// when it asks for it (rollout.OnFailure): a pinned workload's revision
+// mounts the snapshots it ran with, so its pods get that config back while
+// the halt stays (a rolled-back pinned workload recovers nothing:
+// pin.RolledBack). Never to a revision that did not pass (a change
+// superseded while it rolled, an earlier failure), never over a user's
+// edit. An unpinned workload's previous revision mounts the same objects,
+// which hold the failed data now: undo could not help it, and a Warning
+// says so.
+func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object, rec rollout.Record) {
 	if !r.wantsUndo(ctx, obj) {
 		return
 	}
@@ -57,10 +60,17 @@ func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object) 
 				"pin it (%s: \"true\", with pinning installed: --pin) so that its revisions keep their own snapshots", rollout.AnnotationOnFailure, pin.AnnotationPin)
 		return
 	}
-	prev, revision, err := r.previousRevision(ctx, obj, tmpl.Annotations[stamp.AnnotationHash])
+	if rec.Verified == "" || rec.Verified == tmpl.Annotations[stamp.AnnotationHash] {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but no earlier revision of this workload passed configstamp's verification: configstamp returns only to a verified one",
+			rollout.AnnotationOnFailure)
+		return
+	}
+	prev, revision, err := r.verifiedRevision(ctx, obj, rec.Verified)
 	if err != nil || prev == nil {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
-			"%s: undo is asked, but no earlier pinned revision of this workload was found (%v)", rollout.AnnotationOnFailure, err)
+			"%s: undo is asked, but the last verified revision of this workload (stamp %s) is no longer kept (revisionHistoryLimit) (%v)",
+			rollout.AnnotationOnFailure, rec.Verified, err)
 		return
 	}
 	if edit := editedSince(tmpl, prev); edit != "" {
@@ -131,11 +141,10 @@ func (r *WorkloadReconciler) wantsUndo(ctx context.Context, obj client.Object) b
 	return undo
 }
 
-// previousRevision is the newest pinned revision of obj (from the cache,
+// verifiedRevision is the newest pinned revision of obj (from the cache,
 // which holds the pinned ReplicaSets and ControllerRevisions) whose template
-// is stamped otherwise than the current one: what `kubectl rollout undo`
-// returns to.
-func (r *WorkloadReconciler) previousRevision(ctx context.Context, obj client.Object, current string) (*corev1.PodTemplateSpec, int64, error) {
+// is stamped verified: the last one that passed verification.
+func (r *WorkloadReconciler) verifiedRevision(ctx context.Context, obj client.Object, verified string) (*corev1.PodTemplateSpec, int64, error) {
 	var list client.ObjectList = &appsv1.ControllerRevisionList{}
 	if _, ok := obj.(*appsv1.Deployment); ok {
 		list = &appsv1.ReplicaSetList{}
@@ -150,7 +159,7 @@ func (r *WorkloadReconciler) previousRevision(ctx context.Context, obj client.Ob
 			return nil
 		}
 		t, err := revisionTemplate(rev)
-		if err != nil || t.Annotations[stamp.AnnotationHash] == current {
+		if err != nil || t.Annotations[stamp.AnnotationHash] != verified {
 			return err
 		}
 		best, bestRev = t.DeepCopy(), n

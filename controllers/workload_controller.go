@@ -177,7 +177,7 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 				rollout.FailedVerificationTotal.WithLabelValues(r.Kind.Name).Inc()
 			}
 			r.reportFailure(ctx, obj, d.Judged, d.Failure)
-			r.undoFailed(ctx, obj)
+			r.undoFailed(ctx, obj, d.Judged)
 		} else {
 			rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
 			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())

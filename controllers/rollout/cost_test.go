@@ -124,7 +124,7 @@ func TestHoldersRecheckSeals(t *testing.T) {
 	if err := s.Cache.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "a"}, a); err != nil {
 		t.Fatal(err)
 	}
-	closed := sealed(a, StartRecord(t0, nil, false).Complete(), key)
+	closed := sealed(a, StartRecord(t0, nil, false).Complete(""), key)
 	closed.Annotations[AnnotationState] = string(Rolling) // a hand edit: the seal no longer matches
 	if err := s.Cache.(client.Client).Update(t.Context(), closed); err != nil {
 		t.Fatal(err)

@@ -186,7 +186,7 @@ func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Dura
 	}
 	d = Decision{Verb: Stamp, Supersedes: keeps, Judged: sit.Record, Causes: sit.Causes}
 	if s.Policy.Tracks() {
-		start := StartRecord(sit.Now, sit.Causes, NothingToWaitFor(sit.Kind, sit.Object))
+		start := sit.Record.StartRecord(sit.Now, sit.Causes, NothingToWaitFor(sit.Kind, sit.Object))
 		if keeps {
 			start.Started = sit.Record.Started // the slot's bound counts from the first stamp
 		}

@@ -47,6 +47,10 @@ const (
 	// AnnotationVerifyWindow (user): a Go duration overriding --verify-window
 	// for this workload ("0s": completed as soon as it is complete).
 	AnnotationVerifyWindow = "configstamp.io/verify-window"
+	// AnnotationVerified is the stamp (configstamp.io/config-hash) of the
+	// last revision of the workload whose rollout passed verification: the
+	// only revision an undo returns to.
+	AnnotationVerified = "configstamp.io/rollout-verified"
 )
 
 // State is where the rollout configstamp started on a workload stands.
@@ -91,7 +95,7 @@ const AnnotationSeal = "configstamp.io/rollout-seal"
 
 // RecordAnnotations are the record's annotations: configstamp writes them,
 // and only the reconciler reads them (webhook.MayRestamp).
-var RecordAnnotations = []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationSeal, AnnotationHalted, AnnotationVerifyUntil}
+var RecordAnnotations = []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationSeal, AnnotationHalted, AnnotationVerifyUntil, AnnotationVerified}
 
 // domainRecord separates the record's seal from every other keyed value.
 const domainRecord = "configstamp.io/rollout-record"
@@ -105,6 +109,9 @@ type Record struct {
 	Until  time.Time
 	Cause  string
 	Halted string
+	// Verified: the stamp of the last revision whose rollout passed
+	// verification ("" when none did yet); carried from rollout to rollout.
+	Verified string
 	// KeyID is the installation key the record is sealed with; the content
 	// ids of its changes (Cause, Halted) are made with the same key.
 	KeyID string
@@ -126,7 +133,7 @@ type Keys interface {
 // Read parses the record of a workload as written, without checking its seal:
 // for display only. An unknown state reads as None.
 func Read(annotations map[string]string) Record {
-	r := Record{Cause: annotations[AnnotationCause], Halted: annotations[AnnotationHalted]}
+	r := Record{Cause: annotations[AnnotationCause], Halted: annotations[AnnotationHalted], Verified: annotations[AnnotationVerified]}
 	switch s := State(annotations[AnnotationState]); s {
 	case Rolling, Verifying, Completed, Failed:
 		r.State = s
@@ -176,12 +183,15 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// seal is the record's MAC. Until is sealed only when set, so records sealed
-// before it existed (an upgrade) still verify.
+// seal is the record's MAC. Until and Verified are sealed only when set, so
+// records sealed before they existed (an upgrade) still verify.
 func (r Record) seal(uid types.UID, h *stamp.Hasher) string {
 	fields := []string{string(uid), string(r.State), formatTime(r.Started), r.Cause, r.Halted}
 	if !r.Until.IsZero() {
 		fields = append(fields, formatTime(r.Until))
+	}
+	if r.Verified != "" {
+		fields = append(fields, "verified="+r.Verified)
 	}
 	return h.KeyID() + "." + h.Seal(domainRecord, fields...)
 }
@@ -203,6 +213,7 @@ func (r Record) Annotations(uid types.UID, h *stamp.Hasher) map[string]any {
 		AnnotationVerifyUntil: orNil(formatTime(r.Until)),
 		AnnotationCause:       orNil(r.Cause),
 		AnnotationHalted:      orNil(r.Halted),
+		AnnotationVerified:    orNil(r.Verified),
 		AnnotationSeal:        r.seal(uid, h),
 	}
 }
@@ -214,12 +225,19 @@ func (r Record) Open() bool { return r.State == Rolling || r.State == Verifying 
 
 // StartRecord is a rollout starting at now for causes. ended says that it has
 // nothing to wait for (OnDelete): it is complete at once and holds no slot.
-func StartRecord(now time.Time, causes []Change, ended bool) Record {
+// The last verified revision is the previous record's.
+func (r Record) StartRecord(now time.Time, causes []Change, ended bool) Record {
 	state := Rolling
 	if ended {
 		state = Completed
 	}
-	return Record{State: state, Started: now.Truncate(time.Second), Cause: FormatChanges(causes)}
+	return Record{State: state, Started: now.Truncate(time.Second), Cause: FormatChanges(causes), Verified: r.Verified}
+}
+
+// StartRecord is a rollout starting at now for causes on a workload with
+// no record (Record.StartRecord).
+func StartRecord(now time.Time, causes []Change, ended bool) Record {
+	return Record{}.StartRecord(now, causes, ended)
 }
 
 // StartVerifying is a rollout complete as `kubectl rollout status` says, to be
@@ -229,9 +247,14 @@ func (r Record) StartVerifying(until time.Time) Record {
 	return r
 }
 
-// Complete closes a rollout that completed (verified).
-func (r Record) Complete() Record {
+// Complete closes a rollout that completed (verified); its revision,
+// stamped stamp, is the last verified one ("" keeps the one before: a
+// rollout with nothing to verify).
+func (r Record) Complete(stamp string) Record {
 	r.State, r.Halted, r.Until = Completed, "", time.Time{}
+	if stamp != "" {
+		r.Verified = stamp
+	}
 	return r
 }
 

@@ -51,7 +51,7 @@ func TestTransitions(t *testing.T) {
 		"no record":                        {nil, None, false, "", false},
 		"started":                          {[]Record{started}, Rolling, true, "", true},
 		"started with nothing to wait for": {[]Record{StartRecord(t0, cause, true)}, Completed, false, "", true},
-		"completed":                        {[]Record{started, started.Complete()}, Completed, false, "", true},
+		"completed":                        {[]Record{started, started.Complete("")}, Completed, false, "", true},
 		"failed, halting":                  {[]Record{started, started.Fail(true)}, Failed, false, "ConfigMap/shared@00aa", true},
 		"failed, not halting":              {[]Record{started, started.Fail(false)}, Failed, false, "", true},
 		"failed, then resumed":             {[]Record{started, started.Fail(true), started.Fail(true).Resume()}, Failed, false, "", true},
@@ -262,4 +262,35 @@ func TestVerifyNoRecord(t *testing.T) {
 func withoutKey(r Record) Record {
 	r.key = nil
 	return r
+}
+
+// The last verified revision is carried from rollout to rollout, kept by a
+// failure, set only by a rollout that completed with something verified,
+// and sealed: a tenant cannot point the undo at a revision of its choice.
+func TestVerifiedRevision(t *testing.T) {
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	good := StartRecord(t0, cause, false).Complete("v1-good")
+	interim := good.StartRecord(t0.Add(time.Minute), cause, false) // superseded before it passed
+	failed := interim.StartRecord(t0.Add(2*time.Minute), cause, false).Fail(true)
+	for name, tc := range map[string]struct {
+		rec  Record
+		want string
+	}{
+		"verified":                                      {good, "v1-good"},
+		"a new rollout carries it":                      {interim, "v1-good"},
+		"a failure after a superseded change keeps it":  {failed, "v1-good"},
+		"nothing verified (OnDelete) keeps the earlier": {good.StartRecord(t0, cause, true).Complete(""), "v1-good"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			obj := sealed(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", UID: "uid-app"}}, tc.rec, testKeys.Current())
+			r, err := Verify(obj, testKeys)
+			if err != nil || r.Verified != tc.want {
+				t.Fatalf("verified %q (err %v), want %q", r.Verified, err, tc.want)
+			}
+			obj.Annotations[AnnotationVerified] = "v1-chosen-by-a-tenant"
+			if _, err := Verify(obj, testKeys); err == nil {
+				t.Fatal("a record whose verified revision was changed by hand still verifies")
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
 // Timings of the wave's rules.
@@ -159,6 +160,19 @@ func recovered(o Observation, now time.Time) (time.Time, bool) {
 	return v.HealthySince.Add(v.Window), true
 }
 
+// verifiedStamp is the stamp of o's template, whose rollout passed
+// verification ("" for a rollout with nothing to wait for: nothing was
+// verified).
+func verifiedStamp(o Observation) string {
+	if NothingToWaitFor(o.Kind, o.Object) {
+		return ""
+	}
+	if tmpl := o.Kind.PodTemplate(o.Object); tmpl != nil {
+		return tmpl.Annotations[stamp.AnnotationHash]
+	}
+	return ""
+}
+
 // judged is rules 4 to 8.
 func judged(sit Situation, p Policy) Plan {
 	o, rec := sit.Observation, sit.Record
@@ -172,7 +186,7 @@ func judged(sit Situation, p Policy) Plan {
 			verifying := rec.StartVerifying(sit.Now.Add(o.Verification.Window))
 			return Plan{Step: StepVerify, Record: &verifying, After: min(o.Verification.Window+100*time.Millisecond, PodPoll(sit.Now.Sub(rec.Started)))}
 		case Done:
-			closed := rec.Complete()
+			closed := rec.Complete(verifiedStamp(o))
 			return Plan{Step: StepClose, Record: &closed}
 		case Failure:
 			closed := rec.Fail(p.HaltOnFailure)

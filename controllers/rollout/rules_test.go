@@ -20,7 +20,7 @@ func TestRules(t *testing.T) {
 	open := StartRecord(t0.Add(-10*time.Second), cause, false)
 	late := StartRecord(t0.Add(-2*deadline), cause, false)
 	halting := late.Fail(true)
-	done := open.Complete()
+	done := open.Complete("")
 	halt := Policy{MaxConcurrent: 1, ProgressDeadline: deadline, HaltOnFailure: true}
 	noHalt := Policy{MaxConcurrent: 1, ProgressDeadline: deadline}
 
@@ -157,7 +157,7 @@ func TestRulesHaltLiftsOnLastingHealth(t *testing.T) {
 // (its pods are read then, RuleCrashing) fails, halting the rest.
 func TestRulesCompletedThatCrashesWhileItsChangeRolls(t *testing.T) {
 	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
-	done := StartRecord(t0.Add(-time.Minute), cause, false).Complete()
+	done := StartRecord(t0.Add(-time.Minute), cause, false).Complete("")
 	sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("w", true, nil), Ours: true,
 		Verification: Verification{Read: true, Problem: "pod a: container app restarted 1 times (exit code 1, Error)"}}, Record: done, Now: t0}
 	p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true})

@@ -200,7 +200,7 @@ func TestHolders(t *testing.T) {
 	}
 	closed := func() client.Object {
 		return sealed(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "done", UID: "uid-done"}},
-			StartRecord(t0, nil, false).Complete(), testKeys.Current())
+			StartRecord(t0, nil, false).Complete(""), testKeys.Current())
 	}
 	tests := map[string]struct {
 		obj     client.Object

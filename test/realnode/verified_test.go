@@ -277,11 +277,13 @@ func slotsInUse(t *testing.T) float64 {
 
 func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }
 
-// TestUndoReturnsThePinnedWorkload: with configstamp.io/on-failure: undo, the
-// failed pinned workload runs its previous files again (read by its new
-// container at its start), its change stays halted, and the other workload
-// referencing the change is never stamped.
-func TestUndoReturnsThePinnedWorkload(t *testing.T) {
+// TestUndoReturnsToTheLastVerifiedRevision: with configstamp.io/on-failure:
+// undo, the failed pinned workload runs the files of its last revision that
+// passed verification again (read by its new container at its start) — not
+// those of a change that was superseded while it rolled and never passed —
+// its change stays halted, and the other workload referencing the change is
+// never stamped with it.
+func TestUndoReturnsToTheLastVerifiedRevision(t *testing.T) {
 	ns := env.Namespace(t, "undo", nil)
 	u := deployment(ns, "u", "shared", appOptions{annotations: map[string]string{
 		pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo", rollout.AnnotationPriority: "10"}})
@@ -289,10 +291,27 @@ func TestUndoReturnsThePinnedWorkload(t *testing.T) {
 	env.Apply(t, configMap(ns, "shared", "good"), u, v)
 	waitReady(t, u, 2*time.Minute)
 	waitReady(t, v, 2*time.Minute)
+
+	// "better" passes verification on both: u's last verified revision.
+	env.Apply(t, configMap(ns, "shared", "better"))
+	for _, d := range []*appsv1.Deployment{u, v} {
+		framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+			rec := record(t, d)
+			return rec.State == rollout.Completed && rec.Verified != "", fmt.Sprintf("%s's record %+v", d.Name, rec)
+		})
+	}
 	vHash := framework.TemplateHash(v)
+	verified := record(t, u).Verified
+
+	// "interim" is stamped on u and superseded by "bad" while it rolls: it
+	// never passes. "bad" crashes at start and fails.
+	env.Get(t, u)
+	betterHash := framework.TemplateHash(u)
+	env.Apply(t, configMap(ns, "shared", "interim"))
+	env.WaitTemplateHash(t, u, betterHash)
 	changed := time.Now()
 	env.Apply(t, configMap(ns, "shared", "bad"))
-	env.WaitEvent(t, u, controllers.ReasonRolloutUndone, "returned to its revision")
+	env.WaitEvent(t, u, controllers.ReasonRolloutUndone, "returned to its revision", verified)
 	undone := since(changed)
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
 		env.Get(t, u)
@@ -302,13 +321,14 @@ func TestUndoReturnsThePinnedWorkload(t *testing.T) {
 		ps := pods(t, ns, "u")
 		for _, p := range ps {
 			got, err := podGet(p, "/config")
-			if err != nil || got.Files["/config/mode"] != "good" || got.Rejected {
+			if err != nil || got.Files["/config/mode"] != "better" || got.Rejected {
 				return false, fmt.Sprintf("pod %s read %v at its start (err %v)", p.Name, got.Files, err)
 			}
 		}
 		return len(ps) == 1, fmt.Sprintf("%d pods", len(ps))
 	})
-	t.Logf("u failed and was undone %s after the change; it served its previous config (mode=good, read by its new container) %s after the change", undone, since(changed))
+	t.Logf("u failed and was undone %s after the change; it served its last verified config (mode=better, not the superseded interim) %s after the change",
+		undone, since(changed))
 	if rec := record(t, u); rec.State != rollout.Failed || rec.Halted == "" {
 		t.Fatalf("u's record %+v: the halt must stay after the undo", rec)
 	}
@@ -329,4 +349,40 @@ func staysUnstamped(t *testing.T, obj client.Object, hash string) {
 		}
 		return time.Since(from) > 35*time.Second, "watching " + obj.GetName()
 	})
+}
+
+// TestUndoNeverOverwritesAnEdit: an edit of the pod template made while a
+// bad change rolls (kubectl set env) survives the failure: configstamp
+// does not undo over it, says so (UndoImpossible), and keeps the halt.
+func TestUndoNeverOverwritesAnEdit(t *testing.T) {
+	ns := env.Namespace(t, "undo-edit", nil)
+	w := deployment(ns, "w", "shared", appOptions{probe: true, env: map[string]string{"APP_FAIL_AFTER": "20s"},
+		annotations: map[string]string{pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo"}})
+	env.Apply(t, configMap(ns, "shared", "good"), w)
+	waitReady(t, w, 2*time.Minute)
+	env.Apply(t, configMap(ns, "shared", "better"))
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		rec := record(t, w)
+		return rec.State == rollout.Completed && rec.Verified != "", fmt.Sprintf("record %+v", rec)
+	})
+	env.Get(t, w)
+	betterHash := framework.TemplateHash(w)
+	env.Apply(t, configMap(ns, "shared", "bad"))
+	env.WaitTemplateHash(t, w, betterHash)
+	env.Kubectl(t, "", "-n", ns, "set", "env", "deployment/w", "APP_VALUE_EDIT=kept")
+	env.WaitEvent(t, w, controllers.ReasonUndoImpossible, "never overwrites an edit")
+	if n := env.CountEvents(t, w, controllers.ReasonRolloutUndone); n != 0 {
+		t.Fatalf("%d RolloutUndone events: the undo overwrote the user's edit", n)
+	}
+	env.Get(t, w)
+	found := false
+	for _, e := range w.Spec.Template.Spec.Containers[0].Env {
+		found = found || (e.Name == "APP_VALUE_EDIT" && e.Value == "kept")
+	}
+	if !found {
+		t.Fatalf("the user's env edit is gone from the template: %+v", w.Spec.Template.Spec.Containers[0].Env)
+	}
+	if rec := record(t, w); rec.State != rollout.Failed || rec.Halted == "" {
+		t.Fatalf("record %+v: want failed and halting", rec)
+	}
 }
