@@ -30,7 +30,7 @@ func TestEditedSince(t *testing.T) {
 		want   string
 	}{
 		"only configstamp's stamp and snapshot changed": {template("v1-new", "shared-new", "app:1"), ""},
-		"an image edited during the failing rollout": {template("v1-new", "shared-new", "app:2"), "its pod spec"},
+		"an image edited during the failing rollout":    {template("v1-new", "shared-new", "app:2"), "its pod spec"},
 		"a restart annotation added": {func() *corev1.PodTemplateSpec {
 			t := template("v1-new", "shared-new", "app:1")
 			t.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-11-27T12:00:00Z"

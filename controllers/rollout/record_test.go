@@ -276,8 +276,8 @@ func TestVerifiedRevision(t *testing.T) {
 		rec  Record
 		want string
 	}{
-		"verified":                                      {good, "v1-good"},
-		"a new rollout carries it":                      {interim, "v1-good"},
+		"verified":                 {good, "v1-good"},
+		"a new rollout carries it": {interim, "v1-good"},
 		"a failure after a superseded change keeps it":  {failed, "v1-good"},
 		"nothing verified (OnDelete) keeps the earlier": {good.StartRecord(t0, cause, true).Complete(""), "v1-good"},
 	} {
