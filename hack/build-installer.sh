@@ -8,6 +8,9 @@
 #
 # IMG: registry/name[:tag] or registry/name@sha256:...; OVERLAY: a directory
 # under config/ (default config/default); OUTPUT: a file, or - for stdout.
+# The release workflow passes the digest it pushed
+# (ghcr.io/configstamp/configstamp@sha256:...), so a release's install*.yaml
+# run exactly the image it signed.
 #
 # kubectl has kustomize built in but not `kustomize edit set image`, so the
 # image is set by an `images:` entry in a generated overlay that references
@@ -51,12 +54,22 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp -R "$root/config" "$tmp/config"
 mkdir "$tmp/release"
+
+# The image name config/manager/kustomization.yaml gives the manager
+# (ghcr.io/configstamp/configstamp): what the images entry below replaces.
+base=$("$kubectl" kustomize "$root/config/manager" | awk '$1 == "image:" { print $2; exit }')
+base=${base%@*}
+if [[ ${base##*/} == *:* ]]; then base=${base%:*}; fi
+if [[ -z $base ]]; then
+  echo "$0: config/manager renders no image" >&2
+  exit 1
+fi
+
 {
   echo "resources:"
   echo "  - ../$overlay"
   echo "images:"
-  # The image name config/manager/kustomization.yaml gives the manager.
-  echo "  - name: configstamp"
+  echo "  - name: \"$base\""
   echo "    newName: \"$name\""
   if [[ -n $tag ]]; then echo "    newTag: \"$tag\""; fi
   if [[ -n $digest ]]; then echo "    digest: \"$digest\""; fi

@@ -3,7 +3,8 @@
 #
 #   bin/images/pause.tar    registry.k8s.io/pause:3.10     (test/images/pause)
 #   bin/images/testapp.tar  configstamp.test/testapp:dev   (test/images/testapp)
-#   bin/images/configstamp.tar configstamp.test/configstamp:dev (./cmd, as the Dockerfile builds it)
+#   bin/images/configstamp.tar ghcr.io/configstamp/configstamp:v0.1.0 (./cmd, as the Dockerfile builds it,
+#                              named as config/manager names the manager's image)
 #
 # Included from the main Makefile. The archives are real file targets that
 # depend on their sources and the builder, so a second `make node-images` does

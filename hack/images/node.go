@@ -14,8 +14,10 @@ const (
 	PauseRef   = "registry.k8s.io/pause:3.10"
 	TestAppRef = "configstamp.test/testapp:dev"
 	// ConfigstampRef is configstamp's own image built like the Dockerfile's
-	// (TestDockerfileInStep); a test tags it as the image the manifests name.
-	ConfigstampRef = "configstamp.test/configstamp:dev"
+	// (TestDockerfileInStep), under the name config/manager gives the manager
+	// (the image the release publishes, test/manifests checks they agree), so
+	// that `kubectl apply -k config/...` runs it on a node that imported it.
+	ConfigstampRef = "ghcr.io/configstamp/configstamp:v0.1.0"
 )
 
 // Archive file names under the output directory (bin/images in the Makefile).

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/configstamp/configstamp/hack/images"
 )
 
 // The overlays and the names they produce. These are the user-visible names of
@@ -27,7 +29,9 @@ const (
 	serviceAccount = "configstamp-controller-manager"
 	deployment     = "configstamp-controller-manager"
 	servingCert    = "configstamp-serving-cert"
-	managerImage   = "configstamp:latest"
+	// managerImage is the image config/manager names: the one the release
+	// publishes, which make node-images also builds from source.
+	managerImage = images.ConfigstampRef
 )
 
 // repoRoot is the directory of the module's go.mod (go test runs in the
