@@ -93,12 +93,21 @@ func withComponent(t *testing.T, component string, overlay ...string) *rendered 
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Fatal("kubectl is needed to render the overlays")
 	}
+	target := "config/default"
+	if len(overlay) > 0 {
+		target = overlay[0]
+	}
+	return kustomize(t, componentDir(t, component, target))
+}
+
+// componentDir returns the directory of overlay (config/...) in a copy of
+// config/ with component added to its components, as the components'
+// kustomizations say.
+func componentDir(t *testing.T, component, overlay string) string {
+	t.Helper()
 	dir := t.TempDir()
 	run(t, repoRoot(t), time.Minute, "cp", "-r", "config", dir)
-	target := filepath.Join(dir, "config", "default")
-	if len(overlay) > 0 {
-		target = filepath.Join(dir, overlay[0])
-	}
+	target := filepath.Join(dir, overlay)
 	kust := filepath.Join(target, "kustomization.yaml")
 	data, err := os.ReadFile(kust)
 	if err != nil {
@@ -107,7 +116,7 @@ func withComponent(t *testing.T, component string, overlay ...string) *rendered 
 	if err := os.WriteFile(kust, append(data, "\ncomponents:\n  - "+component+"\n"...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return kustomize(t, target)
+	return target
 }
 
 // TestPinComponent: the pin component adds --pin and exactly its grants,

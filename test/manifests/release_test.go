@@ -36,7 +36,8 @@ var componentOf = map[string]string{
 const releaseImage = "registry.example:5000/platform/configstamp:v1.2.3"
 
 // installableOverlays are every overlay a user applies: the three shipped
-// ones, and config/default and config/selfsigned with each opt-in component.
+// ones, and config/default and config/selfsigned with each opt-in resource
+// directory uncommented and with the monitoring component.
 func installableOverlays(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{namespacedDir: namespacedDir}
@@ -45,6 +46,7 @@ func installableOverlays(t *testing.T) map[string]string {
 		for _, c := range []string{"prometheus", "network-policy"} {
 			out[tc.dir+"+"+c] = enableComponent(t, tc.dir, c)
 		}
+		out[tc.dir+"+components/monitoring"] = componentDir(t, "../components/monitoring", tc.dir)
 	}
 	return out
 }
