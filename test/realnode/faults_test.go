@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers"
@@ -133,4 +135,36 @@ func waitNodeReady(t *testing.T, after string) {
 		ready, why := nodeReady(t)
 		return ready, after + ": node not Ready: " + why
 	})
+}
+
+// TestSlowRolloutThatProgressesDoesNotFail: a StatefulSet whose rolling
+// update takes longer than --progress-deadline (three pods, each Ready 10 s
+// after it starts, one at a time) but progresses at each pod: the deadline
+// counts from the last progress, so it completes without a failure.
+func TestSlowRolloutThatProgressesDoesNotFail(t *testing.T) {
+	const deadline = 20 * time.Second
+	restartWith(t, "--progress-deadline="+deadline.String())
+	ns := env.Namespace(t, "slow", nil)
+	spec := appSpec("shared", appOptions{probe: true})
+	spec.Containers[0].ReadinessProbe.InitialDelaySeconds = 10
+	sts := framework.StatefulSet(ns, "slow", framework.OptIn, spec)
+	sts.Spec.Replicas = ptr.To[int32](3)
+	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement // only the first start in parallel
+	sts.Annotations = map[string]string{rollout.AnnotationVerifyWindow: "5s"}
+	env.Apply(t, configMap(ns, "shared", "good"), sts)
+	waitReady(t, sts, 2*time.Minute)
+	changed := time.Now()
+	env.Apply(t, configMap(ns, "shared", "better"))
+	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
+		if note := failedNote(t, sts); note != "" {
+			t.Fatalf("the slow but progressing rollout failed %s after the change: %s", since(changed), note)
+		}
+		rec := record(t, sts)
+		return rec.State == rollout.Completed, fmt.Sprintf("record %+v", rec)
+	})
+	took := time.Since(changed)
+	t.Logf("the StatefulSet's rollout completed %s after the change (progress deadline %v)", took.Round(time.Second), deadline)
+	if took < deadline+5*time.Second {
+		t.Fatalf("the rollout took %s, not longer than the %v deadline: the test proves nothing", took.Round(time.Second), deadline)
+	}
 }
