@@ -43,7 +43,8 @@ func TestMain(m *testing.M) {
 		}
 		defer func() { _ = os.RemoveAll(dir) }()
 		plugin = filepath.Join(dir, "kubectl-configstamp")
-		build := exec.Command("go", "build", "-o", plugin, "../../cmd/kubectl-configstamp")
+		// The version as hack/release.mk stamps it.
+		build := exec.Command("go", "build", "-ldflags", "-X main.version="+pluginVersion, "-o", plugin, "../../cmd/kubectl-configstamp")
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building the plugin: %v\n%s", err, out)
 			return 1
