@@ -32,9 +32,12 @@ func memoryFloor(ctx context.Context, e *env) (procMemory, error) {
 		return procMemory{}, err
 	}
 	defer logFile.Close()
+	// No --shutdown-delay: that is configstamp's flag (its webhook drains on
+	// SIGTERM). The floor manager serves no webhook, defines no such flag and
+	// stops at once; passing it made the manager exit with "flag provided but
+	// not defined" and left the memory figure without its floor.
 	cmd := exec.Command(bin, "--kubeconfig="+e.cp.KubeconfigPath, "--namespace="+ownNamespace,
-		"--health-probe-bind-address="+probe, "--metrics-bind-address=127.0.0.1:0",
-		"--shutdown-delay=0s")
+		"--health-probe-bind-address="+probe, "--metrics-bind-address=127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
