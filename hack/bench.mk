@@ -3,6 +3,7 @@
 #   make bench                       # default scale, a few minutes on 2 cores
 #   make bench BENCH_FLAGS=-full     # the issue's scale
 #   make bench BENCH_FLAGS='-scenarios=memory,startup -configmaps=5000 -secrets=5000'
+#   make bench-smoke                 # make test runs it: the memory scenario, small, ~1 min
 #
 # Results: the table on stdout, in $(BENCH_OUT)/results.md and as JSON in
 # $(BENCH_OUT)/results.json; configstamp's
@@ -16,3 +17,17 @@ BENCH_OUT ?= $(CURDIR)/_output/bench
 .PHONY: bench
 bench: build controlplane ## Memory, size sweep, latency, fan-out, webhook and start-up benchmarks (BENCH_FLAGS=-full: the issue's scale).
 	$(GO) run ./hack/bench -configstamp=$(LOCALBIN)/configstamp -out=$(BENCH_OUT) $(BENCH_FLAGS)
+
+# The smoke run make test runs, so that the bench cannot break unseen: the
+# memory scenario (the control plane, configstamp, its webhook, the floor
+# manager) at a small scale. It fails when the bench fails or prints no floor;
+# its figures are too small to mean anything and no goal fails it.
+BENCH_SMOKE_FLAGS ?= -scenarios=memory -namespaces=2 -configmaps=200 -secrets=200 -deployments=50 -heap-profile=false -timeout=5m
+BENCH_SMOKE_OUT ?= $(CURDIR)/_output/bench-smoke
+
+.PHONY: bench-smoke
+bench-smoke: build controlplane ## A small run of the bench's memory scenario and its floor (make test runs it; ~1 min).
+	@rm -f $(BENCH_SMOKE_OUT)/results.md
+	$(GO) run ./hack/bench -configstamp=$(LOCALBIN)/configstamp -out=$(BENCH_SMOKE_OUT) $(BENCH_SMOKE_FLAGS)
+	@grep -q "the floor's peak RSS" $(BENCH_SMOKE_OUT)/results.md \
+		|| { echo "bench-smoke: $(BENCH_SMOKE_OUT)/results.md has no memory floor" >&2; exit 1; }
