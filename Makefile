@@ -51,8 +51,14 @@ $(ACTIONLINT):
 	GOBIN=$(LOCALBIN)/.actionlint $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 	mv $(LOCALBIN)/.actionlint/actionlint $@ && rmdir $(LOCALBIN)/.actionlint
 
+# Commit subjects after a fixed base are at most 72 characters (hack/commit-msg;
+# a shallow clone without the base skips the check, saying so).
+.PHONY: commit-msg-check
+commit-msg-check: ## Check that every commit subject since hack/commit-msg's base is at most 72 characters.
+	hack/commit-msg --range
+
 .PHONY: lint
-lint: vet golangci-lint actionlint ## gofmt check, go vet, golangci-lint (.golangci.yml) and actionlint (.github/workflows).
+lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, golangci-lint (.golangci.yml), actionlint (.github/workflows), commit subjects.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 	$(ACTIONLINT)
