@@ -65,9 +65,9 @@ func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
 // the other kinds' lookups are not made.
 func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...client.Object) {
 	ranked := m.scheduler != nil && m.scheduler.Policy.MaxConcurrent > 0
-	var ref stamp.ObjectRef
+	var refs []stamp.ObjectRef // the source whose change it is
 	if len(objs) > 0 {
-		ref = stamp.ObjectRef{Kind: kind, Name: objs[0].GetName()}
+		refs = []stamp.ObjectRef{{Kind: kind, Name: objs[0].GetName()}}
 	}
 	for _, k := range m.kinds.All() {
 		own := k.Name == m.kind.Name
@@ -79,9 +79,9 @@ func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...
 			priority, _ := rollout.Priority(w.GetAnnotations())
 			switch {
 			case !own:
-				m.scheduler.Foresee(key, priority, ref)
+				m.scheduler.Foresee(key, priority, refs...)
 			case m.scheduler != nil:
-				m.scheduler.Announce(key, priority, ref)
+				m.scheduler.Announce(key, priority, refs...)
 			}
 			if own {
 				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.GetNamespace(), Name: w.GetName()}})

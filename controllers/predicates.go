@@ -25,8 +25,12 @@ func workloadChanged() predicate.Predicate {
 		// Status updates matter while a rollout configstamp started is under
 		// way, up to and including the one that shows it over, and while a
 		// failed workload halts its change (its recovery lifts the halt).
+		// Of a completed rollout, one that counts fewer pods ready: a crash
+		// while its change still rolls to other workloads fails it
+		// (rollout.RuleCrashing); the reconcile asks whether it does.
 		predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-			return followed(e.ObjectOld) || followed(e.ObjectNew)
+			return followed(e.ObjectOld) || followed(e.ObjectNew) ||
+				(rollout.Read(e.ObjectNew.GetAnnotations()).State == rollout.Completed && rollout.LostReadiness(e.ObjectOld, e.ObjectNew))
 		}},
 	)
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,10 +62,16 @@ func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object, 
 				"pin it (%s: \"true\", with pinning installed: --pin) so that its revisions keep their own snapshots", rollout.AnnotationOnFailure, pin.AnnotationPin)
 		return
 	}
-	if rec.Verified == "" || rec.Verified == tmpl.Annotations[stamp.AnnotationHash] {
+	switch rec.Verified {
+	case "":
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
 			"%s: undo is asked, but no earlier revision of this workload passed configstamp's verification: configstamp returns only to a verified one",
 			rollout.AnnotationOnFailure)
+		return
+	case tmpl.Annotations[stamp.AnnotationHash]:
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but the revision that failed is the one that last passed verification (it crashed after its window, "+
+				"while its change still rolled to other workloads); configstamp keeps no earlier verified revision to return to", rollout.AnnotationOnFailure)
 		return
 	}
 	prev, revision, err := r.verifiedRevision(ctx, obj, rec.Verified)
@@ -79,7 +87,12 @@ func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object, 
 				"configstamp never overwrites an edit; the change stays halted (fix it, or undo by hand)", rollout.AnnotationOnFailure, revision, edit)
 		return
 	}
-	err = r.restoreTemplate(ctx, obj, tmpl, prev)
+	err = r.restoreTemplate(ctx, obj, tmpl.DeepCopy(), prev)
+	if errors.Is(err, errEditedMeanwhile) {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but %v; the change stays halted", rollout.AnnotationOnFailure, err)
+		return
+	}
 	if now := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]; err == nil && now != prev.Annotations[stamp.AnnotationHash] {
 		// The webhook kept the template: the revision's snapshots no longer
 		// hold what its stamp says (its PinFailed event says why).
@@ -186,22 +199,45 @@ func (r *WorkloadReconciler) verifiedRevision(ctx context.Context, obj client.Ob
 	return best, bestRev, nil
 }
 
+// errEditedMeanwhile: the template changed since the failure was judged.
+var errEditedMeanwhile = errors.New("the pod template was changed since the failure was judged (a fix or an edit): configstamp does not overwrite it")
+
 // restoreTemplate replaces obj's pod template by t, only while the template
-// is still exactly the failed one judged (a JSON patch testing the whole
-// template, not the resourceVersion: a status update in between changes
-// nothing): a fix or a user's edit since wins.
+// is still exactly the failed one judged: it reads the workload live,
+// compares its template with failed, and patches that version only (its
+// resourceVersion), again on a conflict (a status update in between). A
+// fix or a user's edit since wins (errEditedMeanwhile). No JSON "test" of
+// the template: API servers before 1.33 write fields this client omits
+// (creationTimestamp: null), which no test would match.
 func (r *WorkloadReconciler) restoreTemplate(ctx context.Context, obj client.Object, failed, t *corev1.PodTemplateSpec) error {
-	raw, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/spec/template", "value": failed},
-		{"op": "replace", "path": "/spec/template", "value": t},
-		// The webhook takes configstamp's own UPDATE for a rollback only with it.
-		{"op": "add", "path": "/metadata/annotations/" + strings.ReplaceAll(pin.AnnotationUndoTo, "/", "~1"), "value": t.Annotations[stamp.AnnotationHash]},
-	})
-	if err != nil {
-		return err
+	var reader client.Reader = r.Client
+	if r.APIReader != nil {
+		reader = r.APIReader
 	}
-	if err := r.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, raw), client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("while restoring the previous template of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+	for attempt := 0; ; attempt++ {
+		live := r.Kind.New()
+		if err := reader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+			return fmt.Errorf("while reading %s/%s before the undo: %w", obj.GetNamespace(), obj.GetName(), err)
+		}
+		if !equality.Semantic.DeepEqual(r.Kind.PodTemplate(live), failed) {
+			return errEditedMeanwhile
+		}
+		raw, err := json.Marshal([]map[string]any{
+			{"op": "replace", "path": "/metadata/resourceVersion", "value": live.GetResourceVersion()},
+			{"op": "replace", "path": "/spec/template", "value": t},
+			// The webhook takes configstamp's own UPDATE for a rollback only with it.
+			{"op": "add", "path": "/metadata/annotations/" + strings.ReplaceAll(pin.AnnotationUndoTo, "/", "~1"), "value": t.Annotations[stamp.AnnotationHash]},
+		})
+		if err != nil {
+			return err
+		}
+		err = r.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, raw), client.FieldOwner(FieldManager))
+		if apierrors.IsConflict(err) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("while restoring the verified template of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+		}
+		return nil
 	}
-	return nil
 }

@@ -60,6 +60,10 @@ func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object
 		seen.From = rec.Until.Add(-v.Window)
 	case rollout.RuleLasting: // crashes before the last window are history
 		seen.Started = now.Add(-v.Window)
+	case rollout.RuleCrashing:
+		// Only a crash now counts (each one wakes this reconcile: it changes
+		// the workload's ready counts), not one from long ago.
+		seen.Started = latest(rec.Started, now.Add(-max(v.Window, time.Minute)))
 	}
 	pods := &corev1.PodList{}
 	// ResourceVersion "0": served from the API server's watch cache, not
@@ -83,8 +87,15 @@ func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object
 	}
 	seen.Pods = ownPods(obj, pods.Items)
 	found := rollout.InspectPods(seen)
-	found.Window = v.Window
+	found.Window, found.PollScale = v.Window, r.Scheduler.PollScale()
 	return found
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // ownPods are the pods whose controller is obj, or one of obj's ReplicaSets

@@ -90,10 +90,16 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 // nothing else wakes its reconcile: a pod that cannot start
 // (CreateContainerConfigError) changes no status of its workload. Every
 // PodPollMin early in the rollout, backing off to PodPollMax: one pod LIST
-// (served from the API server's watch cache) per open rollout per interval,
-// and open rollouts are at most the budget.
+// (served from the API server's watch cache) per open rollout per interval;
+// with more than ten open (no budget), the interval grows with their number
+// (Scheduler.PollScale).
 func PodPoll(elapsed time.Duration) time.Duration {
 	return min(max(elapsed/8, PodPollMin), PodPollMax)
+}
+
+// poll is PodPoll scaled by v.PollScale.
+func (v Verification) poll(elapsed time.Duration) time.Duration {
+	return PodPoll(elapsed) * time.Duration(max(v.PollScale, 1))
 }
 
 // Pod poll bounds (PodPoll).
@@ -105,7 +111,7 @@ const (
 // recheck is the sooner of after, the next pod poll, and when a pod not
 // Ready yet is judged by its probes' budget.
 func recheck(after time.Duration, rec Record, v Verification, now time.Time) time.Duration {
-	after = min(after, PodPoll(now.Sub(rec.Started)))
+	after = min(after, v.poll(now.Sub(rec.Started)))
 	if !v.JudgeAt.IsZero() {
 		after = min(after, max(v.JudgeAt.Sub(now), 0)+100*time.Millisecond)
 	}
@@ -193,6 +199,23 @@ func NothingToWaitFor(kind workload.Kind, obj client.Object) bool {
 		return w.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
 	case *unstructured.Unstructured:
 		return kind.Progress == nil
+	}
+	return false
+}
+
+// LostReadiness reports whether newObj's status counts fewer ready or
+// available pods than oldObj's (a crash, a readiness loss, a scale-down).
+func LostReadiness(oldObj, newObj client.Object) bool {
+	switch n := newObj.(type) {
+	case *appsv1.Deployment:
+		o, ok := oldObj.(*appsv1.Deployment)
+		return ok && (n.Status.ReadyReplicas < o.Status.ReadyReplicas || n.Status.AvailableReplicas < o.Status.AvailableReplicas)
+	case *appsv1.StatefulSet:
+		o, ok := oldObj.(*appsv1.StatefulSet)
+		return ok && (n.Status.ReadyReplicas < o.Status.ReadyReplicas || n.Status.AvailableReplicas < o.Status.AvailableReplicas)
+	case *appsv1.DaemonSet:
+		o, ok := oldObj.(*appsv1.DaemonSet)
+		return ok && (n.Status.NumberReady < o.Status.NumberReady || n.Status.NumberAvailable < o.Status.NumberAvailable)
 	}
 	return false
 }

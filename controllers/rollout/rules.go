@@ -164,7 +164,7 @@ func recovered(o Observation, now time.Time) (time.Time, bool) {
 // verification ("" for a rollout with nothing to wait for: nothing was
 // verified).
 func verifiedStamp(o Observation) string {
-	if NothingToWaitFor(o.Kind, o.Object) {
+	if NothingToWaitFor(o.Kind, o.Object) || paused(o.Object) {
 		return ""
 	}
 	if tmpl := o.Kind.PodTemplate(o.Object); tmpl != nil {
@@ -184,7 +184,7 @@ func judged(sit Situation, p Policy) Plan {
 			following = j.Recheck
 		case ToVerify:
 			verifying := rec.StartVerifying(sit.Now.Add(o.Verification.Window))
-			return Plan{Step: StepVerify, Record: &verifying, After: min(o.Verification.Window+100*time.Millisecond, PodPoll(sit.Now.Sub(rec.Started)))}
+			return Plan{Step: StepVerify, Record: &verifying, After: min(o.Verification.Window+100*time.Millisecond, o.Verification.poll(sit.Now.Sub(rec.Started)))}
 		case Done:
 			closed := rec.Complete(verifiedStamp(o))
 			return Plan{Step: StepClose, Record: &closed}

@@ -114,11 +114,9 @@ type pending struct {
 	refs []stamp.ObjectRef
 }
 
-// concerns reports whether p waits to roll out a change of one of refs.
+// concerns reports whether p waits to roll out a change of one of refs
+// (an entry that does not say which changes it waits for concerns none).
 func (p *pending) concerns(refs []stamp.ObjectRef) bool {
-	if len(p.refs) == 0 {
-		return true
-	}
 	for _, r := range p.refs {
 		if slices.Contains(refs, r) {
 			return true
@@ -182,6 +180,9 @@ type Scheduler struct {
 	// progress: the status of each open rollout as last seen, and when it
 	// last changed (its progress deadline counts from then).
 	progress map[Key]progressMark
+	// held, heldAt: what holders found last, and when (recentHolders).
+	held   map[Key]bool
+	heldAt time.Time
 	// pruned: when stale entries were last dropped (at most every pruneEvery).
 	pruned  time.Time
 	limiter *rate.Limiter
@@ -280,7 +281,7 @@ func (s *Scheduler) Ongoing(ctx context.Context, k Key, causes []Change) bool {
 			return true
 		}
 	}
-	held, err := s.holders(ctx, now)
+	held, err := s.recentHolders(ctx, now)
 	if err != nil {
 		return true
 	}
@@ -502,6 +503,7 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 			out[k] = true
 		}
 	}
+	s.held, s.heldAt = out, now
 	return out, nil
 }
 
@@ -531,6 +533,29 @@ func (s *Scheduler) SlotBound(r Record, obj client.Object) time.Time {
 		window, _ = VerifyWindow(obj.GetAnnotations(), s.Policy.VerifyWindow)
 	}
 	return r.Started.Add(s.Policy.ProgressDeadline + window + slotGrace)
+}
+
+// heldFor is how long Ongoing reuses the last holders it read: a
+// completed workload asks on each of its reconciles, and a wave without a
+// budget has many open rollouts to read.
+const heldFor = time.Second
+
+// recentHolders is holders, or what it found less than heldFor ago; s.mu held.
+func (s *Scheduler) recentHolders(ctx context.Context, now time.Time) (map[Key]bool, error) {
+	if s.held != nil && now.Sub(s.heldAt) < heldFor {
+		return s.held, nil
+	}
+	return s.holders(ctx, now)
+}
+
+// PollScale is how many times longer than PodPoll an open rollout waits
+// between reads of its pods: one more for each ten rollouts open, so a wave
+// without a budget lists pods at most about five times a second however
+// many roll at once.
+func (s *Scheduler) PollScale() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return 1 + len(s.held)/10
 }
 
 // progressMark is an open rollout's status as last seen, and since when.

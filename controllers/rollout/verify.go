@@ -20,9 +20,10 @@ const (
 	MaxVerifyWindow = 10 * time.Minute
 	// readyMargin is added to a pod's probes' budget (ProbeBudget) before a
 	// pod whose containers run but never became Ready fails its rollout:
-	// twice the budget plus this margin, so an app a little slower than its
-	// probes allow is not failed by a strict reading of them.
-	readyMargin = 30 * time.Second
+	// twice the budget plus this margin. A readiness probe's failureThreshold
+	// is no deadline (the kubelet keeps probing), so an app that warms up
+	// more slowly than that should say so with a startupProbe.
+	readyMargin = time.Minute
 )
 
 // Verification is what the rules weigh of a rollout's pods: how long its new
@@ -49,6 +50,9 @@ type Verification struct {
 	// JudgeAt: when a pod whose containers run but that is not Ready yet
 	// has had its probes' budget (zero: no such pod).
 	JudgeAt time.Time
+	// PollScale multiplies PodPoll for this rollout (Scheduler.PollScale;
+	// 0 or 1: as it is).
+	PollScale int
 }
 
 // Rule says which signs of failure among a revision's pods count, by where
@@ -204,6 +208,9 @@ func InspectPods(seen PodsSeen) Verification {
 		if problem := podProblem(p, seen); problem != "" && v.Problem == "" {
 			v.Problem = "pod " + p.Name + ": " + problem
 		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			continue // replaced by its controller: its replacement's health counts
+		}
 		since, ready := healthySince(p)
 		v.Healthy = v.Healthy && ready
 		if since.After(v.HealthySince) {
@@ -220,6 +227,12 @@ func InspectPods(seen PodsSeen) Verification {
 }
 
 func podProblem(p *corev1.Pod, seen PodsSeen) string {
+	if seen.Rule == RuleLasting || byTheNode(p) {
+		// A halted failure's pods are judged by how long they have been
+		// healthy (InspectPods); a pod the node ended is replaced, and its
+		// replacement judged.
+		return ""
+	}
 	made := p.CreationTimestamp.Time
 	statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 	for i := range statuses {
@@ -230,12 +243,10 @@ func podProblem(p *corev1.Pod, seen PodsSeen) string {
 	switch terminal := p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded; {
 	case terminal && made.Before(seen.Started): // history of a revision a revert brought back
 		return ""
-	case p.Status.Phase == corev1.PodFailed && slices.Contains(notTheConfig, p.Status.Reason):
-		return ""
 	case p.Status.Phase == corev1.PodFailed:
 		return fmt.Sprintf("failed (%s: %s)", p.Status.Reason, p.Status.Message)
 	}
-	if seen.Rule != RuleRolling && seen.Rule != RuleVerifying {
+	if seen.Rule != RuleRolling && seen.Rule != RuleVerifying || restartedByTheNode(p) {
 		return ""
 	}
 	ready, since := containersReady(p)
@@ -254,6 +265,31 @@ func podProblem(p *corev1.Pod, seen PodsSeen) string {
 			lastStart(p).UTC().Format(time.RFC3339), readyReason(p))
 	}
 	return ""
+}
+
+// byTheNode reports whether the node, not p's own containers, ended p: a
+// failed pod with one of the notTheConfig reasons (the kubelet leaves its
+// containers terminated with 137 or ContainerStatusUnknown).
+func byTheNode(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed && slices.Contains(notTheConfig, p.Status.Reason)
+}
+
+// restartedByTheNode reports whether a container of p was last restarted
+// by its node (reason Unknown: a reboot): its readiness since says nothing
+// of the config; a container that never becomes Ready again is still
+// judged by its probes' budget from its new start.
+func restartedByTheNode(p *corev1.Pod) bool {
+	for _, cs := range allStatuses(p) {
+		if t := cs.LastTerminationState.Terminated; t != nil && t.Reason == "Unknown" && cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// allStatuses are the statuses of p's init containers and containers.
+func allStatuses(p *corev1.Pod) []corev1.ContainerStatus {
+	return append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 }
 
 // containerProblem: since the rollout started (or in a pod made since), a
@@ -313,21 +349,49 @@ func existedAt(p *corev1.Pod, from, since time.Time) bool {
 // its readiness last changed (a pod still starting has been not ready since
 // before they ran).
 func lostReadiness(p *corev1.Pod, since time.Time) bool {
-	for _, cs := range p.Status.ContainerStatuses {
+	running := longRunning(p)
+	for _, cs := range running {
 		if r := cs.State.Running; r == nil || !since.After(r.StartedAt.Time) {
 			return false
 		}
 	}
-	return len(p.Status.ContainerStatuses) > 0
+	return len(running) > 0
+}
+
+// longRunning are the statuses of the containers whose readiness makes
+// p's: its containers and its sidecars (init containers with restartPolicy
+// Always, which ContainersReady counts too).
+func longRunning(p *corev1.Pod) []corev1.ContainerStatus {
+	out := slices.Clone(p.Status.ContainerStatuses)
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			continue
+		}
+		for _, cs := range p.Status.InitContainerStatuses {
+			if cs.Name == c.Name {
+				out = append(out, cs)
+			}
+		}
+	}
+	return out
 }
 
 // containersReady reads the pod's ContainersReady condition: what its
 // containers' probes say (PodReady also turns False when its node is lost).
+// A node that reports no ContainersReady (some virtual kubelets report
+// Ready only) is read by its Ready condition.
 func containersReady(p *corev1.Pod) (bool, time.Time) {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.ContainersReady {
+	var ready *corev1.PodCondition
+	for i, c := range p.Status.Conditions {
+		switch c.Type {
+		case corev1.ContainersReady:
 			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+		case corev1.PodReady:
+			ready = &p.Status.Conditions[i]
 		}
+	}
+	if ready != nil {
+		return ready.Status == corev1.ConditionTrue, ready.LastTransitionTime.Time
 	}
 	return false, p.CreationTimestamp.Time
 }
@@ -339,7 +403,7 @@ func healthySince(p *corev1.Pod) (time.Time, bool) {
 	if !ready {
 		return time.Time{}, false
 	}
-	for _, cs := range p.Status.ContainerStatuses {
+	for _, cs := range longRunning(p) {
 		if t := cs.LastTerminationState.Terminated; t != nil && t.FinishedAt.After(since) {
 			since = t.FinishedAt.Time
 		}
@@ -350,7 +414,7 @@ func healthySince(p *corev1.Pod) (time.Time, bool) {
 // lastStart is when p's last container started (zero unless all run).
 func lastStart(p *corev1.Pod) time.Time {
 	var last time.Time
-	for _, cs := range p.Status.ContainerStatuses {
+	for _, cs := range longRunning(p) {
 		r := cs.State.Running
 		if r == nil {
 			return time.Time{}
@@ -372,7 +436,7 @@ func readyBy(p *corev1.Pod) time.Time {
 		return time.Time{}
 	}
 	var budget time.Duration
-	for _, c := range p.Spec.Containers {
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
 		budget = max(budget, ProbeBudget(c.StartupProbe)+ProbeBudget(c.ReadinessProbe))
 	}
 	return start.Add(2*budget + readyMargin)

@@ -172,7 +172,7 @@ func TestOnFailure(t *testing.T) {
 // (RuleLasting).
 func TestInspectPodsByRule(t *testing.T) {
 	started := t0
-	now := t0.Add(time.Minute)
+	now := t0.Add(2 * time.Minute)
 	base := func(name string, mutate ...func(*corev1.Pod)) corev1.Pod {
 		p := corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(started.Add(time.Second)),
@@ -238,8 +238,22 @@ func TestInspectPodsByRule(t *testing.T) {
 		"rolling: Ready": {rule: RuleRolling, pod: base("a", runningSince(started.Add(2*time.Second)), readyAt(started.Add(3*time.Second))), healthy: true, since: started.Add(3 * time.Second)},
 		"crashing: a lost readiness decides nothing": {rule: RuleCrashing, pod: base("a", runningSince(started.Add(2*time.Second)), unreadyAt(started.Add(20*time.Second)))},
 		"crashing: a crash does":                     {rule: RuleCrashing, pod: base("a", runningSince(now), restartedAt(now.Add(-time.Second), 1)), problem: "restarted 1 times"},
-		"lasting: Ready since a restart inside the window": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-5*time.Second)), readyAt(now.Add(-4*time.Second)), restartedAt(now.Add(-6*time.Second), 3)),
-			problem: "restarted 3 times"},
+		"lasting: Ready since a restart inside the window, healthy only since": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-5*time.Second)), readyAt(now.Add(-4*time.Second)), restartedAt(now.Add(-6*time.Second), 3)),
+			healthy: true, since: now.Add(-4 * time.Second)},
+		"lasting: an evicted pod is passed over": {rule: RuleLasting, pod: base("a", func(p *corev1.Pod) { p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted" }),
+			healthy: true},
+		"rolling: an evicted pod whose container the kubelet ended is the node's": {rule: RuleRolling, pod: base("a", restartedAt(now.Add(-time.Second), 1), func(p *corev1.Pod) {
+			p.Status.Phase, p.Status.Reason = corev1.PodFailed, "Evicted"
+			p.Status.ContainerStatuses[0].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "ContainerStatusUnknown", FinishedAt: metav1.NewTime(now)}
+		}), healthy: true},
+		"rolling: no ContainersReady (a virtual kubelet): Ready decides": {rule: RuleRolling, pod: base("a", runningSince(started.Add(2*time.Second)), func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(started.Add(3 * time.Second))}}
+		}), healthy: true, since: started.Add(3 * time.Second)},
+		"rolling: a sidecar still within its probes' budget": {rule: RuleRolling, pod: base("a", runningSince(now.Add(-50*time.Second)), func(p *corev1.Pod) {
+			always := corev1.ContainerRestartPolicyAlways
+			p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: &always, StartupProbe: &corev1.Probe{InitialDelaySeconds: 60, PeriodSeconds: 10, FailureThreshold: 3}}}
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(now.Add(-50 * time.Second))}}}}
+		}), judgeAt: now.Add(-50*time.Second + 2*90*time.Second + readyMargin)},
 		"lasting: Ready for a while, restarts long ago are history": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-50*time.Second)), readyAt(now.Add(-45*time.Second)), restartedAt(now.Add(-51*time.Second), 3)),
 			healthy: true, since: now.Add(-45 * time.Second)},
 	}

@@ -3,6 +3,7 @@
 package realnode_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -32,7 +33,8 @@ func restartWith(t *testing.T, flags ...string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := env.Configstamp.Restart(t.Context()); err != nil {
+		// t.Context() is canceled before cleanups run.
+		if err := env.Configstamp.Restart(context.WithoutCancel(t.Context())); err != nil {
 			t.Errorf("restarting configstamp with the suite's flags: %v", err)
 		}
 	})
