@@ -285,9 +285,10 @@ func since(t time.Time) string { return time.Since(t).Round(100 * time.Milliseco
 // never stamped with it.
 func TestUndoReturnsToTheLastVerifiedRevision(t *testing.T) {
 	ns := env.Namespace(t, "undo", nil)
+	// A 10 s window: the verified revision the undo returns to is reached sooner.
 	u := deployment(ns, "u", "shared", appOptions{annotations: map[string]string{
-		pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo", rollout.AnnotationPriority: "10"}})
-	v := deployment(ns, "v", "shared", appOptions{annotations: map[string]string{pin.AnnotationPin: "true"}})
+		pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo", rollout.AnnotationPriority: "10", rollout.AnnotationVerifyWindow: "10s"}})
+	v := deployment(ns, "v", "shared", appOptions{annotations: map[string]string{pin.AnnotationPin: "true", rollout.AnnotationVerifyWindow: "10s"}})
 	env.Apply(t, configMap(ns, "shared", "good"), u, v)
 	waitReady(t, u, 2*time.Minute)
 	waitReady(t, v, 2*time.Minute)
@@ -356,8 +357,8 @@ func staysUnstamped(t *testing.T, obj client.Object, hash string) {
 // does not undo over it, says so (UndoImpossible), and keeps the halt.
 func TestUndoNeverOverwritesAnEdit(t *testing.T) {
 	ns := env.Namespace(t, "undo-edit", nil)
-	w := deployment(ns, "w", "shared", appOptions{probe: true, env: map[string]string{"APP_FAIL_AFTER": "20s"},
-		annotations: map[string]string{pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo"}})
+	w := deployment(ns, "w", "shared", appOptions{probe: true, env: map[string]string{"APP_FAIL_AFTER": "8s"},
+		annotations: map[string]string{pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo", rollout.AnnotationVerifyWindow: "10s"}})
 	env.Apply(t, configMap(ns, "shared", "good"), w)
 	waitReady(t, w, 2*time.Minute)
 	env.Apply(t, configMap(ns, "shared", "better"))
