@@ -49,6 +49,9 @@ func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object
 	ongoing := rec.State == rollout.Completed &&
 		r.Scheduler.Ongoing(ctx, rollout.Key{Kind: r.Kind.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}, rollout.ParseChanges(rec.Cause))
 	rule, watched := rollout.Watched(rec, complete, ongoing)
+	if rec.State == rollout.Completed {
+		log.FromContext(ctx).V(1).Info("completed rollout", "changeStillRolls", ongoing)
+	}
 	tmpl := r.Kind.PodTemplate(obj)
 	if !watched || r.APIReader == nil || tmpl == nil || len(tmpl.Labels) == 0 {
 		return v
@@ -87,6 +90,7 @@ func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object
 	}
 	seen.Pods = ownPods(obj, pods.Items)
 	found := rollout.InspectPods(seen)
+	log.FromContext(ctx).V(1).Info("pods judged", "rule", rule, "pods", len(seen.Pods), "problem", found.Problem, "healthy", found.Healthy)
 	found.Window, found.PollScale = v.Window, r.Scheduler.PollScale()
 	return found
 }

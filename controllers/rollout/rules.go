@@ -105,7 +105,9 @@ type Plan struct {
 //  1. Gone: it needs nothing, and holds no slot.
 //  2. Failed, halting its change, complete again with no sign of failure
 //     among the pods of its revision, and every one of them Ready with no
-//     restart for a full window: resume (lift the halt). Not yet that long:
+//     restart for a full window (and for twice the longest run before a
+//     container's last crash: a crash loop never looks recovered): resume
+//     (lift the halt). Not yet that long:
 //     ask again when it will be (Recheck). One Ready read lifts nothing.
 //     A pinned workload a user rolled back to an earlier revision's snapshots
 //     runs other data, and recovers nothing.
@@ -157,7 +159,7 @@ func recovered(o Observation, now time.Time) (time.Time, bool) {
 	if !v.Read {
 		return now, true
 	}
-	return v.HealthySince.Add(v.Window), true
+	return v.HealthySince.Add(max(v.Window, v.Outlast)), true
 }
 
 // verifiedStamp is the stamp of o's template, whose rollout passed

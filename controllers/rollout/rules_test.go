@@ -169,3 +169,17 @@ func TestRulesCompletedThatCrashesWhileItsChangeRolls(t *testing.T) {
 		t.Fatalf("step %v, want %v: without a crash read, a completed rollout stays completed", p.Step, StepSettle)
 	}
 }
+
+// A crash loop whose runs outlast the window (a crash 20 s after each start,
+// a 10 s window) never lifts its halt between two crashes: its health must
+// outlast twice the longest run before a crash.
+func TestRulesCrashLoopOutlastingTheWindowKeepsItsHalt(t *testing.T) {
+	halting := StartRecord(t0.Add(-2*time.Minute), []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}, false).Fail(true)
+	v := Verification{Window: 10 * time.Second, Read: true, Healthy: true, HealthySince: t0.Add(-15 * time.Second), Outlast: 40 * time.Second}
+	sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("w", true, nil), Ours: true,
+		Verification: v}, Record: halting, Now: t0}
+	p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true})
+	if p.Step == StepResume || p.Recheck != 25*time.Second+100*time.Millisecond {
+		t.Fatalf("plan %+v: want the halt kept, asked again when its health outlasted 40 s", p)
+	}
+}

@@ -47,6 +47,11 @@ type Verification struct {
 	// (zero: no pod). A halt lifts only after a full window of it.
 	Healthy      bool
 	HealthySince time.Time
+	// Outlast: how long a halted workload's pods must stay healthy besides
+	// the window: twice the longest run of a container before its last
+	// restart, so a crash loop whose runs outlast the window (a crash 45 s
+	// after each start) never looks recovered between two crashes.
+	Outlast time.Duration
 	// JudgeAt: when a pod whose containers run but that is not Ready yet
 	// has had its probes' budget (zero: no such pod).
 	JudgeAt time.Time
@@ -213,6 +218,9 @@ func InspectPods(seen PodsSeen) Verification {
 		}
 		since, ready := healthySince(p)
 		v.Healthy = v.Healthy && ready
+		if seen.Rule == RuleLasting {
+			v.Outlast = max(v.Outlast, 2*longestRun(p))
+		}
 		if since.After(v.HealthySince) {
 			v.HealthySince = since
 		}
@@ -409,6 +417,18 @@ func healthySince(p *corev1.Pod) (time.Time, bool) {
 		}
 	}
 	return since, true
+}
+
+// longestRun is how long the longest-running container of p ran before
+// its last restart (0: none restarted).
+func longestRun(p *corev1.Pod) time.Duration {
+	var longest time.Duration
+	for _, cs := range longRunning(p) {
+		if t := cs.LastTerminationState.Terminated; t != nil && !t.StartedAt.IsZero() && t.FinishedAt.After(t.StartedAt.Time) {
+			longest = max(longest, t.FinishedAt.Sub(t.StartedAt.Time))
+		}
+	}
+	return longest
 }
 
 // lastStart is when p's last container started (zero unless all run).

@@ -229,7 +229,13 @@ func TestInspectPodsByRule(t *testing.T) {
 		healthy bool
 		since   time.Time // HealthySince, when healthy
 		judgeAt time.Time
+		outlast time.Duration
 	}{
+		"lasting: a crash loop's runs set how long health must last": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-5*time.Second)), readyAt(now.Add(-4*time.Second)), func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].RestartCount = 2
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
+				StartedAt: metav1.NewTime(now.Add(-26 * time.Second)), FinishedAt: metav1.NewTime(now.Add(-6 * time.Second))}
+		}), healthy: true, since: now.Add(-4 * time.Second), outlast: 40 * time.Second},
 		"rolling: a key removed (CreateContainerConfigError)": {rule: RuleRolling, pod: base("a", configError), problem: "cannot run, CreateContainerConfigError: couldn't find key mode"},
 		"rolling: an init container rejects the value":        {rule: RuleRolling, pod: base("a", initFailing), problem: "container check restarted 1 times (exit code 2, Error), CrashLoopBackOff"},
 		"rolling: starting within its probes' budget":         {rule: RuleRolling, pod: base("a", probe, runningSince(now.Add(-10*time.Second))), judgeAt: now.Add(-10*time.Second + 12*time.Second + readyMargin)},
@@ -266,6 +272,9 @@ func TestInspectPodsByRule(t *testing.T) {
 			v := InspectPods(seen)
 			if (tc.problem == "") != (v.Problem == "") || !strings.Contains(v.Problem, tc.problem) {
 				t.Fatalf("problem %q, want %q", v.Problem, tc.problem)
+			}
+			if tc.outlast != 0 && v.Outlast != tc.outlast {
+				t.Errorf("outlast %v, want %v", v.Outlast, tc.outlast)
 			}
 			if tc.problem == "" && (v.Healthy != tc.healthy || (tc.healthy && !v.HealthySince.Equal(tc.since))) {
 				t.Errorf("healthy %v since %v, want %v since %v", v.Healthy, v.HealthySince, tc.healthy, tc.since)
