@@ -64,7 +64,7 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 	$(ACTIONLINT)
 
 .PHONY: test
-test: build controlplane realnode node-images argo-rollouts controller-gen lint release-check bench-smoke ## Unit, integration and end-to-end tests (starts local control planes), a smoke run of the bench.
+test: build controlplane realnode node-images argo-rollouts controller-gen lint release-check-host bench-smoke ## Unit, integration and end-to-end tests (starts local control planes), a smoke run of the bench.
 	$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
 	$(GO) test -race -count=1 ./webhook/live/
 

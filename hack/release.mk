@@ -4,7 +4,8 @@
 #   make plugin-dist      # cross-compile the plugin into dist/plugin/ (6 targets)
 #   make krew-manifest    # plugin-dist, then dist/: the archives, checksums.txt, configstamp.yaml
 #   make krew-validate    # krew-manifest, then krew's own validation of dist/configstamp.yaml, offline
-#   make release-check    # the same as krew-validate: all three (make test runs it)
+#   make release-check    # the same as krew-validate: all three, for the six targets
+#   make release-check-host  # the same for the host's GOOS/GOARCH alone, in _output/ (make test runs it)
 #
 # A release (.github/workflows/release.yml) runs them with VERSION=vX.Y.Z, the
 # tag; the archives and the manifest name that version, and the manifest's
@@ -46,7 +47,7 @@ plugin-dist: ## Cross-compile the plugin for linux, darwin, windows x amd64, arm
 krew-manifest: plugin-dist ## Archive $(PLUGIN_DIST)/ with LICENSE, write checksums.txt and the krew manifest configstamp.yaml into $(RELEASE_DIST)/.
 	SOURCE_DATE_EPOCH=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 315532800)} \
 	$(GO) run ./hack/krew -version=$(PLUGIN_VERSION) -plugins=$(PLUGIN_DIST) -license=LICENSE \
-		-out=$(RELEASE_DIST) -url=$(RELEASE_URL)/$(PLUGIN_VERSION)
+		-out=$(RELEASE_DIST) -url=$(RELEASE_URL)/$(PLUGIN_VERSION) -platforms="$(PLUGIN_PLATFORMS)"
 
 krew-tools: $(KREW_BINS) ## Build krew and validate-krew-manifest ($(KREW_VERSION)) into ./bin (cached).
 
@@ -86,4 +87,14 @@ krew-validate: krew-manifest $(KREW_BINS) ## Validate $(RELEASE_DIST)/configstam
 		echo "the krew-installed kubectl-configstamp runs on $$host"; \
 	fi
 
-release-check: krew-validate ## Cross-compile the plugin, write the archives and the krew manifest, validate it with krew (make test runs it).
+release-check: krew-validate ## Cross-compile the plugin for the six targets, write the archives and the krew manifest, validate it with krew.
+
+# make test's release check: the same steps and krew's same validation for the
+# host's platform alone, into _output/ (dist/ stays the release's). The five
+# other targets' cross-compilation is a release concern: release-check and the
+# release workflow build all six.
+RELEASE_CHECK_HOST_DIST ?= $(CURDIR)/_output/release-check
+.PHONY: release-check-host
+release-check-host: ## release-check for the host's GOOS/GOARCH alone, into _output/release-check (make test runs it).
+	$(MAKE) --no-print-directory krew-validate PLUGIN_PLATFORMS="$$($(GO) env GOOS)/$$($(GO) env GOARCH)" \
+		PLUGIN_DIST=$(RELEASE_CHECK_HOST_DIST)/plugin RELEASE_DIST=$(RELEASE_CHECK_HOST_DIST)

@@ -81,7 +81,12 @@ func main() {
 	flag.StringVar(&o.license, "license", "LICENSE", "the license file every archive holds")
 	flag.StringVar(&o.out, "out", "dist", "where the archives, checksums.txt and configstamp.yaml go")
 	flag.StringVar(&o.url, "url", "", "the URL the archives are downloaded from (the release's download URL)")
+	platforms := flag.String("platforms", "", "os/arch targets to archive and list, space- or comma-separated (default: all six; make test: the host's alone)")
 	flag.Parse()
+	var err error
+	if o.platforms, err = selectPlatforms(*platforms); err != nil {
+		fail(err)
+	}
 	o.mtime = time.Date(1980, 1, 1, 0, 0, 0, 0, time.UTC)
 	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
 		sec, err := strconv.ParseInt(s, 10, 64)
@@ -110,6 +115,8 @@ func fail(err error) {
 type options struct {
 	version, plugins, license, out, url string
 	mtime                               time.Time
+	// platforms are the archives and the manifest's platforms; nil: Platforms.
+	platforms []Platform
 	// checkBinary returns why the binary is not the plugin built for p at
 	// version, or nil.
 	checkBinary func(path string, p Platform, version string) error
@@ -141,7 +148,11 @@ func (o *options) run() ([]string, error) {
 		written  []string
 		sums     strings.Builder
 	)
-	for _, p := range Platforms {
+	platforms := o.platforms
+	if platforms == nil {
+		platforms = Platforms
+	}
+	for _, p := range platforms {
 		binPath := filepath.Join(o.plugins, p.OS+"_"+p.Arch, p.Bin())
 		bin, err := os.ReadFile(binPath)
 		if err != nil {
@@ -215,6 +226,34 @@ func checkBuildInfo(path string, p Platform, version string) error {
 		return fmt.Errorf("built at tag %s, but the manifest is for %s", v, version)
 	}
 	return nil
+}
+
+// selectPlatforms reads -platforms: a subset of Platforms, in their order (a
+// release lists all six; make test builds and validates the host's alone).
+// Empty: nil, all of them.
+func selectPlatforms(list string) ([]Platform, error) {
+	names := strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' })
+	if len(names) == 0 {
+		return nil, nil
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		known := false
+		for _, p := range Platforms {
+			known = known || p.String() == n
+		}
+		if !known {
+			return nil, fmt.Errorf("-platforms: %q is not one of the release's targets", n)
+		}
+		want[n] = true
+	}
+	var out []Platform
+	for _, p := range Platforms {
+		if want[p.String()] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // taggedRE matches a module version Go took from a tag: a semantic version

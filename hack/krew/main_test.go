@@ -236,3 +236,57 @@ func TestIsTagged(t *testing.T) {
 		}
 	}
 }
+
+// TestPlatformsSubset: -platforms (make test passes the host's alone) archives
+// and lists those platforms only, in the release's order, and needs no binary
+// of the others; an unknown target is refused; empty means all six.
+func TestPlatformsSubset(t *testing.T) {
+	if ps, err := selectPlatforms(""); err != nil || ps != nil {
+		t.Fatalf("empty -platforms: %v, %v; want nil (all)", ps, err)
+	}
+	if _, err := selectPlatforms("linux/amd64 plan9/386"); err == nil {
+		t.Fatal("plan9/386 accepted")
+	}
+	ps, err := selectPlatforms("windows/arm64,linux/amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Platform{{"linux", "amd64"}, {"windows", "arm64"}}; !slices.Equal(ps, want) {
+		t.Fatalf("platforms %v, want %v", ps, want)
+	}
+
+	dir := t.TempDir()
+	d := filepath.Join(dir, "plugin", "linux_amd64")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, Binary), []byte("binary for linux/amd64"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "LICENSE"), []byte("Apache License\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := &options{
+		version: "v1.2.3", plugins: filepath.Join(dir, "plugin"), license: filepath.Join(dir, "LICENSE"),
+		out: filepath.Join(dir, "dist"), url: "https://example.com/releases/download/v1.2.3",
+		checkBinary: func(string, Platform, string) error { return nil },
+		platforms:   []Platform{{"linux", "amd64"}},
+	}
+	if _, err := o.run(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(o.out, "configstamp.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(data), "- selector:"); n != 1 || !strings.Contains(string(data), "os: linux") {
+		t.Errorf("manifest lists %d platforms, want linux/amd64 alone:\n%s", n, data)
+	}
+	entries, err := os.ReadDir(o.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 3 { // the archive, checksums.txt, configstamp.yaml
+		t.Errorf("wrote %d files, want 3", len(entries))
+	}
+}
