@@ -143,6 +143,13 @@ func Rules(sit Situation, p Policy) Plan {
 		return Plan{Step: StepClose, Record: &failed,
 			Failure: "it crashed after it completed, while its change still rolls to other workloads: " + o.Verification.Problem}
 	}
+	if rec.State == Completed && o.Verification.Read && !o.Verification.Healthy {
+		// A pod went unready while its change still rolls elsewhere: the
+		// readiness probe may say so before the container's exit shows,
+		// and nothing else wakes this reconcile then (its ready count
+		// stays down). Look again at the next poll.
+		recheck = o.Verification.poll(0)
+	}
 	plan := judged(sit, p)
 	plan.Recheck = recheck
 	return plan

@@ -183,3 +183,15 @@ func TestRulesCrashLoopOutlastingTheWindowKeepsItsHalt(t *testing.T) {
 		t.Fatalf("plan %+v: want the halt kept, asked again when its health outlasted 40 s", p)
 	}
 }
+
+// A completed workload whose pod went unready while its change still rolls
+// elsewhere is looked at again at the next poll: the crash may show only
+// after its readiness probe said so.
+func TestRulesCompletedUnreadyIsLookedAtAgain(t *testing.T) {
+	done := StartRecord(t0.Add(-time.Minute), []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}, false).Complete("v1-x")
+	sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("w", true, nil), Ours: true,
+		Verification: Verification{Read: true}}, Record: done, Now: t0}
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepSettle || p.Recheck != PodPollMin {
+		t.Fatalf("plan %+v: want it asked again after %v", p, PodPollMin)
+	}
+}
