@@ -118,7 +118,7 @@ $(LOCALBIN)/kubectl-configstamp: $(shell git ls-files 'cmd/kubectl-configstamp/*
 # The image every target below builds, pushes, renders and deploys: set it once,
 # e.g. `make docker-buildx build-installer IMG=registry.example/configstamp:v0.1.0`.
 # The default is the image config/manager/kustomization.yaml names.
-IMG ?= configstamp:latest
+IMG ?= ghcr.io/configstamp/configstamp:v0.1.0
 # The version --version prints and configstamp_build_info carries (also set in
 # bin/configstamp by `make build`): the nearest tag, commits since, -dirty.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)

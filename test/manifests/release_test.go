@@ -174,10 +174,12 @@ func TestReleaseTargets(t *testing.T) {
 			}
 		})
 	}
-	// Not checked here until the Makefile's IMG default names it too: that the
-	// default image is the one config/manager names (managerImage), so that
-	// `make deploy` without IMG installs what `kubectl apply -k config/default`
-	// would. The README and the workflows always pass IMG.
+	// The default image is the one config/manager names, so `make deploy`
+	// without IMG installs what `kubectl apply -k config/default` would.
+	out := string(run(t, root, time.Minute, "make", "-n", "build-installer"))
+	if !strings.Contains(out, `"`+managerImage+`"`) {
+		t.Errorf("make -n build-installer without IMG:\n%s\nwant the default image %s", out, managerImage)
+	}
 	// The buildx Dockerfile: only the builder stage moves to the build
 	// platform; the runtime stage stays per target platform.
 	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
