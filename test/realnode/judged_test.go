@@ -178,19 +178,36 @@ func firstSign(ps []corev1.Pod, hash string) string {
 	return ""
 }
 
+// firstCrash is when the first container of ps ended (zero: none did).
+func firstCrash(ps []corev1.Pod) time.Time {
+	var first time.Time
+	for _, p := range ps {
+		for _, cs := range p.Status.ContainerStatuses {
+			for _, end := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+				if end != nil && !end.FinishedAt.IsZero() && (first.IsZero() || end.FinishedAt.Time.Before(first)) {
+					first = end.FinishedAt.Time
+				}
+			}
+		}
+	}
+	return first
+}
+
 // TestCrashAfterCompletionHaltsTheRestOfTheWave: a container that crashes
-// 45 s after start, past the 30 s window, while its change still rolls to
-// other workloads (one slot: the wave goes one workload at a time). The
-// first workload completed; its crash fails it then and halts the change,
-// so the third workload is never stamped.
+// 20 s after start, past its 10 s verification window, while its change
+// still rolls to other workloads (one slot: the wave goes one workload at a
+// time). The first workload completed; its crash fails it then and halts
+// the change, so the third workload is never stamped.
 func TestCrashAfterCompletionHaltsTheRestOfTheWave(t *testing.T) {
 	ns := env.Namespace(t, "late-crash", nil)
-	crashLate := appOptions{probe: true, env: map[string]string{"APP_FAIL_AFTER": "45s"}}
-	crashLate.annotations = map[string]string{rollout.AnnotationPriority: "10"}
-	first := deployment(ns, "first", "shared", crashLate)
-	second := deployment(ns, "second", "shared", appOptions{probe: true, annotations: map[string]string{rollout.AnnotationPriority: "5"},
-		env: map[string]string{"APP_FAIL_AFTER": "45s"}})
-	third := deployment(ns, "third", "shared", appOptions{probe: true})
+	window := map[string]string{rollout.AnnotationVerifyWindow: "10s"}
+	with := func(priority string) map[string]string {
+		return map[string]string{rollout.AnnotationVerifyWindow: "10s", rollout.AnnotationPriority: priority}
+	}
+	crashLate := map[string]string{"APP_FAIL_AFTER": "20s"}
+	first := deployment(ns, "first", "shared", appOptions{probe: true, env: crashLate, annotations: with("10")})
+	second := deployment(ns, "second", "shared", appOptions{probe: true, env: crashLate, annotations: with("5")})
+	third := deployment(ns, "third", "shared", appOptions{probe: true, annotations: window})
 	env.Apply(t, configMap(ns, "shared", "good"), first, second, third)
 	for _, d := range []*appsv1.Deployment{first, second, third} {
 		waitReady(t, d, 2*time.Minute)
@@ -204,26 +221,15 @@ func TestCrashAfterCompletionHaltsTheRestOfTheWave(t *testing.T) {
 	})
 	t.Logf("first completed its verified rollout %s after the change", since(changed))
 
-	var crashed time.Time
 	var note string
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
-		if crashed.IsZero() {
-			for _, p := range pods(t, ns, "first") {
-				for _, cs := range p.Status.ContainerStatuses {
-					if end := cs.State.Terminated; end != nil {
-						crashed = end.FinishedAt.Time
-					} else if end := cs.LastTerminationState.Terminated; end != nil {
-						crashed = end.FinishedAt.Time
-					}
-				}
-			}
-		}
 		note = failedNote(t, first)
 		return note != "", fmt.Sprintf("no RolloutFailed on first yet; record %+v", record(t, first))
 	})
 	failed := time.Now()
+	crashed := firstCrash(pods(t, ns, "first"))
 	if crashed.IsZero() {
-		t.Fatalf("first failed (%s) before any of its containers ended", note)
+		t.Fatalf("first failed (%s) but none of its containers ended: %+v", note, pods(t, ns, "first"))
 	}
 	t.Logf("first crashed %s after the change and failed %s after its crash: %s", crashed.Sub(changed).Round(100*time.Millisecond),
 		failed.Sub(crashed).Round(100*time.Millisecond), note)
