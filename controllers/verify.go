@@ -38,20 +38,26 @@ const ReasonPodsUnreadable = "PodsUnreadable"
 func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object) rollout.Verification {
 	window, _ := rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow) // a bad value is told by compute
 	v := rollout.Verification{Window: rollout.EffectiveWindow(obj, window)}
-	if as := rollout.Read(obj.GetAnnotations()); as.State == rollout.None {
-		return v // nothing to read: no seal to check either (most workloads)
+	// Most workloads and most reconciles read nothing, and check no seal: no
+	// record, a failure that halts nothing, or a completed rollout whose
+	// change no longer rolls anywhere.
+	as := rollout.Read(obj.GetAnnotations())
+	key := rollout.Key{Kind: r.Kind.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	switch ongoing := as.State == rollout.Completed && r.Scheduler.Ongoing(ctx, key, rollout.ParseChanges(as.Cause)); {
+	case as.State == rollout.None, as.State == rollout.Failed && as.Halted == "":
+		return v
+	case as.State == rollout.Completed:
+		log.FromContext(ctx).V(1).Info("completed rollout", "changeStillRolls", ongoing)
+		if !ongoing {
+			return v
+		}
 	}
 	rec, err := rollout.Verify(obj, r.Scheduler.Keys)
 	if err != nil {
 		return v
 	}
 	complete, _ := rollout.Complete(r.Kind, obj)
-	ongoing := rec.State == rollout.Completed &&
-		r.Scheduler.Ongoing(ctx, rollout.Key{Kind: r.Kind.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}, rollout.ParseChanges(rec.Cause))
-	rule, watched := rollout.Watched(rec, complete, ongoing)
-	if rec.State == rollout.Completed {
-		log.FromContext(ctx).V(1).Info("completed rollout", "changeStillRolls", ongoing)
-	}
+	rule, watched := rollout.Watched(rec, complete, rec.State == rollout.Completed)
 	tmpl := r.Kind.PodTemplate(obj)
 	if !watched || r.APIReader == nil || tmpl == nil || len(tmpl.Labels) == 0 {
 		return v
