@@ -125,6 +125,7 @@ func (s *Scheduler) take(ctx context.Context, sit Situation, plan Plan) (Decisio
 	if !sit.Record.Open() || plan.Step == StepClose {
 		s.forgetProgress(o.Key)
 	}
+	s.suspect(o.Key, sit.Record, plan.Suspect && plan.Step != StepClose, sit.Now)
 	switch plan.Step {
 	case StepGone:
 		s.settle(o.Key)
@@ -201,6 +202,9 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	if d, halted, err := s.checkHalt(ctx, sit); halted || err != nil {
 		return d, false, err
 	}
+	if wait := s.suspected(o.Key, sit.Causes, sit.Now); wait > 0 {
+		return Decision{After: wait}, false, nil
+	}
 	wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority)
 	s.wants(o.Key, sit.Causes)
 	if wait > 0 {
@@ -222,6 +226,10 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	if d, halted, err := s.checkHalt(ctx, sit); halted || err != nil {
 		s.Release(o.Key)
 		return d, false, err
+	}
+	if wait := s.suspected(o.Key, sit.Causes, sit.Now); wait > 0 {
+		s.Release(o.Key)
+		return Decision{After: wait}, false, nil
 	}
 	return Decision{}, true, nil
 }

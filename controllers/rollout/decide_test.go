@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // workloadIn is Deployment ns/name, one replica, complete or not, with rec
@@ -216,5 +217,33 @@ func TestSupersedingKeepsTheSlotWithinItsBound(t *testing.T) {
 	d, err = s.Decide(t.Context(), change("00cc", *d.Record))
 	if err != nil || d.Verb != Idle || d.After <= 0 {
 		t.Fatalf("past the bound, the budget full: %+v %v; want the new change to wait for a slot", d, err)
+	}
+}
+
+// While a completed workload of the change has a pod that went unready
+// (a suspect, its change still rolling), no other workload of the
+// namespace takes a change of the same source: the crash may show a
+// moment later, and the wave must not go on meanwhile.
+func TestSuspectHoldsTheWave(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	done := StartRecord(t0.Add(-time.Minute), cause, false).Complete("v1-x")
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: time.Minute, HaltOnFailure: true})
+	s.Halts = haltsFunc(func() string { return "" })
+	suspect := Observation{Key: dep("first"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("first", true, &done), Ours: true,
+		Verification: Verification{Read: true}}
+	if _, err := s.Decide(t.Context(), suspect); err != nil {
+		t.Fatal(err)
+	}
+	next := Observation{Key: dep("third"), Object: workloadIn("third", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Sources: sourcesOf(cause)}
+	if d, err := s.Decide(t.Context(), next); err != nil || d.Verb != Idle || d.After <= 0 || d.After > time.Second {
+		t.Fatalf("with a suspect of the change: %+v %v; want to wait a moment", d, err)
+	}
+	suspect.Verification.Healthy = true // Ready again: no longer a suspect
+	if _, err := s.Decide(t.Context(), suspect); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Decide(t.Context(), next); err != nil || d.Verb != Stamp {
+		t.Fatalf("the suspect Ready again: %+v %v; want to stamp", d, err)
 	}
 }

@@ -97,6 +97,9 @@ type Plan struct {
 	// (a halted failure whose pods recover: when their health lasted a
 	// window). 0: no such time.
 	Recheck time.Duration
+	// Suspect: completed, its change still rolling elsewhere, and a pod of
+	// it not Ready: the change waits until it is judged.
+	Suspect bool
 }
 
 // Rules are the wave's rules, in the order they apply, as a pure function of
@@ -143,15 +146,17 @@ func Rules(sit Situation, p Policy) Plan {
 		return Plan{Step: StepClose, Record: &failed,
 			Failure: "it crashed after it completed, while its change still rolls to other workloads: " + o.Verification.Problem}
 	}
-	if rec.State == Completed && o.Verification.Read && !o.Verification.Healthy {
+	suspect := rec.State == Completed && o.Verification.Read && !o.Verification.Healthy
+	if suspect {
 		// A pod went unready while its change still rolls elsewhere: the
 		// readiness probe may say so before the container's exit shows,
 		// and nothing else wakes this reconcile then (its ready count
-		// stays down). Look again at the next poll.
+		// stays down). Look again at the next poll; meanwhile the rest of
+		// the change waits (Scheduler.suspects).
 		recheck = o.Verification.poll(0)
 	}
 	plan := judged(sit, p)
-	plan.Recheck = recheck
+	plan.Recheck, plan.Suspect = recheck, suspect
 	return plan
 }
 

@@ -183,6 +183,10 @@ type Scheduler struct {
 	// held, heldAt: what holders found last, and when (recentHolders).
 	held   map[Key]bool
 	heldAt time.Time
+	// suspects: completed workloads with a pod not Ready while their change
+	// still rolls elsewhere, the sources of that change, until when the
+	// rest of it waits for their judgement.
+	suspects map[Key]suspicion
 	// pruned: when stale entries were last dropped (at most every pruneEvery).
 	pruned  time.Time
 	limiter *rate.Limiter
@@ -210,6 +214,7 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		halted:   map[Key]haltedOn{},
 		seals:    map[Key]sealCheck{},
 		progress: map[Key]progressMark{},
+		suspects: map[Key]suspicion{},
 		limiter:  rate.NewLimiter(limit, 1),
 		now:      time.Now,
 	}
@@ -556,6 +561,50 @@ func (s *Scheduler) PollScale() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return 1 + len(s.held)/10
+}
+
+// suspicion is a suspect's change (its sources) and until when it holds.
+type suspicion struct {
+	refs  []stamp.ObjectRef
+	until time.Time
+}
+
+// suspectFor bounds how long a suspect holds its change without being
+// judged again (it is, every PodPollMin): a readiness blip delays a wave by
+// seconds, never stops it.
+const suspectFor = 15 * time.Second
+
+// suspect notes (or, with on false, forgets) that k, whose record is rec,
+// is a suspect: its change waits (suspected).
+func (s *Scheduler) suspect(k Key, rec Record, on bool, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !on {
+		delete(s.suspects, k)
+		return
+	}
+	if _, ok := s.suspects[k]; !ok { // the first look starts the bound
+		s.suspects[k] = suspicion{refs: refsOf(ParseChanges(rec.Cause)), until: now.Add(suspectFor)}
+	}
+}
+
+// suspected returns how long k, about to roll out causes, waits for a
+// suspect of its namespace whose change is of the same source (0: none).
+// A workload whose own pods went unready mid-wave may be crashing on the
+// change: no other workload takes it until that is judged.
+func (s *Scheduler) suspected(k Key, causes []Change, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refs := refsOf(causes)
+	for j, sus := range s.suspects {
+		switch {
+		case !now.Before(sus.until):
+			delete(s.suspects, j)
+		case j != k && j.Namespace == k.Namespace && slices.ContainsFunc(sus.refs, func(r stamp.ObjectRef) bool { return slices.Contains(refs, r) }):
+			return min(sus.until.Sub(now), time.Second)
+		}
+	}
+	return 0
 }
 
 // progressMark is an open rollout's status as last seen, and since when.
