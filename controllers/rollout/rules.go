@@ -110,12 +110,14 @@ type Plan struct {
 //     among the pods of its revision, and every one of them Ready with no
 //     restart for a full window (and for twice the longest run before a
 //     container's last crash: a crash loop never looks recovered): resume
-//     (lift the halt). Not yet that long:
-//     ask again when it will be (Recheck). One Ready read lifts nothing.
+//     (lift the halt). Not yet that long: ask again when it will be
+//     (Recheck). One Ready read lifts nothing.
 //     A pinned workload a user rolled back to an earlier revision's snapshots
 //     runs other data, and recovers nothing.
 //  3. Completed while its change still rolls to other workloads (its pods
-//     are read then), and crashing: fail it now, halting the rest.
+//     are read then), and crashing: fail it now, halting the rest. A pod
+//     of it not Ready: a suspect; the rest of the change waits while it is
+//     looked at again (Suspect).
 //  4. Its record is open: judge the rollout. Complete as `kubectl rollout
 //     status` says: verify it for its window (keeping its slot). Verified or
 //     failed: close the record. Still rolling or verifying: follow it, by its
