@@ -193,7 +193,8 @@ func slimWorkload(kind workload.Kind, in any) (any, error) {
 	case *unstructured.Unstructured: // an extra kind: tmpl is a copy
 		kind.Slim(w, tmpl)
 	case *appsv1.Deployment:
-		w.Spec.Selector, w.Spec.Strategy = nil, appsv1.DeploymentStrategy{}
+		// The strategy tells how a canary is held (workload.Hold).
+		w.Spec.Selector = nil
 		var conditions []appsv1.DeploymentCondition
 		for _, c := range w.Status.Conditions {
 			conditions = append(conditions, appsv1.DeploymentCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
@@ -207,7 +208,7 @@ func slimWorkload(kind workload.Kind, in any) (any, error) {
 		}
 		w.Status.Conditions = nil
 	case *appsv1.DaemonSet:
-		w.Spec.Selector, w.Spec.UpdateStrategy = nil, appsv1.DaemonSetUpdateStrategy{Type: w.Spec.UpdateStrategy.Type}
+		w.Spec.Selector = nil // the update strategy tells how a canary is held (workload.Hold)
 		w.Status.Conditions = nil
 	}
 	return in, nil

@@ -35,6 +35,8 @@ const (
 	ReasonRolloutFailed    = "RolloutFailed"
 	ReasonRolloutHalted    = "RolloutHalted"
 	ReasonRolloutRecovered = "RolloutRecovered"
+	// ReasonCanaryPassed: the change's canary passed; its wave goes on.
+	ReasonCanaryPassed = "CanaryPassed"
 	// ReasonStampDropped: the API server pruned the stamp (see roll).
 	ReasonStampDropped = "StampDropped"
 )
@@ -84,9 +86,11 @@ var _ reconcile.Reconciler = &WorkloadReconciler{}
 
 // plan is what the reconciler found a workload needs.
 type plan struct {
-	comp     *workload.Computation
-	priority int
-	window   time.Duration
+	comp         *workload.Computation
+	priority     int
+	window       time.Duration
+	verifyWindow time.Duration
+	canary       bool
 }
 
 // observed is one workload as the reconciler saw it: what the wave's rules
@@ -150,6 +154,7 @@ func (r *WorkloadReconciler) observe(ctx context.Context, key rollout.Key) (*obs
 		return o, err
 	}
 	o.comp, o.Ours, o.Hash, o.Sources, o.Priority, o.Window = p.comp, true, p.comp.Hash, p.comp.Sources, p.priority, p.window
+	o.VerifyWindow, o.Canary = p.verifyWindow, p.canary
 	if o.Need, o.CacheBehind, err = r.need(ctx, obj, p.comp); err != nil {
 		return nil, err
 	}
@@ -166,9 +171,19 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 	}
 	switch d.Verb {
 	case rollout.Resume:
-		return res, r.recovered(ctx, obj, *d.Record)
+		return res, r.recovered(ctx, obj, d)
+	case rollout.PassCanary:
+		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
+			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
+		}
+		rollout.CanariesTotal.WithLabelValues("passed", r.Kind.Name).Inc()
+		log.FromContext(ctx).Info("canary passed; the change rolls on", "cause", d.Judged.Cause, "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonCanaryPassed, "Canary",
+			"the canary of %s passed: its first new pod stayed healthy for %v; the rest of this workload and the other workloads of the change roll on",
+			d.Judged.Cause, o.VerifyWindow)
+		r.Nudger.Wake(d.Wake...)
 	case rollout.Close:
-		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record)); stale || err != nil {
+		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
 			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
 		}
 		if d.Failure != "" {
@@ -176,15 +191,21 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 			if d.Judged.State == rollout.Verifying {
 				rollout.FailedVerificationTotal.WithLabelValues(r.Kind.Name).Inc()
 			}
+			if d.Judged.Canary == rollout.CanaryRunning {
+				rollout.CanariesTotal.WithLabelValues("failed", r.Kind.Name).Inc()
+			}
 			r.reportFailure(ctx, obj, d.Judged, d.Failure)
 			r.undoFailed(ctx, obj, d.Judged)
 		} else {
+			if d.Judged.Canary == rollout.CanaryRunning {
+				rollout.CanariesTotal.WithLabelValues("passed", r.Kind.Name).Inc()
+			}
 			rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
 			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
 		}
 		r.Nudger.Wake(d.Wake...) // a slot is free: the next in line need not wait for their recheck
 	case rollout.StartVerify:
-		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record)); stale || err != nil {
+		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
 			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
 		}
 		log.FromContext(ctx).Info("rollout complete; verifying that it stays healthy", "until", d.Record.Until.UTC().Format(time.RFC3339),
@@ -207,8 +228,9 @@ func (r *WorkloadReconciler) sealed(obj client.Object, rec rollout.Record) map[s
 
 // recovered lifts the halt of a failed workload whose rollout is complete
 // again; its update wakes the workloads that waited (haltLifted).
-func (r *WorkloadReconciler) recovered(ctx context.Context, obj client.Object, rec rollout.Record) error {
-	if err := r.patch(ctx, obj, r.sealed(obj, rec.Resume()), ""); err != nil {
+func (r *WorkloadReconciler) recovered(ctx context.Context, obj client.Object, d rollout.Decision) error {
+	rec := *d.Record
+	if err := patchAnnotations(ctx, r.Client, obj, "", r.sealed(obj, rec.Resume()), r.holdPatch(ctx, obj, d)); err != nil {
 		return err
 	}
 	log.FromContext(ctx).Info("failed workload recovered; halt lifted", "halted", rec.Halted)
@@ -277,11 +299,20 @@ func (r *WorkloadReconciler) compute(ctx context.Context, obj client.Object) (*p
 	var pp, dp *stamp.Problem
 	p.priority, pp = rollout.Priority(obj.GetAnnotations())
 	p.window, dp = rollout.Debounce(obj.GetAnnotations(), r.Scheduler.Policy.Debounce)
-	_, vp := rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow)
+	var vp *stamp.Problem
+	p.verifyWindow, vp = rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow)
+	p.canary, problems = canaryWanted(obj, ns, r.Scheduler.Policy.Canary, problems)
 	for _, problem := range append(problems, deref(pp, dp, vp)...) {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", problem.String())
 	}
 	return p, nil
+}
+
+// canaryWanted reads rollout.AnnotationCanaryOpt of obj and ns (def: --canary),
+// adding a bad value to problems.
+func canaryWanted(obj client.Object, ns *corev1.Namespace, def bool, problems []stamp.Problem) (bool, []stamp.Problem) {
+	on, bad := rollout.CanaryWanted(obj.GetAnnotations(), ns.Annotations, def)
+	return on, append(problems, bad...)
 }
 
 func deref(ps ...*stamp.Problem) []stamp.Problem {
@@ -389,7 +420,8 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 	if d.Record != nil {
 		maps.Copy(meta, d.Record.Annotations(obj.GetUID(), comp.Hasher))
 	}
-	if err := r.patchAt(ctx, obj, obj.GetResourceVersion(), meta, comp.Hash); err != nil {
+	spec := mergePatches(stampPatch(r.Kind.TemplateFields(), comp.Hash), r.holdPatch(ctx, obj, d))
+	if err := patchAnnotations(ctx, r.Client, obj, obj.GetResourceVersion(), meta, spec); err != nil {
 		if !d.Supersedes {
 			r.Scheduler.Release(o.Key)
 		}
@@ -459,17 +491,25 @@ func (r *WorkloadReconciler) started(ctx context.Context, obj client.Object, d r
 	if d.Supersedes {
 		then = "; this rollout supersedes the one under way, keeping its slot"
 	}
+	switch {
+	case d.Record != nil && d.Record.Canary == rollout.CanaryRunning && len(d.Hold) > 0:
+		then += "; this workload is the change's canary: one new pod first, judged for its verification window, before any other pod or workload gets the change"
+	case d.Record != nil && d.Record.Canary == rollout.CanaryRunning:
+		then += "; this workload is the change's canary: no other workload gets the change before its rollout completes and is verified"
+	}
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
 		"%s changed: pod template stamped with %s=%s%s", what, stamp.AnnotationHash, stamped, then)
 }
 
-// closeRecord writes the rollout record meta (closed, or verifying), but only on the version of
+// closeRecord writes the rollout record meta (closed, or verifying), and
+// extra (the canary's hold put back), but only on the version of
 // the workload that was judged (a resourceVersion precondition): a cache that
 // has not yet seen an earlier close, or a newer rollout started since, must
 // not be closed again. stale: the workload had changed; nothing was written.
-func (r *WorkloadReconciler) closeRecord(ctx context.Context, obj client.Object, meta map[string]any) (bool, error) {
-	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": obj.GetResourceVersion(), "annotations": meta}})
+func (r *WorkloadReconciler) closeRecord(ctx context.Context, obj client.Object, meta, extra map[string]any) (bool, error) {
+	patch := map[string]any{"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion(), "annotations": meta}}
+	maps.Copy(patch, extra)
+	raw, err := json.Marshal(patch)
 	if err != nil {
 		return false, err
 	}
@@ -547,4 +587,40 @@ func (r *WorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(r.Nudger.source(r.Kind)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
+}
+
+// holdPatch is what d writes of the spec besides the stamp: the canary's
+// hold a Stamp sets, or the hold the judged record carries put back when
+// the record d writes no longer carries it (a passed canary, a rollout
+// that ends, a new rollout that is no canary). Nil: nothing.
+func (r *WorkloadReconciler) holdPatch(ctx context.Context, obj client.Object, d rollout.Decision) map[string]any {
+	if len(d.Hold) > 0 {
+		return d.Hold.SetPatch()
+	}
+	if d.Judged.Hold == "" || (d.Record != nil && d.Record.Hold != "") {
+		return nil
+	}
+	held, err := workload.DecodeHold(d.Judged.Hold)
+	if err == nil {
+		var back map[string]any
+		if back, err = held.RestorePatch(obj); err == nil {
+			return back
+		}
+	}
+	log.FromContext(ctx).Error(err, "the canary's hold cannot be put back")
+	return nil
+}
+
+// mergePatches merges JSON merge patches b into a (b wins; nested objects merged).
+func mergePatches(a, b map[string]any) map[string]any {
+	for k, v := range b {
+		am, aok := a[k].(map[string]any)
+		bm, bok := v.(map[string]any)
+		if aok && bok {
+			a[k] = mergePatches(am, bm)
+			continue
+		}
+		a[k] = v
+	}
+	return a
 }

@@ -48,6 +48,13 @@ type Observation struct {
 	// Priority and Window are its rollout priority and debounce window.
 	Priority int
 	Window   time.Duration
+	// VerifyWindow is its verification window as set (Verification.Window
+	// is less what its controller already waits: minReadySeconds), the
+	// time a canary pod must stay healthy.
+	VerifyWindow time.Duration
+	// Canary: a rollout of a change no canary passed yet makes it the
+	// change's canary (Policy.Canary, AnnotationCanaryOpt).
+	Canary bool
 	// Verification: its verification window, and what its new revision's
 	// pods showed (read while its rollout is verifying).
 	Verification Verification
@@ -78,6 +85,9 @@ const (
 	// Stamp: stamp the pod template and write the data record and Record (the
 	// rollout's start; nil when rollouts are not followed) in one patch.
 	Stamp
+	// PassCanary: the canary passed; write Record and put its hold back, on
+	// the judged version of the workload only.
+	PassCanary
 )
 
 // Decision is the one answer to an Observation.
@@ -100,8 +110,12 @@ type Decision struct {
 	Supersedes bool
 	// Halted: the workload waits on this halted change, news to tell (once).
 	Halted string
-	// Wake: workloads next in the wave, to wake once Close is written.
+	// Wake: workloads next in the wave, to wake once Close (or PassCanary)
+	// is written.
 	Wake []Key
+	// Hold: the hold a Stamp sets (its canary's; nil when none). Any write
+	// of a Record without the hold the Judged record carries puts that back.
+	Hold workload.Hold
 }
 
 // Decide is the one question the reconciler asks about a workload: the
@@ -137,7 +151,13 @@ func (s *Scheduler) take(ctx context.Context, sit Situation, plan Plan) (Decisio
 		// is read from the open records there), so the halt a failure writes
 		// is known before the next in the wave may take the slot.
 		s.Release(o.Key)
-		d.Wake = s.Next(ctx, 2)
+		if sit.Record.Canary == CanaryRunning && plan.Record.State == Completed {
+			s.passCanary(o.Key, ParseChanges(sit.Record.Cause)) // a whole workload was the canary
+		}
+		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
+	case StepPassCanary:
+		s.passCanary(o.Key, ParseChanges(sit.Record.Cause))
+		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
 	case StepGate:
 		return s.gate(ctx, sit, plan.After)
 	}
@@ -178,7 +198,7 @@ func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Dura
 	// new rollout asks for a slot like any other (no tenant holds one
 	// forever by changing its config again and again).
 	keeps := following > 0 && s.holdsSlot(sit.Record, sit.Object, sit.Now)
-	d, open, err := s.open(ctx, sit, keeps)
+	d, open, canary, err := s.open(ctx, sit, keeps)
 	if !open || err != nil {
 		if following > 0 && (d.After == 0 || d.After > following) {
 			d.After = following // the rollout under way is judged by its deadline meanwhile
@@ -191,47 +211,77 @@ func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Dura
 		if keeps {
 			start.Started = sit.Record.Started // the slot's bound counts from the first stamp
 		}
+		if canary {
+			prev, _ := workload.DecodeHold(sit.Record.Hold) // sealed: configstamp's own
+			d.Hold = sit.Kind.Hold(sit.Object, sit.VerifyWindow).Carry(prev, sit.Object)
+			start = start.AsCanary(d.Hold.Encode())
+		}
 		d.Record = &start
 	}
 	return d, nil
 }
 
-// open: the gate's checks in order; true when the rollout may start now.
-func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (Decision, bool, error) {
+// open: the gate's checks in order; true when the rollout may start now,
+// and whether it is its change's canary.
+func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (Decision, bool, bool, error) {
 	o := sit.Observation
 	if d, halted, err := s.checkHalt(ctx, sit); halted || err != nil {
-		return d, false, err
+		return d, false, false, err
 	}
 	if wait := s.suspected(o.Key, sit.Causes, sit.Now); wait > 0 {
-		return Decision{After: wait}, false, nil
+		return Decision{After: wait}, false, false, nil
 	}
 	wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority)
 	s.wants(o.Key, sit.Causes)
 	if wait > 0 {
-		return Decision{After: wait}, false, nil
+		return Decision{After: wait}, false, false, nil
+	}
+	canaries := o.Canary && s.Policy.Canary && s.Policy.Tracks() && !NothingToWaitFor(o.Kind, o.Object)
+	if canaries { // another's canary of the change runs, or comes first: wait for it
+		if wait, err := s.CanaryAhead(ctx, o.Key, o.Priority, sit.Causes); err != nil || wait > 0 {
+			return Decision{After: wait}, false, false, err
+		}
 	}
 	if supersedes { // its rollout holds a slot already, and keeps it
+		canary, wait, err := s.claim(ctx, o, sit.Causes, canaries)
+		if err != nil || wait > 0 {
+			return Decision{After: wait}, false, false, err
+		}
 		s.Forget(o.Key)
-		return Decision{}, true, nil
+		return Decision{}, true, canary, nil
 	}
 	// A rollout with nothing to wait for, or that nobody follows, holds no slot.
 	needsSlot := !NothingToWaitFor(o.Kind, o.Object) && s.Policy.Tracks()
 	wait, err := s.Acquire(ctx, o.Key, o.Priority, needsSlot)
 	if err != nil || wait > 0 {
-		return Decision{After: wait}, false, err
+		return Decision{After: wait}, false, false, err
 	}
 	// The slot may be free because a rollout of this very change just
 	// failed: its close and its halt reach the cache in one update, which may
 	// have landed after the look above. Look again now that the slot is ours.
 	if d, halted, err := s.checkHalt(ctx, sit); halted || err != nil {
 		s.Release(o.Key)
-		return d, false, err
+		return d, false, false, err
 	}
 	if wait := s.suspected(o.Key, sit.Causes, sit.Now); wait > 0 {
 		s.Release(o.Key)
-		return Decision{After: wait}, false, nil
+		return Decision{After: wait}, false, false, nil
 	}
-	return Decision{}, true, nil
+	canary, wait, err := s.claim(ctx, o, sit.Causes, canaries)
+	if err != nil || wait > 0 {
+		s.Release(o.Key)
+		return Decision{After: wait}, false, false, err
+	}
+	return Decision{}, true, canary, nil
+}
+
+// claim: whether o is its change's canary, or how long it waits for
+// another's (ClaimCanary), when canaries apply to it.
+func (s *Scheduler) claim(ctx context.Context, o Observation, causes []Change, canaries bool) (bool, time.Duration, error) {
+	if !canaries {
+		return false, 0, nil
+	}
+	return s.ClaimCanary(ctx, o.Key, o.Priority, causes)
 }
 
 // checkHalt reports whether one of the changes is halted, and notes that the

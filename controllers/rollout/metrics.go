@@ -35,6 +35,11 @@ var (
 		Name: "configstamp_rollouts_failed_verification_total",
 		Help: "Rollouts configstamp started that completed and then failed in their verification window (a container restarted or crashed, a pod lost its readiness).",
 	}, []string{"kind"})
+	// CanariesTotal counts canaries by how they ended (passed, failed) and kind.
+	CanariesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "configstamp_canaries_total",
+		Help: "Canaries of a change (its first workload, held at one new pod where its kind allows), by result (passed, failed) and kind.",
+	}, []string{"result", "kind"})
 	// Resumed counts halts lifted (the failed workload deleted, recovered, or its halted annotation removed).
 	Resumed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "configstamp_halts_lifted_total", Help: "Halts lifted: the failed workload was deleted, recovered, or its halted annotation removed.",
@@ -96,7 +101,7 @@ var current atomic.Pointer[Scheduler]
 // registers nothing (the kubectl plugin reads records with it).
 func RegisterMetrics(kinds *workload.Registry) {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(StartedTotal, CompletedTotal, FailedTotal, FailedVerificationTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
+		metrics.Registry.MustRegister(StartedTotal, CompletedTotal, CanariesTotal, FailedTotal, FailedVerificationTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
 			waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
 	})
 	// Every kind's series from the start, at 0: increase() and rate() see the

@@ -51,6 +51,30 @@ const (
 	// last revision of the workload whose rollout passed verification: the
 	// only revision an undo returns to.
 	AnnotationVerified = "configstamp.io/rollout-verified"
+	// AnnotationCanary says that the rollout is its change's canary: "running"
+	// while the wave waits for its verdict, "passed" once it passed (see
+	// Canary).
+	AnnotationCanary = "configstamp.io/rollout-canary"
+	// AnnotationHold names the fields of the workload's spec configstamp set
+	// to hold a canary at one new pod, with the values to put back (see
+	// workload.Hold): present while they are set.
+	AnnotationHold = "configstamp.io/rollout-hold"
+)
+
+// Canary is where a rollout stands as its change's canary.
+type Canary string
+
+const (
+	// NoCanary: the rollout is no canary (its change passed one, or canaries
+	// are off for it).
+	NoCanary Canary = ""
+	// CanaryRunning: the first workload of its change's wave; no other
+	// workload gets the change until it passes. With a hold (Record.Hold) one
+	// new pod runs it, judged for the window; without, the whole workload,
+	// judged until its rollout completes.
+	CanaryRunning Canary = "running"
+	// CanaryPassed: it passed; its rollout goes on like any other.
+	CanaryPassed Canary = "passed"
 )
 
 // State is where the rollout configstamp started on a workload stands.
@@ -95,7 +119,8 @@ const AnnotationSeal = "configstamp.io/rollout-seal"
 
 // RecordAnnotations are the record's annotations: configstamp writes them,
 // and only the reconciler reads them (webhook.MayRestamp).
-var RecordAnnotations = []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationSeal, AnnotationHalted, AnnotationVerifyUntil, AnnotationVerified}
+var RecordAnnotations = []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationSeal, AnnotationHalted, AnnotationVerifyUntil, AnnotationVerified,
+	AnnotationCanary, AnnotationHold}
 
 // domainRecord separates the record's seal from every other keyed value.
 const domainRecord = "configstamp.io/rollout-record"
@@ -112,6 +137,13 @@ type Record struct {
 	// Verified: the stamp of the last revision whose rollout passed
 	// verification ("" when none did yet); carried from rollout to rollout.
 	Verified string
+	// Canary: whether this rollout is its change's canary, and how it stands.
+	Canary Canary
+	// Hold: the spec fields configstamp set to hold the canary at one pod
+	// (workload.EncodeHold), to be put back by the next record written
+	// without it; carried while they stay set (a failed canary keeps its
+	// hold: no second pod gets the failed change).
+	Hold string
 	// KeyID is the installation key the record is sealed with; the content
 	// ids of its changes (Cause, Halted) are made with the same key.
 	KeyID string
@@ -133,7 +165,12 @@ type Keys interface {
 // Read parses the record of a workload as written, without checking its seal:
 // for display only. An unknown state reads as None.
 func Read(annotations map[string]string) Record {
-	r := Record{Cause: annotations[AnnotationCause], Halted: annotations[AnnotationHalted], Verified: annotations[AnnotationVerified]}
+	r := Record{Cause: annotations[AnnotationCause], Halted: annotations[AnnotationHalted], Verified: annotations[AnnotationVerified],
+		Hold: annotations[AnnotationHold]}
+	switch c := Canary(annotations[AnnotationCanary]); c {
+	case CanaryRunning, CanaryPassed:
+		r.Canary = c
+	}
 	switch s := State(annotations[AnnotationState]); s {
 	case Rolling, Verifying, Completed, Failed:
 		r.State = s
@@ -183,7 +220,7 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// seal is the record's MAC. Until and Verified are sealed only when set, so
+// seal is the record's MAC. Until, Verified, Canary and Hold are sealed only when set, so
 // records sealed before they existed (an upgrade) still verify.
 func (r Record) seal(uid types.UID, h *stamp.Hasher) string {
 	fields := []string{string(uid), string(r.State), formatTime(r.Started), r.Cause, r.Halted}
@@ -192,6 +229,12 @@ func (r Record) seal(uid types.UID, h *stamp.Hasher) string {
 	}
 	if r.Verified != "" {
 		fields = append(fields, "verified="+r.Verified)
+	}
+	if r.Canary != NoCanary {
+		fields = append(fields, "canary="+string(r.Canary))
+	}
+	if r.Hold != "" {
+		fields = append(fields, "hold="+r.Hold)
 	}
 	return h.KeyID() + "." + h.Seal(domainRecord, fields...)
 }
@@ -214,6 +257,8 @@ func (r Record) Annotations(uid types.UID, h *stamp.Hasher) map[string]any {
 		AnnotationCause:       orNil(r.Cause),
 		AnnotationHalted:      orNil(r.Halted),
 		AnnotationVerified:    orNil(r.Verified),
+		AnnotationCanary:      orNil(string(r.Canary)),
+		AnnotationHold:        orNil(r.Hold),
 		AnnotationSeal:        r.seal(uid, h),
 	}
 }
@@ -240,6 +285,19 @@ func StartRecord(now time.Time, causes []Change, ended bool) Record {
 	return Record{}.StartRecord(now, causes, ended)
 }
 
+// AsCanary makes a starting rollout its change's canary, held at one new
+// pod by hold ("" when the whole workload is the canary).
+func (r Record) AsCanary(hold string) Record {
+	r.Canary, r.Hold = CanaryRunning, hold
+	return r
+}
+
+// PassCanary: the canary passed; its hold is put back in the same write.
+func (r Record) PassCanary() Record {
+	r.Canary, r.Hold = CanaryPassed, ""
+	return r
+}
+
 // StartVerifying is a rollout complete as `kubectl rollout status` says, to be
 // watched until until before it counts as completed. It keeps its slot.
 func (r Record) StartVerifying(until time.Time) Record {
@@ -251,25 +309,29 @@ func (r Record) StartVerifying(until time.Time) Record {
 // stamped stamp, is the last verified one ("" keeps the one before: a
 // rollout with nothing to verify).
 func (r Record) Complete(stamp string) Record {
-	r.State, r.Halted, r.Until = Completed, "", time.Time{}
+	r.State, r.Halted, r.Until, r.Hold = Completed, "", time.Time{}, ""
 	if stamp != "" {
 		r.Verified = stamp
 	}
 	return r
 }
 
-// Fail closes a rollout that failed; halt records its cause as halted.
+// Fail closes a rollout that failed; halt records its cause as halted. A
+// halting canary keeps its hold (no second pod gets the halted change);
+// without a halt the hold is put back.
 func (r Record) Fail(halt bool) Record {
 	r.State, r.Halted, r.Until = Failed, "", time.Time{}
 	if halt {
 		r.Halted = r.Cause
+	} else {
+		r.Hold = ""
 	}
 	return r
 }
 
-// Resume lifts the halt the record carries.
+// Resume lifts the halt the record carries (and puts a canary's hold back).
 func (r Record) Resume() Record {
-	r.Halted = ""
+	r.Halted, r.Hold = "", ""
 	return r
 }
 

@@ -65,6 +65,9 @@ const (
 	// StepGate: a rollout is wanted; the gate (halt, debounce, budget, rate)
 	// says when. After > 0: it supersedes its own rollout under way.
 	StepGate
+	// StepPassCanary: its change's canary, held at one new pod, passed: put
+	// the hold back and wake the rest of the wave.
+	StepPassCanary
 )
 
 // verb is what the reconciler writes for a step taken as it is (the gate's
@@ -79,6 +82,8 @@ func (s Step) verb() Verb {
 		return StartVerify
 	case StepBaseline:
 		return Baseline
+	case StepPassCanary:
+		return PassCanary
 	}
 	return Idle
 }
@@ -157,8 +162,25 @@ func Rules(sit Situation, p Policy) Plan {
 		// the change waits (Scheduler.suspects).
 		recheck = o.Verification.poll(0)
 	}
+	held := rec.State == Rolling && rec.Canary == CanaryRunning && rec.Hold != ""
+	if held && o.Need != NeedRollout {
+		if at, ok := canaryPassAt(o); ok && !at.After(sit.Now) {
+			passed := rec.PassCanary()
+			return Plan{Step: StepPassCanary, Record: &passed}
+		} else if ok {
+			recheck = at.Sub(sit.Now) + 100*time.Millisecond
+		}
+	}
 	plan := judged(sit, p)
-	plan.Recheck, plan.Suspect = recheck, suspect
+	if held && (plan.Step == StepClose && plan.Failure == "" || plan.Step == StepVerify) {
+		// Held at one pod, its workload may look complete (a StatefulSet's
+		// partition): the rest of it has not rolled. It passes as a canary first.
+		plan = Plan{Step: StepFollow, After: o.Verification.poll(sit.Now.Sub(rec.Started))}
+	}
+	if recheck > 0 && (plan.Recheck == 0 || recheck < plan.Recheck) {
+		plan.Recheck = recheck
+	}
+	plan.Suspect = suspect
 	return plan
 }
 

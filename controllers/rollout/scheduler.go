@@ -67,6 +67,10 @@ type Policy struct {
 	// must stay healthy (Ready, no restart) before it counts as completed; a
 	// workload's AnnotationVerifyWindow overrides it. 0: completed at once.
 	VerifyWindow time.Duration
+	// Canary: the first workload of a change's wave is its canary (held at
+	// one new pod where its kind allows), and the rest waits for it to pass;
+	// AnnotationCanaryOpt overrides it. Needs rollouts followed (Tracks).
+	Canary bool
 }
 
 // Validate rejects settings that would make every rollout fail at once or
@@ -187,6 +191,13 @@ type Scheduler struct {
 	// still rolls elsewhere, the sources of that change, until when the
 	// rest of it waits for their judgement.
 	suspects map[Key]suspicion
+	// canaryPassed: the changes whose canary passed, by namespace (passedKey),
+	// and when; canaryClaims: canaries this process granted, until the cache
+	// shows them; canaryOpen: the running canaries the cache shows (open
+	// records, as holders last read them) and their sources.
+	canaryPassed map[string]time.Time
+	canaryClaims map[Key]canaryClaim
+	canaryOpen   map[Key][]stamp.ObjectRef
 	// pruned: when stale entries were last dropped (at most every pruneEvery).
 	pruned  time.Time
 	limiter *rate.Limiter
@@ -215,6 +226,10 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		seals:    map[Key]sealCheck{},
 		progress: map[Key]progressMark{},
 		suspects: map[Key]suspicion{},
+
+		canaryPassed: map[string]time.Time{},
+		canaryClaims: map[Key]canaryClaim{},
+		canaryOpen:   map[Key][]stamp.ObjectRef{},
 		limiter:  rate.NewLimiter(limit, 1),
 		now:      time.Now,
 	}
@@ -394,6 +409,7 @@ func (s *Scheduler) Release(k Key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.inflight, k)
+	delete(s.canaryClaims, k)
 }
 
 // inflightFor is how long a stamp this process wrote holds its slot without
@@ -475,6 +491,7 @@ func (s *Scheduler) SlotsInUse(ctx context.Context) (int, error) {
 // closeGrace), and this process's stamps the cache does not show yet.
 func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, error) {
 	out := map[Key]bool{}
+	canaries := map[Key][]stamp.ObjectRef{}
 	seals := make(map[Key]sealCheck, len(s.seals))
 	inScope := map[string]bool{} // asked once per namespace
 	for _, kind := range s.Kinds.All() {
@@ -497,10 +514,18 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 			}
 			if in { // else another installation's
 				out[k] = true
+				if r.Canary == CanaryRunning {
+					canaries[k] = refsOf(ParseChanges(r.Cause))
+				}
 			}
 		}
 	}
-	s.seals = seals
+	s.seals, s.canaryOpen = seals, canaries
+	for k, c := range s.canaryClaims {
+		if r := canaries[k]; r != nil || now.Sub(c.at) > inflightFor {
+			delete(s.canaryClaims, k) // the cache shows it now (or never will)
+		}
+	}
 	for k, at := range s.inflight {
 		if out[k] || now.Sub(at) > inflightFor {
 			delete(s.inflight, k) // the cache shows it now (or never will)

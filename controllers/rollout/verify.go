@@ -47,6 +47,9 @@ type Verification struct {
 	// (zero: no pod). A halt lifts only after a full window of it.
 	Healthy      bool
 	HealthySince time.Time
+	// Pods: how many pods of the revision run (not ended, not being
+	// deleted): a canary passes only with one.
+	Pods int
 	// Outlast: how long a halted workload's pods must stay healthy besides
 	// the window: twice the longest run of a container before its last
 	// restart, so a crash loop whose runs outlast the window (a crash 45 s
@@ -218,6 +221,7 @@ func InspectPods(seen PodsSeen) Verification {
 		}
 		since, ready := healthySince(p)
 		v.Healthy = v.Healthy && ready
+		v.Pods++
 		if seen.Rule == RuleLasting {
 			v.Outlast = max(v.Outlast, 2*longestRun(p))
 		}

@@ -1,0 +1,180 @@
+package rollout
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// AnnotationCanaryOpt (user, on a workload or its Namespace): "false" turns
+// the canary off for it (the workload's value wins); "true" on, which is
+// the default (--canary).
+const AnnotationCanaryOpt = "configstamp.io/canary"
+
+// CanaryWanted reads AnnotationCanaryOpt from the workload, then its
+// Namespace; def (--canary) when neither says. A value other than "true"
+// or "false" is a Problem and is passed over.
+func CanaryWanted(workloadAnnotations, namespaceAnnotations map[string]string, def bool) (bool, []stamp.Problem) {
+	var problems []stamp.Problem
+	for _, a := range []struct {
+		where string
+		m     map[string]string
+	}{{"annotation", workloadAnnotations}, {"namespace annotation", namespaceAnnotations}} {
+		v, ok := a.m[AnnotationCanaryOpt]
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(v) {
+		case "true":
+			return true, problems
+		case "false":
+			return false, problems
+		}
+		problems = append(problems, stamp.Problem{Field: a.where + " " + AnnotationCanaryOpt, Value: v, Message: `is neither "true" nor "false"`})
+	}
+	return def, problems
+}
+
+// A change's canary: the first workload of a namespace to roll out a change
+// of a source (a Change: what it references of the source, as it is now)
+// is its canary, and no other workload of the namespace gets a change of
+// that source until it passed, whatever the budget. Held at one new pod
+// (workload.Hold), it passes when that pod stayed healthy for the window;
+// a workload that cannot be held passes when its rollout completed. It
+// fails like any rollout: the change is halted, and one pod (or one
+// workload) ran it. Only the changes it rolled out pass: a workload that
+// references other keys of the source has another Change, and its own canary.
+
+// canaryClaim is a canary this process granted, until the cache shows its record.
+type canaryClaim struct {
+	refs []stamp.ObjectRef
+	at   time.Time
+}
+
+// passedFor is how long a passed canary lets its change roll without
+// another: longer than any wave waits (MaxWait, the budget's steps).
+const passedFor = time.Hour
+
+// canaryWait is how soon a workload waiting on a canary asks again, when
+// nothing wakes it (the canary's pass wakes the next in the wave).
+const canaryWait = 2 * time.Second
+
+// passedKey names a change of a namespace among the passed canaries.
+func passedKey(namespace string, c Change) string { return namespace + "/" + c.String() }
+
+// unpassed are the causes of a workload of namespace that no canary passed.
+func (s *Scheduler) unpassed(namespace string, causes []Change, now time.Time) []Change {
+	var out []Change
+	for _, c := range causes {
+		if at, ok := s.canaryPassed[passedKey(namespace, c)]; !ok || now.Sub(at) > passedFor {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// canaryAhead returns how long k, about to roll out causes, waits for a
+// canary: another workload's canary of one of their sources is running
+// (granted by this process, or open in the cache), or another workload
+// that comes first in the wave waits to roll one of them out and will be
+// the canary. 0: no canary to wait for (k may be the canary itself).
+// s.mu held.
+func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes []Change, now time.Time) (time.Duration, error) {
+	refs := refsOf(s.unpassed(k.Namespace, causes, now))
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	if _, err := s.recentHolders(ctx, now); err != nil {
+		return 0, err
+	}
+	overlaps := func(r []stamp.ObjectRef) bool {
+		for _, x := range r {
+			for _, y := range refs {
+				if x == y {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for j, r := range s.canaryOpen {
+		if j != k && j.Namespace == k.Namespace && overlaps(r) {
+			return canaryWait, nil
+		}
+	}
+	for j, c := range s.canaryClaims {
+		if now.Sub(c.at) > inflightFor {
+			delete(s.canaryClaims, j)
+			continue
+		}
+		if j != k && j.Namespace == k.Namespace && overlaps(c.refs) {
+			return canaryWait, nil
+		}
+	}
+	me := entryOf{k, &pending{priority: priority}}
+	for j, p := range s.pending {
+		if j != k && j.Namespace == k.Namespace && p.candidate(now) && p.concerns(refs) && inNamespace(entryOf{j, p}, me) < 0 {
+			return canaryWait, nil
+		}
+	}
+	return 0, nil
+}
+
+// CanaryAhead is canaryAhead for the gate, before it asks for a slot.
+func (s *Scheduler) CanaryAhead(ctx context.Context, k Key, priority int, causes []Change) (time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.canaryAhead(ctx, k, priority, causes, s.now())
+}
+
+// ClaimCanary, once k holds its slot: whether k is the canary of its
+// change (no canary passed for one of causes), or how long it waits for
+// another's (canaryAhead, looked at again now the slot is k's). A granted
+// canary counts at once for the rest of the wave; Release drops it when
+// the stamp did not happen.
+func (s *Scheduler) ClaimCanary(ctx context.Context, k Key, priority int, causes []Change) (bool, time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	wait, err := s.canaryAhead(ctx, k, priority, causes, now)
+	if err != nil || wait > 0 {
+		return false, wait, err
+	}
+	unpassed := s.unpassed(k.Namespace, causes, now)
+	if len(unpassed) == 0 {
+		return false, 0, nil
+	}
+	s.canaryClaims[k] = canaryClaim{refs: refsOf(unpassed), at: now}
+	return true, 0, nil
+}
+
+// passCanary notes that the canary k of causes passed: the rest of the
+// wave rolls them out with the budget.
+func (s *Scheduler) passCanary(k Key, causes []Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for key, at := range s.canaryPassed {
+		if now.Sub(at) > passedFor {
+			delete(s.canaryPassed, key)
+		}
+	}
+	for _, c := range causes {
+		s.canaryPassed[passedKey(k.Namespace, c)] = now
+	}
+	delete(s.canaryClaims, k)
+	delete(s.canaryOpen, k)
+}
+
+// canaryPassAt: when the canary of rec, held at one new pod, passes (ok
+// false: not while the pods show what they show): once a pod of the new
+// revision exists and every one of them stayed healthy for the window.
+func canaryPassAt(o Observation) (time.Time, bool) {
+	v := o.Verification
+	if !v.Read || v.Unread || v.Problem != "" || v.Pods == 0 || !v.Healthy || v.HealthySince.IsZero() {
+		return time.Time{}, false
+	}
+	return v.HealthySince.Add(o.VerifyWindow), true
+}

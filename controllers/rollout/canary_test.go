@@ -1,0 +1,117 @@
+package rollout
+
+import (
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+// deploymentKind is the built-in Deployment kind.
+var deploymentKind = workload.NewRegistry().All()[0]
+
+// threeReplicas is workloadIn with three replicas (a canary holds it at one).
+func threeReplicas(name string, rec *Record) *appsv1.Deployment {
+	d := workloadIn(name, true, nil)
+	three := int32(3)
+	d.Spec.Replicas = &three
+	d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.AvailableReplicas = 3, 3, 3
+	if rec != nil {
+		sealed(d, *rec, testKeys.Current())
+	}
+	return d
+}
+
+// A change shared by six workloads, with a budget of ten: the first in wave
+// order is its canary, held at one new pod; none of the others is stamped
+// until that pod stayed healthy for the window; then they all roll, with no
+// canary of their own.
+func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	wants := func(name string) Observation {
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
+			Hash: "v1-new", Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+	}
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	for _, n := range names { // the change's event announces them all (the mapper)
+		s.Announce(dep(n), 0, ref)
+	}
+	for _, n := range names[1:] { // the others ask first: a comes first in the wave all the same
+		if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Verb == Stamp {
+			t.Fatalf("%s before the canary: %+v %v; want it to wait for a's canary", n, d, err)
+		}
+	}
+	d, err := s.Decide(t.Context(), wants("a"))
+	if err != nil || d.Verb != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || len(d.Hold) == 0 || d.Record.Hold != d.Hold.Encode() {
+		t.Fatalf("a: %+v %v; want a canary stamp with its hold", d, err)
+	}
+	waiting := func() {
+		for _, n := range names[1:] { // each asks again at its recheck
+			if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Verb == Stamp || d.After <= 0 || d.After > canaryWait {
+				t.Fatalf("%s while the canary runs: %+v %v; want it to wait, and ask again soon", n, d, err)
+			}
+		}
+	}
+	waiting()
+
+	// One new pod, healthy for 20 s: not yet; for 30 s: passed.
+	c.advance(10 * time.Second)
+	waiting()
+	rec := *d.Record
+	canary := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rec), Ours: true, Need: NeedNothing, Canary: true,
+		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true, Pods: 1, HealthySince: c.now().Add(-20 * time.Second)}}
+	canary.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
+	if d, err := s.Decide(t.Context(), canary); err != nil || d.Verb != Idle || d.After <= 0 || d.After > 10*time.Second+time.Second {
+		t.Fatalf("canary healthy for 20 s of 30: %+v %v; want to look again when the window ends", d, err)
+	}
+	waiting()
+	c.advance(10 * time.Second)
+	waiting()
+	pass, err := s.Decide(t.Context(), canary)
+	if err != nil || pass.Verb != PassCanary || pass.Record.Canary != CanaryPassed || pass.Record.Hold != "" || pass.Record.State != Rolling {
+		t.Fatalf("canary healthy for the window: %+v %v; want it passed, its hold put back, still rolling", pass, err)
+	}
+	if len(pass.Wake) == 0 {
+		t.Fatal("the canary passed but wakes nobody of the wave")
+	}
+	for _, n := range names[1:] {
+		d, err := s.Decide(t.Context(), wants(n))
+		if err != nil || d.Verb != Stamp || d.Record.Canary != NoCanary || len(d.Hold) != 0 {
+			t.Fatalf("%s after the canary passed: %+v %v; want a plain stamp", n, d, err)
+		}
+	}
+}
+
+// A canary whose pod fails closes failed and keeps its hold with the halt:
+// no second pod of it gets the change. A workload that opted out of the
+// canary does not wait for one.
+func TestCanaryFailureKeepsItsHold(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	d, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", nil), Ours: true, Need: NeedRollout,
+		Hash: "v1-new", Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
+	if err != nil || d.Verb != Stamp || d.Record.Canary != CanaryRunning {
+		t.Fatalf("a: %+v %v; want the canary", d, err)
+	}
+	optedOut := Observation{Key: dep("b"), Kind: deploymentKind, Object: threeReplicas("b", nil), Ours: true, Need: NeedRollout,
+		Hash: "v1-new", Sources: sourcesOf(cause), VerifyWindow: 30 * time.Second}
+	if d, err := s.Decide(t.Context(), optedOut); err != nil || d.Verb != Stamp || d.Record.Canary != NoCanary {
+		t.Fatalf("b, canary off: %+v %v; want a plain stamp at once", d, err)
+	}
+	rec := *d.Record
+	failing := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rec), Ours: true, Need: NeedNothing, Canary: true,
+		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Pods: 1, Problem: "pod a-x: container app restarted 1 times"}}
+	failing.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
+	f, err := s.Decide(t.Context(), failing)
+	if err != nil || f.Verb != Close || f.Failure == "" || f.Record.State != Failed || f.Record.Halted == "" || f.Record.Hold != rec.Hold {
+		t.Fatalf("failing canary: %+v %v; want it failed and halted, its hold kept", f, err)
+	}
+}

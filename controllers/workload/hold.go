@@ -1,0 +1,316 @@
+package workload
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// FieldHold is one field of a workload's spec that configstamp sets while a
+// canary runs (a Deployment's surge and minReadySeconds, a StatefulSet's
+// partition): where it is, the value set, and the value to put back.
+type FieldHold struct {
+	Path string `json:"path"`
+	Set  any    `json:"set"`
+	Was  any    `json:"was"`
+}
+
+// Hold is what holds a workload's rollout at its first new pod (see
+// Behavior.Hold); empty when its kind or update strategy cannot be held
+// (its whole rollout is then the canary).
+type Hold []FieldHold
+
+// maxHold bounds a hold read back from a record: a handful of fields.
+const maxHold = 8
+
+// holdPaths are the fields a hold may set: a record names no other.
+var holdPaths = []string{
+	"spec.minReadySeconds",
+	"spec.strategy.rollingUpdate.maxSurge",
+	"spec.strategy.rollingUpdate.maxUnavailable",
+	"spec.updateStrategy.rollingUpdate.partition",
+	"spec.updateStrategy.rollingUpdate.maxSurge",
+	"spec.updateStrategy.rollingUpdate.maxUnavailable",
+}
+
+// Encode is h as a record's value ("" when empty).
+func (h Hold) Encode() string {
+	if len(h) == 0 {
+		return ""
+	}
+	raw, err := json.Marshal(h)
+	if err != nil {
+		return ""
+	}
+	return string(raw)
+}
+
+// DecodeHold reads a hold written by Encode; a field it names that no hold
+// sets is an error (the record is sealed, so this is a newer release's).
+func DecodeHold(s string) (Hold, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var h Hold
+	if err := json.Unmarshal([]byte(s), &h); err != nil {
+		return nil, fmt.Errorf("the canary's hold %q is not readable: %w", s, err)
+	}
+	if len(h) > maxHold {
+		return nil, fmt.Errorf("the canary's hold names %d fields, more than %d", len(h), maxHold)
+	}
+	for _, f := range h {
+		if !knownPath(f.Path) {
+			return nil, fmt.Errorf("the canary's hold names %q, which no hold sets", f.Path)
+		}
+	}
+	return h, nil
+}
+
+func knownPath(p string) bool {
+	for _, k := range holdPaths {
+		if k == p {
+			return true
+		}
+	}
+	return false
+}
+
+// SetPatch is the merge patch that sets h's fields.
+func (h Hold) SetPatch() map[string]any {
+	out := map[string]any{}
+	for _, f := range h {
+		setPath(out, f.Path, f.Set)
+	}
+	return out
+}
+
+// RestorePatch is the merge patch that puts back each field of h that obj
+// still has at the value h set: a user's edit of one since wins (nil when
+// nothing is to put back).
+func (h Hold) RestorePatch(obj client.Object) (map[string]any, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	for _, f := range h {
+		now, _, _ := unstructured.NestedFieldNoCopy(u, strings.Split(f.Path, ".")...)
+		if sameValue(now, f.Set) {
+			setPath(out, f.Path, f.Was)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// Carry returns h with the values to put back taken from prev, the hold
+// still set from an earlier canary, for each field obj still has at prev's
+// value: a new canary over a held workload puts back the user's values, not
+// the held ones.
+func (h Hold) Carry(prev Hold, obj client.Object) Hold {
+	if len(prev) == 0 {
+		return h
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return h
+	}
+	out := make(Hold, len(h))
+	copy(out, h)
+	for i := range out {
+		for _, p := range prev {
+			now, _, _ := unstructured.NestedFieldNoCopy(u, strings.Split(p.Path, ".")...)
+			if p.Path == out[i].Path && sameValue(now, p.Set) {
+				out[i].Was = p.Was
+			}
+		}
+	}
+	// A field the earlier hold set that this one does not: put it back too.
+	for _, p := range prev {
+		if !out.has(p.Path) {
+			now, _, _ := unstructured.NestedFieldNoCopy(u, strings.Split(p.Path, ".")...)
+			if sameValue(now, p.Set) {
+				out = append(out, FieldHold{Path: p.Path, Set: p.Set, Was: p.Was})
+			}
+		}
+	}
+	return out
+}
+
+func (h Hold) has(path string) bool {
+	for _, f := range h {
+		if f.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// sameValue compares two JSON values as JSON (a number read back from a
+// record is a float64, from an object an int64).
+func sameValue(a, b any) bool {
+	ra, errA := json.Marshal(a)
+	rb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && string(ra) == string(rb)
+}
+
+// setPath sets a dotted path in a merge patch.
+func setPath(m map[string]any, path string, v any) {
+	parts := strings.Split(path, ".")
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := m[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[p] = next
+		}
+		m = next
+	}
+	m[parts[len(parts)-1]] = v
+}
+
+// holdBuilder collects the fields a hold changes (a field already at the
+// value a hold wants is left alone).
+type holdBuilder struct{ h Hold }
+
+func (b *holdBuilder) set(path string, was, set any) {
+	w, s := jsonValue(was), jsonValue(set)
+	if !sameValue(w, s) {
+		b.h = append(b.h, FieldHold{Path: path, Set: s, Was: w})
+	}
+}
+
+// jsonValue is v as it reads back from JSON (nil for a nil pointer).
+func jsonValue(v any) any {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var out any
+	if json.Unmarshal(raw, &out) != nil {
+		return nil
+	}
+	return out
+}
+
+// windowSeconds is window in whole seconds, rounded up.
+func windowSeconds(window time.Duration) int32 {
+	return int32((window + time.Second - 1) / time.Second)
+}
+
+// rollingHold holds a rolling update of replicas pods at one new pod: a
+// surge of one and none unavailable, or, where the user allows no surge,
+// one unavailable; and minReadySeconds at least the window, so the
+// workload's own controller counts the new pod available, and goes on,
+// only once it stayed Ready that long. surge and unavailable are the
+// user's (nil: the API's default, 25%).
+func rollingHold(b *holdBuilder, prefix string, replicas int32, surge, unavailable *intstr.IntOrString, minReady int32, window time.Duration) {
+	def := intstr.FromString("25%")
+	s, _ := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(surge, def), int(replicas), true)
+	wantSurge, wantUnavailable := intstr.FromInt32(1), intstr.FromInt32(0)
+	if s == 0 {
+		wantSurge, wantUnavailable = intstr.FromInt32(0), intstr.FromInt32(1)
+	}
+	b.set(prefix+".maxSurge", surge, wantSurge)
+	b.set(prefix+".maxUnavailable", unavailable, wantUnavailable)
+	if w := windowSeconds(window); w > minReady {
+		b.set("spec.minReadySeconds", orNil(minReady), w)
+	}
+}
+
+// orNil: a zero minReadySeconds is absent from the object.
+func orNil(n int32) any {
+	if n == 0 {
+		return nil
+	}
+	return n
+}
+
+// Hold is what holds obj's rollout at its first new pod, which must stay
+// healthy for window (nil: its whole rollout is the canary).
+func (k Kind) Hold(obj client.Object, window time.Duration) Hold {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		return deploymentHold(w, window)
+	case *appsv1.StatefulSet:
+		return statefulSetHold(w)
+	case *appsv1.DaemonSet:
+		return daemonSetHold(w, window)
+	}
+	return nil
+}
+
+// deploymentHold: a rolling update of two replicas or more; the first new
+// pod is made by a surge of one (or, where the user allows no surge, in
+// place of one old pod), and its controller goes on only once it stayed
+// Ready for minReadySeconds, raised to the window. A Recreate Deployment,
+// or one of one replica, is its whole rollout's canary.
+func deploymentHold(d *appsv1.Deployment, window time.Duration) Hold {
+	replicas := int32(1)
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
+	}
+	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType || d.Spec.Paused || replicas < 2 {
+		return nil
+	}
+	var surge, unavailable *intstr.IntOrString
+	if ru := d.Spec.Strategy.RollingUpdate; ru != nil {
+		surge, unavailable = ru.MaxSurge, ru.MaxUnavailable
+	}
+	b := &holdBuilder{}
+	rollingHold(b, "spec.strategy.rollingUpdate", replicas, surge, unavailable, d.Spec.MinReadySeconds, window)
+	return b.h
+}
+
+// statefulSetHold: a rolling update of two replicas or more is held by its
+// partition at the highest ordinal, the first its controller updates.
+func statefulSetHold(s *appsv1.StatefulSet) Hold {
+	replicas := int32(1)
+	if s.Spec.Replicas != nil {
+		replicas = *s.Spec.Replicas
+	}
+	if s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType || replicas < 2 {
+		return nil
+	}
+	var partition *int32
+	if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+		partition = ru.Partition
+	}
+	if partition != nil && *partition >= replicas-1 {
+		return nil // one pod at most rolls already
+	}
+	b := &holdBuilder{}
+	b.set("spec.updateStrategy.rollingUpdate.partition", partition, replicas-1)
+	return b.h
+}
+
+// daemonSetHold: a rolling update over two nodes or more updates one node
+// at a time (a surge of one, or one unavailable) and goes on only once the
+// new pod stayed Ready for minReadySeconds, raised to the window.
+func daemonSetHold(d *appsv1.DaemonSet, window time.Duration) Hold {
+	if d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType || d.Status.DesiredNumberScheduled < 2 {
+		return nil
+	}
+	var surge, unavailable *intstr.IntOrString
+	if ru := d.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+		surge, unavailable = ru.MaxSurge, ru.MaxUnavailable
+	}
+	if surge == nil {
+		zero := intstr.FromInt32(0) // a DaemonSet's default: no surge
+		surge = &zero
+	}
+	b := &holdBuilder{}
+	rollingHold(b, "spec.updateStrategy.rollingUpdate", d.Status.DesiredNumberScheduled, surge, unavailable, d.Spec.MinReadySeconds, window)
+	return b.h
+}

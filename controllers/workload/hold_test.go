@@ -1,0 +1,90 @@
+package workload
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// A Deployment of three replicas with the API's defaults (25% surge and
+// unavailable, no minReadySeconds) is held by a surge of one, none
+// unavailable and minReadySeconds of the window; the hold read back from
+// its record puts the user's values back, except those the user changed
+// since.
+func TestDeploymentHoldAndItsRestore(t *testing.T) {
+	pct := intstr.FromString("25%")
+	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(3)),
+		Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &pct, MaxUnavailable: &pct}}}}
+	h := NewRegistry().All()[0].Hold(d, 30*time.Second)
+	got, _ := json.Marshal(h.SetPatch())
+	if want := `{"spec":{"minReadySeconds":30,"strategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}}}}`; string(got) != want {
+		t.Fatalf("hold %s, want %s", got, want)
+	}
+	back, err := DecodeHold(h.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held as set, then the user sets minReadySeconds 5 meanwhile.
+	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+	d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}
+	d.Spec.MinReadySeconds = 5
+	restore, err := back.RestorePatch(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = json.Marshal(restore)
+	if want := `{"spec":{"strategy":{"rollingUpdate":{"maxSurge":"25%","maxUnavailable":"25%"}}}}`; string(got) != want {
+		t.Fatalf("restore %s, want %s (the user's minReadySeconds wins)", got, want)
+	}
+	// A new canary over the held workload puts back the user's values, not the held ones.
+	d.Spec.MinReadySeconds = 30
+	again := NewRegistry().All()[0].Hold(d, 30*time.Second).Carry(back, d)
+	d.Spec.MinReadySeconds = 30
+	restore, _ = again.RestorePatch(d)
+	got, _ = json.Marshal(restore)
+	if want := `{"spec":{"minReadySeconds":null,"strategy":{"rollingUpdate":{"maxSurge":"25%","maxUnavailable":"25%"}}}}`; string(got) != want {
+		t.Fatalf("carried restore %s, want %s", got, want)
+	}
+}
+
+// What cannot be held is its whole rollout's canary: one replica, Recreate,
+// OnDelete, a partition that already holds all but one pod. A user who
+// allows no surge is held at one pod unavailable instead.
+func TestHoldPerKind(t *testing.T) {
+	kinds := NewRegistry().All()
+	deploy, sts, ds := kinds[0], kinds[1], kinds[2]
+	none := []struct {
+		name string
+		k    Kind
+		obj  client.Object
+	}{
+		{"one replica", deploy, &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(1))}}},
+		{"recreate", deploy, &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(3)), Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}}}},
+		{"sts ondelete", sts, &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr(int32(3)), UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}}}},
+		{"sts partition", sts, &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr(int32(3)), UpdateStrategy: appsv1.StatefulSetUpdateStrategy{RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr(int32(2))}}}}},
+		{"ds one node", ds, &appsv1.DaemonSet{Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 1}}},
+	}
+	for _, tc := range none {
+		if h := tc.k.Hold(tc.obj, time.Minute); len(h) != 0 {
+			t.Errorf("%s: hold %+v, want none", tc.name, h)
+		}
+	}
+	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
+	noSurge := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(4)), MinReadySeconds: 60,
+		Strategy: appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &zero, MaxUnavailable: &one}}}}
+	if h := deploy.Hold(noSurge, 30*time.Second); len(h) != 0 {
+		t.Errorf("no surge, one unavailable, minReadySeconds above the window: hold %+v, want none (it holds itself)", h)
+	}
+	s := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr(int32(3))}}
+	got, _ := json.Marshal(sts.Hold(s, time.Minute).SetPatch())
+	if want := `{"spec":{"updateStrategy":{"rollingUpdate":{"partition":2}}}}`; string(got) != want {
+		t.Errorf("StatefulSet hold %s, want %s", got, want)
+	}
+}

@@ -1,0 +1,168 @@
+//go:build linux
+
+package realnode_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+// TestBadChangeCostsOnePodAtTheDefaults is the issue's run: at
+// configstamp's defaults (a budget of 10, a 2 s debounce, a 30 s window),
+// six Deployments of three replicas share one ConfigMap, and one
+// `kubectl apply` gives it a value their container rejects at start. The
+// first of the wave is the change's canary: exactly one pod, in all six,
+// ever runs the bad value; the change is halted and no other workload is
+// stamped. A good value then rolls all six, the canary first: no other is
+// stamped before it passed, and afterwards no field of any Deployment's
+// spec but its template's stamp differs from what the user applied.
+func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
+	restartWith(t, defaultFlags...)
+	ns := env.Namespace(t, "canary", nil)
+	names := []string{"w1", "w2", "w3", "w4", "w5", "w6"}
+	ds := make([]*appsv1.Deployment, len(names))
+	objs := []client.Object{configMap(ns, "shared", "good")}
+	for i, n := range names {
+		ds[i] = deployment(ns, n, "shared", appOptions{})
+		ds[i].Spec.Replicas = ptr.To(int32(3))
+		objs = append(objs, ds[i])
+	}
+	env.Apply(t, objs...)
+	before := map[string]string{}
+	applied := map[string]appsv1.DeploymentSpec{}
+	for _, d := range ds {
+		waitReady(t, d, 4*time.Minute)
+		before[d.Name] = framework.TemplateHash(d)
+		applied[d.Name] = *d.Spec.DeepCopy()
+	}
+
+	// The bad value: every pod made from a template other than the one
+	// running before is a pod that ran it.
+	ran := map[string]bool{}
+	seeBadPods := func() {
+		for _, d := range ds {
+			for _, p := range pods(t, ns, d.Name) {
+				if h := p.Annotations[stamp.AnnotationHash]; h != "" && h != before[d.Name] {
+					ran[p.Name] = true
+				}
+			}
+		}
+	}
+	stampedOthers := func(canary string) []string {
+		var out []string
+		for _, d := range ds {
+			env.Get(t, d)
+			if d.Name != canary && framework.TemplateHash(d) != before[d.Name] {
+				out = append(out, d.Name)
+			}
+		}
+		return out
+	}
+	changed := time.Now()
+	env.Apply(t, configMap(ns, "shared", "bad"))
+	var note string
+	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
+		seeBadPods()
+		if others := stampedOthers("w1"); len(others) > 0 {
+			t.Fatalf("%v stamped %s after the bad change, before w1's canary was judged: the wave went on", others, since(changed))
+		}
+		note = failedNote(t, ds[0])
+		return note != "", fmt.Sprintf("no RolloutFailed on w1 yet; record %+v; pods that ran the bad value %v", record(t, ds[0]), keys(ran))
+	})
+	t.Logf("w1, the canary, failed %s after the change: %s", since(changed), note)
+	if rec := record(t, ds[0]); rec.State != rollout.Failed || rec.Halted == "" {
+		t.Fatalf("w1's record %+v: want failed and halting", rec)
+	}
+	// Past the halted workloads' recheck (30 s), the debounce and a window:
+	// still one pod, still nobody else stamped.
+	watched := time.Now()
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		seeBadPods()
+		if others := stampedOthers(""); len(others) > 1 {
+			t.Fatalf("%v stamped with the bad change: the halt did not hold", others)
+		}
+		if len(ran) > 1 {
+			t.Fatalf("%d pods ran the bad value (%v), want exactly one", len(ran), keys(ran))
+		}
+		return time.Since(watched) > 65*time.Second, "watching the halt"
+	})
+	if len(ran) != 1 {
+		t.Fatalf("%d pods ran the bad value (%v), want exactly one", len(ran), keys(ran))
+	}
+	t.Logf("exactly one pod ran the bad value (%v); the other five Deployments were never stamped, watched %s", keys(ran), since(watched))
+
+	// A good value: the canary first, the rest after it passed.
+	fixed := time.Now()
+	env.Apply(t, configMap(ns, "shared", "fixed"))
+	var passed time.Time
+	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
+		if passed.IsZero() {
+			if others := stampedOthers("w1"); len(others) > 0 {
+				t.Fatalf("%v stamped %s after the fix, before the canary passed", others, since(fixed))
+			}
+		}
+		if e := event(t, ds[0], controllers.ReasonCanaryPassed, fixed); e != "" && passed.IsZero() {
+			passed = time.Now()
+			t.Logf("the fix's canary passed %s after the fix: %s", since(fixed), e)
+		}
+		return !passed.IsZero(), fmt.Sprintf("no CanaryPassed on w1 yet; record %+v", record(t, ds[0]))
+	})
+	for _, d := range ds {
+		framework.Eventually(t, 5*time.Minute, func() (bool, string) {
+			env.Get(t, d)
+			if ok, why := rolledOut(d); !ok {
+				return false, d.Name + ": " + why
+			}
+			rec := rollout.Read(d.GetAnnotations())
+			return rec.State == rollout.Completed && rec.Hold == "", fmt.Sprintf("%s: record %+v", d.Name, rec)
+		})
+		got := d.Spec.DeepCopy()
+		got.Template.Annotations = applied[d.Name].Template.Annotations // the stamp moved, nothing else
+		if want := applied[d.Name]; !equality.Semantic.DeepEqual(*got, want) {
+			t.Errorf("%s's spec after the canary differs from what was applied: strategy %+v minReadySeconds %d, want %+v %d",
+				d.Name, got.Strategy, got.MinReadySeconds, want.Strategy, want.MinReadySeconds)
+		}
+	}
+	t.Logf("the fix rolled all six in %s, the canary passing after %s", since(fixed), passed.Sub(fixed).Round(100*time.Millisecond))
+}
+
+// event is the message of obj's newest event of reason since from ("" when none).
+func event(t *testing.T, obj client.Object, reason string, from time.Time) string {
+	t.Helper()
+	list := &corev1.EventList{}
+	if err := env.Client.List(t.Context(), list, client.InNamespace(obj.GetNamespace())); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		at := e.EventTime.Time
+		if at.IsZero() {
+			at = e.LastTimestamp.Time
+		}
+		if e.InvolvedObject.UID == obj.GetUID() && e.Reason == reason && !at.Before(from.Truncate(time.Second)) {
+			return e.Message
+		}
+	}
+	return ""
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
