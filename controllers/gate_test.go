@@ -98,7 +98,7 @@ func (w *haltWorld) setFailed(t *testing.T, edit func(d *appsv1.Deployment)) {
 // gate asks the wave's rules about "waiting", which needs a rollout of the
 // change: open when it may be stamped now.
 func (w *haltWorld) gate(t *testing.T) (reconcile.Result, bool, error) {
-	o := rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "waiting"}, Object: w.waiting,
+	o := rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "waiting"}, Kind: workload.NewRegistry().All()[0], Object: w.waiting,
 		Ours: true, Need: rollout.NeedRollout, Hash: "v1-new", Sources: map[stamp.ObjectRef]string{sharedRef: w.change.Content}}
 	d, err := w.r.Scheduler.Decide(t.Context(), o)
 	return reconcile.Result{RequeueAfter: d.After}, d.Verb == rollout.Stamp, err
@@ -240,7 +240,7 @@ func TestStaleReadClosesNothing(t *testing.T) {
 	r := &WorkloadReconciler{Client: c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10),
 		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
 		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys, nil), Nudger: NewNudger(nil)}
-	o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Object: stale}}
+	o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Kind: workload.NewRegistry().All()[0], Object: stale}}
 	decision, err := r.Scheduler.Decide(t.Context(), o.Observation)
 	if err != nil || decision.Verb != rollout.Close {
 		t.Fatalf("Decide on the read = %+v, %v; want to close the completed rollout", decision, err)
@@ -298,7 +298,7 @@ func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), obj); err != nil {
 				t.Fatal(err)
 			}
-			o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Object: obj},
+			o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Kind: workload.NewRegistry().All()[0], Object: obj},
 				comp: &workload.Computation{Result: stamp.Result{Hash: "v1-second"}}}
 			decision := rollout.Decision{Verb: rollout.Stamp, Causes: []rollout.Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "cfg"}, Content: "00aa"}}}
 			if stale, err := r.roll(t.Context(), o, decision); stale || err != nil {

@@ -6,9 +6,7 @@ import (
 	"strings"
 	"unique"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -189,28 +187,7 @@ func slimWorkload(kind workload.Kind, in any) (any, error) {
 		tmpl.Annotations = ownKeys(tmpl.Annotations)
 		tmpl.Spec = referencesOnly(&tmpl.Spec)
 	}
-	switch w := obj.(type) {
-	case *unstructured.Unstructured: // an extra kind: tmpl is a copy
-		kind.Slim(w, tmpl)
-	case *appsv1.Deployment:
-		// The strategy tells how a canary is held (workload.Hold).
-		w.Spec.Selector = nil
-		var conditions []appsv1.DeploymentCondition
-		for _, c := range w.Status.Conditions {
-			conditions = append(conditions, appsv1.DeploymentCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
-		}
-		w.Status.Conditions = conditions
-	case *appsv1.StatefulSet:
-		// The strategy type and partition tell when a rollout is complete (rollout.Complete).
-		w.Spec.Selector, w.Spec.VolumeClaimTemplates = nil, nil
-		if ru := w.Spec.UpdateStrategy.RollingUpdate; ru != nil {
-			w.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{Partition: ru.Partition}
-		}
-		w.Status.Conditions = nil
-	case *appsv1.DaemonSet:
-		w.Spec.Selector = nil // the update strategy tells how a canary is held (workload.Hold)
-		w.Status.Conditions = nil
-	}
+	kind.Slim(obj, tmpl) // what the kind's status needs (an extra kind: tmpl is a copy, written back)
 	return in, nil
 }
 

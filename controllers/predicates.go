@@ -11,13 +11,15 @@ import (
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // workloadChanged passes workload updates that can change what configstamp
 // decides: a new generation (template, annotations of the spec), labels (opt-in,
 // template labels matched by selectors) or annotations (extra-*, the record).
-// Other status-only updates, frequent during rollouts, are dropped.
-func workloadChanged() predicate.Predicate {
+// Other status-only updates, frequent during rollouts, are dropped. kind is
+// the workload's kind, whose status counts its ready pods.
+func workloadChanged(kind workload.Kind) predicate.Predicate {
 	return predicate.Or[client.Object](
 		predicate.GenerationChangedPredicate{},
 		predicate.LabelChangedPredicate{},
@@ -30,7 +32,7 @@ func workloadChanged() predicate.Predicate {
 		// (rollout.RuleCrashing); the reconcile asks whether it does.
 		predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 			return followed(e.ObjectOld) || followed(e.ObjectNew) ||
-				(rollout.Read(e.ObjectNew.GetAnnotations()).State == rollout.Completed && rollout.LostReadiness(e.ObjectOld, e.ObjectNew))
+				(rollout.Read(e.ObjectNew.GetAnnotations()).State == rollout.Completed && rollout.LostReadiness(kind, e.ObjectOld, e.ObjectNew))
 		}},
 	)
 }

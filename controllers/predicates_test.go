@@ -11,6 +11,7 @@ import (
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // TestSourceDiffers runs the predicate on cached (digested) objects, as the
@@ -63,7 +64,7 @@ func TestWorkloadChangedPassesACompletedWorkloadLosingReadiness(t *testing.T) {
 		d.Status.ReadyReplicas, d.Status.AvailableReplicas = ready, ready
 		return d
 	}
-	p := workloadChanged()
+	p := workloadChanged(workload.NewRegistry().All()[0])
 	for name, tc := range map[string]struct {
 		old, new *appsv1.Deployment
 		want     bool

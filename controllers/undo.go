@@ -6,14 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -156,18 +157,24 @@ func (r *WorkloadReconciler) wantsUndo(ctx context.Context, obj client.Object) b
 
 // verifiedRevision is the newest pinned revision of obj (from the cache,
 // which holds the pinned ReplicaSets and ControllerRevisions) whose template
-// is stamped verified: the last one that passed verification.
+// is stamped verified: the last one that passed verification. Its kind says
+// where its revisions are and how they are numbered.
 func (r *WorkloadReconciler) verifiedRevision(ctx context.Context, obj client.Object, verified string) (*corev1.PodTemplateSpec, int64, error) {
-	var list client.ObjectList = &appsv1.ControllerRevisionList{}
-	if _, ok := obj.(*appsv1.Deployment); ok {
-		list = &appsv1.ReplicaSetList{}
+	list := r.Kind.Revisions()
+	if list == nil {
+		return nil, 0, nil
 	}
 	if err := r.Client.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingLabels{pin.LabelPinned: "true"}); err != nil {
 		return nil, 0, err
 	}
 	var best *corev1.PodTemplateSpec
 	var bestRev int64
-	consider := func(rev client.Object, n int64) error {
+	err := meta.EachListItem(list, func(item runtime.Object) error {
+		rev, ok := item.(client.Object)
+		if !ok {
+			return nil
+		}
+		n := r.Kind.RevisionNumber(rev)
 		if !metav1.IsControlledBy(rev, obj) || n <= bestRev {
 			return nil
 		}
@@ -176,25 +183,13 @@ func (r *WorkloadReconciler) verifiedRevision(ctx context.Context, obj client.Ob
 			return err
 		}
 		best, bestRev = t.DeepCopy(), n
-		return nil
-	}
-	switch l := list.(type) {
-	case *appsv1.ReplicaSetList:
-		for i := range l.Items {
-			n, _ := strconv.ParseInt(l.Items[i].Annotations["deployment.kubernetes.io/revision"], 10, 64)
-			if err := consider(&l.Items[i], n); err != nil {
-				return nil, 0, err
-			}
-		}
-		if best != nil {
+		if _, ok := rev.(*appsv1.ReplicaSet); ok {
 			delete(best.Labels, appsv1.DefaultDeploymentUniqueLabelKey) // the Deployment controller adds its own
 		}
-	case *appsv1.ControllerRevisionList:
-		for i := range l.Items {
-			if err := consider(&l.Items[i], l.Items[i].Revision); err != nil {
-				return nil, 0, err
-			}
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
 	}
 	return best, bestRev, nil
 }

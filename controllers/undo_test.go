@@ -1,14 +1,20 @@
 package controllers
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // An undo returns only over configstamp's own change: the failed template
@@ -48,5 +54,53 @@ func TestEditedSince(t *testing.T) {
 				t.Fatalf("editedSince = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// The verified revision is found where the workload's kind keeps its
+// revisions, numbered as it numbers them: the newest pinned one controlled by
+// the workload and stamped verified.
+func TestVerifiedRevision(t *testing.T) {
+	kinds := workload.NewRegistry()
+	tmpl := func(hash string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{
+			Labels:      map[string]string{"app": "w", appsv1.DefaultDeploymentUniqueLabelKey: "abc"},
+			Annotations: map[string]string{stamp.AnnotationHash: hash}}}
+	}
+	meta := func(owner client.Object, kind, name string, ann map[string]string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: ann, Labels: map[string]string{pin.LabelPinned: "true"},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, appsv1.SchemeGroupVersion.WithKind(kind))}}
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "uid-dep"}}
+	rs := func(name, rev, hash string) *appsv1.ReplicaSet {
+		return &appsv1.ReplicaSet{ObjectMeta: meta(dep, "Deployment", name, map[string]string{"deployment.kubernetes.io/revision": rev}),
+			Spec: appsv1.ReplicaSetSpec{Template: tmpl(hash)}}
+	}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", UID: "uid-sts"}}
+	cr := func(name string, rev int64, hash string) *appsv1.ControllerRevision {
+		raw, err := json.Marshal(map[string]any{"spec": map[string]any{"template": tmpl(hash)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &appsv1.ControllerRevision{ObjectMeta: meta(sts, "StatefulSet", name, nil), Revision: rev, Data: runtime.RawExtension{Raw: raw}}
+	}
+	c := fake.NewClientBuilder().WithObjects(
+		rs("rs-9", "9", "v1-good"), rs("rs-10", "10", "v1-good"), rs("rs-11", "11", "v1-bad"),
+		cr("cr-3", 3, "v1-good"), cr("cr-12", 12, "v1-good"), cr("cr-13", 13, "v1-bad"),
+	).Build()
+	for _, tc := range []struct {
+		obj       client.Object
+		want      int64
+		hashLabel bool
+	}{{dep, 10, false}, {sts, 12, true}} {
+		kind, _ := kinds.Of(tc.obj)
+		r := &WorkloadReconciler{Client: c, Kind: kind}
+		got, n, err := r.verifiedRevision(t.Context(), tc.obj, "v1-good")
+		if err != nil || got == nil || n != tc.want {
+			t.Fatalf("%s: revision %d (%v), want %d", kind.Name, n, err, tc.want)
+		}
+		if _, has := got.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; has != tc.hashLabel {
+			t.Fatalf("%s: the revision's %s label kept: %v, want %v", kind.Name, appsv1.DefaultDeploymentUniqueLabelKey, has, tc.hashLabel)
+		}
 	}
 }

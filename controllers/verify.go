@@ -37,7 +37,7 @@ const ReasonPodsUnreadable = "PodsUnreadable"
 // on: a fix can still supersede it.
 func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object) rollout.Verification {
 	window, _ := rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow) // a bad value is told by compute
-	v := rollout.Verification{Window: rollout.EffectiveWindow(obj, window)}
+	v := rollout.Verification{Window: rollout.EffectiveWindow(r.Kind, obj, window)}
 	// Most workloads and most reconciles read nothing, and check no seal: no
 	// record, a failure that halts nothing, or a completed rollout whose
 	// change no longer rolls anywhere.

@@ -578,7 +578,7 @@ func (r *WorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	m := &mapper{client: mgr.GetClient(), kind: r.Kind, kinds: r.Kinds, scheduler: r.Scheduler}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(strings.ToLower(r.Kind.Name)).
-		For(r.Kind.New(), builder.WithPredicates(workloadChanged())).
+		For(r.Kind.New(), builder.WithPredicates(workloadChanged(r.Kind))).
 		Watches(r.Kind.New(), haltLifted(r.Scheduler, r.Nudger)).
 		Watches(&corev1.ConfigMap{}, m.sourceHandler(stamp.KindConfigMap), builder.WithPredicates(sourceChanged())).
 		Watches(&corev1.Secret{}, m.sourceHandler(stamp.KindSecret), builder.WithPredicates(sourceChanged())).

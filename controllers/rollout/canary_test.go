@@ -7,11 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
-	"github.com/configstamp/configstamp/controllers/workload"
 )
-
-// deploymentKind is the built-in Deployment kind.
-var deploymentKind = workload.NewRegistry().All()[0]
 
 // threeReplicas is workloadIn with three replicas (a canary holds it at one).
 func threeReplicas(name string, rec *Record) *appsv1.Deployment {

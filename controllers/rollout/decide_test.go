@@ -11,11 +11,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
-	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // workloadIn is Deployment ns/name, one replica, complete or not, with rec
 // sealed on it (nil: no record).
+// deploymentKind is the kind of workloadIn's objects.
+var deploymentKind = builtin(&appsv1.Deployment{})
+
 func workloadIn(name string, complete bool, rec *Record) *appsv1.Deployment {
 	one := int32(1)
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Generation: 2},
@@ -103,7 +105,7 @@ func TestDecideStates(t *testing.T) {
 			if tc.halted == nil {
 				s.Halts = notHalted
 			}
-			o := Observation{Key: dep("w"), Object: tc.obj, Ours: tc.ours, Need: tc.need, CacheBehind: tc.behind, Hash: "v1-new",
+			o := Observation{Key: dep("w"), Kind: deploymentKind, Object: tc.obj, Ours: tc.ours, Need: tc.need, CacheBehind: tc.behind, Hash: "v1-new",
 				Sources: sourcesOf(cause), Window: tc.window}
 			d, err := s.Decide(t.Context(), o)
 			if err != nil {
@@ -134,7 +136,7 @@ func TestDecideHaltedNewsOnce(t *testing.T) {
 		}
 		return ""
 	})
-	o := Observation{Key: dep("w"), Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new"}
+	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new"}
 	for i, want := range []string{change, ""} {
 		d, err := s.Decide(t.Context(), o)
 		if err != nil || d.Verb != Idle || d.Halted != want {
@@ -167,7 +169,7 @@ func sourcesOf(changes []Change) map[stamp.ObjectRef]string {
 // the rollout under way, the workload is followed.
 func TestDecideNeverStampsTwice(t *testing.T) {
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 2, ProgressDeadline: time.Minute, HaltOnFailure: true})
-	o := Observation{Key: dep("w"), Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new"}
+	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new"}
 	d, err := s.Decide(t.Context(), o)
 	if err != nil || d.Verb != Stamp {
 		t.Fatalf("first decision %+v, %v; want to stamp", d, err)
@@ -197,7 +199,7 @@ func TestSupersedingKeepsTheSlotWithinItsBound(t *testing.T) {
 	change := func(content string, rec Record) Observation {
 		w := workloadIn("w", false, &rec)
 		w.Status.UpdatedReplicas = int32(c.now().Sub(t0) / time.Second)
-		return Observation{Key: dep("w"), Object: w, Ours: true, Need: NeedRollout, Hash: "v1-" + content,
+		return Observation{Key: dep("w"), Kind: deploymentKind, Object: w, Ours: true, Need: NeedRollout, Hash: "v1-" + content,
 			Sources: map[stamp.ObjectRef]string{ref: content}}
 	}
 
@@ -230,12 +232,12 @@ func TestSuspectHoldsTheWave(t *testing.T) {
 	done := StartRecord(t0.Add(-time.Minute), cause, false).Complete("v1-x")
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: time.Minute, HaltOnFailure: true})
 	s.Halts = haltsFunc(func() string { return "" })
-	suspect := Observation{Key: dep("first"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("first", true, &done), Ours: true,
+	suspect := Observation{Key: dep("first"), Kind: deploymentKind, Object: workloadIn("first", true, &done), Ours: true,
 		Verification: Verification{Read: true}}
 	if _, err := s.Decide(t.Context(), suspect); err != nil {
 		t.Fatal(err)
 	}
-	next := Observation{Key: dep("third"), Object: workloadIn("third", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Sources: sourcesOf(cause)}
+	next := Observation{Key: dep("third"), Kind: deploymentKind, Object: workloadIn("third", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Sources: sourcesOf(cause)}
 	if d, err := s.Decide(t.Context(), next); err != nil || d.Verb != Idle || d.After <= 0 || d.After > time.Second {
 		t.Fatalf("with a suspect of the change: %+v %v; want to wait a moment", d, err)
 	}

@@ -202,7 +202,7 @@ func recovered(o Observation, now time.Time) (time.Time, bool) {
 // verification ("" for a rollout with nothing to wait for: nothing was
 // verified).
 func verifiedStamp(o Observation) string {
-	if NothingToWaitFor(o.Kind, o.Object) || paused(o.Object) {
+	if st := o.Kind.Status(o.Object); st.NothingToWaitFor || st.Paused {
 		return ""
 	}
 	if tmpl := o.Kind.PodTemplate(o.Object); tmpl != nil {

@@ -6,11 +6,11 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Verification bounds.
@@ -150,17 +150,11 @@ func VerifyWindow(annotations map[string]string, def time.Duration) (time.Durati
 
 // EffectiveWindow is window less obj's minReadySeconds where its controller
 // already waited that long before it counted a new pod available (a
-// Deployment, a DaemonSet). A StatefulSet's rollout is complete on its
-// ReadyReplicas, which minReadySeconds does not delay: nothing is deducted.
-func EffectiveWindow(obj client.Object, window time.Duration) time.Duration {
-	var minReady int32
-	switch w := obj.(type) {
-	case *appsv1.Deployment:
-		minReady = w.Spec.MinReadySeconds
-	case *appsv1.DaemonSet:
-		minReady = w.Spec.MinReadySeconds
-	}
-	return max(0, window-time.Duration(minReady)*time.Second)
+// Deployment, a DaemonSet: workload.Status.MinReady). A StatefulSet's
+// rollout is complete on its ReadyReplicas, which minReadySeconds does not
+// delay: nothing is deducted.
+func EffectiveWindow(kind workload.Kind, obj client.Object, window time.Duration) time.Duration {
+	return max(0, window-kind.Status(obj).MinReady)
 }
 
 // crashReasons are the waiting reasons of a container that failed to run

@@ -131,11 +131,11 @@ func TestVerifyWindow(t *testing.T) {
 
 func TestEffectiveWindowCountsMinReadySeconds(t *testing.T) {
 	d := deployment(1, 1, appsv1.DeploymentStatus{}, func(d *appsv1.Deployment) { d.Spec.MinReadySeconds = 10 })
-	if got := EffectiveWindow(d, 30*time.Second); got != 20*time.Second {
+	if got := EffectiveWindow(builtin(d), d, 30*time.Second); got != 20*time.Second {
 		t.Fatalf("EffectiveWindow = %v, want 20s", got)
 	}
 	d.Spec.MinReadySeconds = 60
-	if got := EffectiveWindow(d, 30*time.Second); got != 0 {
+	if got := EffectiveWindow(builtin(d), d, 30*time.Second); got != 0 {
 		t.Fatalf("EffectiveWindow = %v, want 0 (minReadySeconds covers it)", got)
 	}
 }
@@ -289,7 +289,7 @@ func TestInspectPodsByRule(t *testing.T) {
 func TestEffectiveWindowKeepsAStatefulSetsWindow(t *testing.T) {
 	s := statefulSet(1, 1, rollingSTS, appsv1.StatefulSetStatus{})
 	s.Spec.MinReadySeconds = 10
-	if got := EffectiveWindow(s, 30*time.Second); got != 30*time.Second {
+	if got := EffectiveWindow(builtin(s), s, 30*time.Second); got != 30*time.Second {
 		t.Fatalf("EffectiveWindow = %v, want 30s: a StatefulSet is complete on ReadyReplicas, which minReadySeconds does not delay", got)
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -162,13 +165,14 @@ func validPath(path string) bool {
 }
 
 // Custom returns the Kind of c: objects read as unstructured, their pod
-// template at c.TemplatePath.
+// template at c.TemplatePath, their progress as c.Progress says.
 func Custom(c KindConfig) Kind {
 	gvk := c.GVK()
 	listGVK := gvk.GroupVersion().WithKind(gvk.Kind + "List")
+	path := strings.Split(c.TemplatePath, ".")
 	return Kind{
 		Name: c.Kind, Resource: c.Resource, GVK: gvk,
-		TemplatePath: strings.Split(c.TemplatePath, "."),
+		TemplatePath: path,
 		Progress:     c.Progress,
 		New: func() client.Object {
 			u := &unstructured.Unstructured{}
@@ -188,14 +192,34 @@ func Custom(c KindConfig) Kind {
 			}
 			return out
 		},
+		behavior: custom{gk: gvk.GroupKind(), path: path, progress: c.Progress},
 	}
 }
 
-// customTemplate converts the pod template of u, of the extra kind k, to a
-// PodTemplateSpec: a copy, which SetTemplateAnnotation writes to. nil when
-// its template is missing or malformed.
-func customTemplate(k Kind, u *unstructured.Unstructured) *corev1.PodTemplateSpec {
-	m, found, err := unstructured.NestedFieldNoCopy(u.Object, k.TemplatePath...)
+// custom is the Behavior of an extra kind (--kinds-config): its objects are
+// unstructured, its template at path, its progress (nil: not followed) the
+// fields progress names.
+type custom struct {
+	gk       schema.GroupKind
+	path     []string
+	progress *Progress
+}
+
+// of reports whether obj is an object of c's kind.
+func (c custom) of(obj client.Object) (*unstructured.Unstructured, bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	return u, ok && u.GroupVersionKind().GroupKind() == c.gk
+}
+
+// Template converts the pod template of obj to a PodTemplateSpec: a copy,
+// which SetTemplateAnnotation writes to. nil when its template is missing or
+// malformed.
+func (c custom) Template(obj client.Object) *corev1.PodTemplateSpec {
+	u, ok := c.of(obj)
+	if !ok {
+		return nil
+	}
+	m, found, err := unstructured.NestedFieldNoCopy(u.Object, c.path...)
 	tm, isMap := m.(map[string]any)
 	if err != nil || !found || !isMap {
 		return nil
@@ -206,6 +230,116 @@ func customTemplate(k Kind, u *unstructured.Unstructured) *corev1.PodTemplateSpe
 	}
 	return tmpl
 }
+
+// Status: as the kind's Progress says; without one, complete at once with
+// nothing to wait for. Its whole status is its Mark. It counts no ready or
+// available pods, and waits no minReadySeconds.
+func (c custom) Status(obj client.Object) Status {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return otherStatus
+	}
+	st, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status")
+	out := Status{Complete: true, NothingToWaitFor: c.progress == nil, Mark: fmt.Sprint(st)} // fmt prints maps sorted by key
+	if c.progress == nil {
+		return out
+	}
+	out.Complete, out.Exceeded = customComplete(u, c.progress)
+	if out.Exceeded {
+		phase, _, _ := unstructured.NestedString(u.Object, strings.Split(c.progress.Phase, ".")...)
+		out.FailedReason = fmt.Sprintf("its %s reports the failed phase %q", c.progress.Phase, phase)
+	}
+	return out
+}
+
+// customComplete judges an extra kind's rollout from the fields its Progress
+// names (see Progress); a field that is missing or of another type reads as
+// "not there yet".
+func customComplete(u *unstructured.Unstructured, p *Progress) (complete, exceeded bool) {
+	if p.ObservedGeneration != "" {
+		observed, ok := intField(u, p.ObservedGeneration)
+		if !ok || observed < u.GetGeneration() {
+			return false, false
+		}
+	}
+	if p.Phase != "" {
+		phase, _, _ := unstructured.NestedString(u.Object, strings.Split(p.Phase, ".")...)
+		if slices.Contains(p.FailedPhases, phase) {
+			return false, true
+		}
+		if !slices.Contains(p.CompletePhases, phase) {
+			return false, false
+		}
+	}
+	if p.UpdatedReplicas != "" {
+		want := int64(1)
+		if p.Replicas != "" {
+			if n, ok := intField(u, p.Replicas); ok {
+				want = n
+			}
+		}
+		updated, _ := intField(u, p.UpdatedReplicas)
+		available := updated
+		if p.AvailableReplicas != "" {
+			available, _ = intField(u, p.AvailableReplicas)
+		}
+		if updated < want || available < updated {
+			return false, false
+		}
+	}
+	return true, false
+}
+
+// intField reads an integer, or an integer written as a string, at path.
+func intField(u *unstructured.Unstructured, path string) (int64, bool) {
+	v, found, err := unstructured.NestedFieldNoCopy(u.Object, strings.Split(path, ".")...)
+	if err != nil || !found {
+		return 0, false
+	}
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case float64:
+		return int64(n), true
+	case string:
+		i, err := strconv.ParseInt(n, 10, 64)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// Slim keeps of obj what configstamp reads (its metadata as it is, the pod
+// template tmpl, the fields its Progress names) and drops the rest.
+func (c custom) Slim(obj client.Object, tmpl *corev1.PodTemplateSpec) {
+	u, ok := c.of(obj)
+	if !ok {
+		return
+	}
+	out := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": u.Object["metadata"]}
+	if tmpl != nil {
+		if m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tmpl); err == nil {
+			_ = unstructured.SetNestedField(out, m, c.path...)
+		}
+	}
+	if c.progress != nil {
+		for _, path := range c.progress.Paths() {
+			if v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...); err == nil && found {
+				_ = unstructured.SetNestedField(out, runtime.DeepCopyJSONValue(v), path...)
+			}
+		}
+	}
+	u.Object = out
+}
+
+// Revisions: configstamp reads no revisions of an extra kind (it undoes
+// none).
+func (custom) Revisions() client.ObjectList { return nil }
+
+func (custom) RevisionNumber(client.Object) int64 { return 0 }
+
+// Hold: an extra kind is not held (an Argo Rollout has its own steps): its
+// whole rollout is its change's canary.
+func (custom) Hold(client.Object, time.Duration) Hold { return nil }
 
 // SetTemplateAnnotation sets an annotation of obj's pod template, in place.
 // For an extra kind it reports false when the template is not an object
@@ -243,29 +377,6 @@ func (k Kind) SetTemplateAnnotation(obj client.Object, key, value string) bool {
 	}
 	tmpl.Annotations[key] = value
 	return true
-}
-
-// Slim keeps of u, an object of the extra kind k, what configstamp reads (its
-// metadata as it is, the pod template tmpl, the fields its Progress names) and
-// drops the rest, for the cache.
-func (k Kind) Slim(u *unstructured.Unstructured, tmpl *corev1.PodTemplateSpec) {
-	if !k.of(u) {
-		return
-	}
-	out := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": u.Object["metadata"]}
-	if tmpl != nil {
-		if m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tmpl); err == nil {
-			_ = unstructured.SetNestedField(out, m, k.TemplatePath...)
-		}
-	}
-	if k.Progress != nil {
-		for _, path := range k.Progress.Paths() {
-			if v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...); err == nil && found {
-				_ = unstructured.SetNestedField(out, runtime.DeepCopyJSONValue(v), path...)
-			}
-		}
-	}
-	u.Object = out
 }
 
 // SetTemplateReferences writes back into obj what pinned config changes of its

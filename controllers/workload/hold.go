@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -235,82 +234,4 @@ func orNil(n int32) any {
 		return nil
 	}
 	return n
-}
-
-// Hold is what holds obj's rollout at its first new pod, which must stay
-// healthy for window (nil: its whole rollout is the canary).
-func (k Kind) Hold(obj client.Object, window time.Duration) Hold {
-	switch w := obj.(type) {
-	case *appsv1.Deployment:
-		return deploymentHold(w, window)
-	case *appsv1.StatefulSet:
-		return statefulSetHold(w)
-	case *appsv1.DaemonSet:
-		return daemonSetHold(w, window)
-	}
-	return nil
-}
-
-// deploymentHold: a rolling update of two replicas or more; the first new
-// pod is made by a surge of one (or, where the user allows no surge, in
-// place of one old pod), and its controller goes on only once it stayed
-// Ready for minReadySeconds, raised to the window. A Recreate Deployment,
-// or one of one replica, is its whole rollout's canary.
-func deploymentHold(d *appsv1.Deployment, window time.Duration) Hold {
-	replicas := int32(1)
-	if d.Spec.Replicas != nil {
-		replicas = *d.Spec.Replicas
-	}
-	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType || d.Spec.Paused || replicas < 2 {
-		return nil
-	}
-	var surge, unavailable *intstr.IntOrString
-	if ru := d.Spec.Strategy.RollingUpdate; ru != nil {
-		surge, unavailable = ru.MaxSurge, ru.MaxUnavailable
-	}
-	b := &holdBuilder{}
-	rollingHold(b, "spec.strategy.rollingUpdate", replicas, surge, unavailable, d.Spec.MinReadySeconds, window)
-	return b.h
-}
-
-// statefulSetHold: a rolling update of two replicas or more is held by its
-// partition at the highest ordinal, the first its controller updates.
-func statefulSetHold(s *appsv1.StatefulSet) Hold {
-	replicas := int32(1)
-	if s.Spec.Replicas != nil {
-		replicas = *s.Spec.Replicas
-	}
-	if s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType || replicas < 2 {
-		return nil
-	}
-	var partition *int32
-	if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil {
-		partition = ru.Partition
-	}
-	if partition != nil && *partition >= replicas-1 {
-		return nil // one pod at most rolls already
-	}
-	b := &holdBuilder{}
-	b.set("spec.updateStrategy.rollingUpdate.partition", partition, replicas-1)
-	return b.h
-}
-
-// daemonSetHold: a rolling update over two nodes or more updates one node
-// at a time (a surge of one, or one unavailable) and goes on only once the
-// new pod stayed Ready for minReadySeconds, raised to the window.
-func daemonSetHold(d *appsv1.DaemonSet, window time.Duration) Hold {
-	if d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType || d.Status.DesiredNumberScheduled < 2 {
-		return nil
-	}
-	var surge, unavailable *intstr.IntOrString
-	if ru := d.Spec.UpdateStrategy.RollingUpdate; ru != nil {
-		surge, unavailable = ru.MaxSurge, ru.MaxUnavailable
-	}
-	if surge == nil {
-		zero := intstr.FromInt32(0) // a DaemonSet's default: no surge
-		surge = &zero
-	}
-	b := &holdBuilder{}
-	rollingHold(b, "spec.updateStrategy.rollingUpdate", d.Status.DesiredNumberScheduled, surge, unavailable, d.Spec.MinReadySeconds, window)
-	return b.h
 }

@@ -7,10 +7,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
-
-func ptr[T any](v T) *T { return &v }
 
 // A Deployment of three replicas with the API's defaults (25% surge and
 // unavailable, no minReadySeconds) is held by a surge of one, none
@@ -19,7 +18,7 @@ func ptr[T any](v T) *T { return &v }
 // since.
 func TestDeploymentHoldAndItsRestore(t *testing.T) {
 	pct := intstr.FromString("25%")
-	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(3)),
+	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(3)),
 		Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &pct, MaxUnavailable: &pct}}}}
 	h := NewRegistry().All()[0].Hold(d, 30*time.Second)
@@ -65,10 +64,10 @@ func TestHoldPerKind(t *testing.T) {
 		k    Kind
 		obj  client.Object
 	}{
-		{"one replica", deploy, &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(1))}}},
-		{"recreate", deploy, &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(3)), Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}}}},
-		{"sts ondelete", sts, &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr(int32(3)), UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}}}},
-		{"sts partition", sts, &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr(int32(3)), UpdateStrategy: appsv1.StatefulSetUpdateStrategy{RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr(int32(2))}}}}},
+		{"one replica", deploy, &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(1))}}},
+		{"recreate", deploy, &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(3)), Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}}}},
+		{"sts ondelete", sts, &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(3)), UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}}}},
+		{"sts partition", sts, &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(3)), UpdateStrategy: appsv1.StatefulSetUpdateStrategy{RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(int32(2))}}}}},
 		{"ds one node", ds, &appsv1.DaemonSet{Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 1}}},
 	}
 	for _, tc := range none {
@@ -77,12 +76,12 @@ func TestHoldPerKind(t *testing.T) {
 		}
 	}
 	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
-	noSurge := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(4)), MinReadySeconds: 60,
+	noSurge := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(4)), MinReadySeconds: 60,
 		Strategy: appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &zero, MaxUnavailable: &one}}}}
 	if h := deploy.Hold(noSurge, 30*time.Second); len(h) != 0 {
 		t.Errorf("no surge, one unavailable, minReadySeconds above the window: hold %+v, want none (it holds itself)", h)
 	}
-	s := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr(int32(3))}}
+	s := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(3))}}
 	got, _ := json.Marshal(sts.Hold(s, time.Minute).SetPatch())
 	if want := `{"spec":{"updateStrategy":{"rollingUpdate":{"partition":2}}}}`; string(got) != want {
 		t.Errorf("StatefulSet hold %s, want %s", got, want)

@@ -1,14 +1,21 @@
 // Package workload is what configstamp's webhook and reconciler share about the
-// workloads they stamp: the kinds and where their pod template sits, how the
+// workloads they stamp: the kinds, and what differs from one kind to another
+// (Behavior: where the pod template sits, how the status tells a rollout's
+// progress, what the cache keeps, where the revisions are), how the
 // referenced ConfigMaps and Secrets are read and hashed (Resolver), and the
 // names both paths use for events. Neither path owns it; the webhook never
 // imports the reconciler's package.
+//
+// Each kind is one file (deployment.go, statefulset.go, daemonset.go, and
+// custom.go for the kinds of --kinds-config): its Kind and its Behavior.
+// Adding a kind is one file and one registration (builtins, below).
 package workload
 
 import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +47,9 @@ type Kind struct {
 	// the built-in kinds, whose progress is typed, and for extra kinds whose
 	// rollouts configstamp does not follow.
 	Progress *Progress
+	// behavior is what differs by kind (see Behavior): set by the built-in
+	// kinds' definitions and by Custom. nil in the zero Kind.
+	behavior Behavior
 }
 
 // Unstructured reports whether k is an extra kind (--kinds-config).
@@ -112,33 +122,9 @@ func (r *Registry) Of(obj client.Object) (Kind, bool) {
 	return Kind{}, false
 }
 
-// builtins are the typed kinds configstamp always handles.
-var builtins = []Kind{
-	{
-		Name: "Deployment", Resource: "deployments", ShortName: "deploy",
-		New:     func() client.Object { return &appsv1.Deployment{} },
-		NewList: func() client.ObjectList { return &appsv1.DeploymentList{} },
-		Items: func(l client.ObjectList) []client.Object {
-			return itemPointers(l.(*appsv1.DeploymentList).Items)
-		},
-	},
-	{
-		Name: "StatefulSet", Resource: "statefulsets", ShortName: "sts",
-		New:     func() client.Object { return &appsv1.StatefulSet{} },
-		NewList: func() client.ObjectList { return &appsv1.StatefulSetList{} },
-		Items: func(l client.ObjectList) []client.Object {
-			return itemPointers(l.(*appsv1.StatefulSetList).Items)
-		},
-	},
-	{
-		Name: "DaemonSet", Resource: "daemonsets", ShortName: "ds",
-		New:     func() client.Object { return &appsv1.DaemonSet{} },
-		NewList: func() client.ObjectList { return &appsv1.DaemonSetList{} },
-		Items: func(l client.ObjectList) []client.Object {
-			return itemPointers(l.(*appsv1.DaemonSetList).Items)
-		},
-	},
-}
+// builtins are the typed kinds configstamp always handles, each defined, with
+// its Behavior, in its own file.
+var builtins = []Kind{deploymentKind, statefulSetKind, daemonSetKind}
 
 // itemPointers turns a list's items into client.Objects without copying them.
 func itemPointers[T any, PT interface {
@@ -157,19 +143,57 @@ func itemPointers[T any, PT interface {
 // kind a copy, changed only through SetTemplateAnnotation and
 // SetTemplateReferences.
 func (k Kind) PodTemplate(obj client.Object) *corev1.PodTemplateSpec {
-	switch w := obj.(type) {
-	case *appsv1.Deployment:
-		return &w.Spec.Template
-	case *appsv1.StatefulSet:
-		return &w.Spec.Template
-	case *appsv1.DaemonSet:
-		return &w.Spec.Template
-	case *unstructured.Unstructured:
-		if k.of(w) {
-			return customTemplate(k, w)
-		}
+	if k.behavior == nil {
+		return nil
 	}
-	return nil
+	return k.behavior.Template(obj)
+}
+
+// Status reads obj, a workload of kind k, as its rollout needs it (see
+// Status, and each kind's Behavior). Other objects, and any object of the
+// zero Kind, are complete.
+func (k Kind) Status(obj client.Object) Status {
+	if k.behavior == nil {
+		return otherStatus
+	}
+	return k.behavior.Status(obj)
+}
+
+// Slim strips obj, a workload of kind k, in place, to what the cache keeps of
+// its spec and status (its metadata and its pod template tmpl, already
+// stripped, are the caller's). For an extra kind, whose tmpl is a copy, it
+// keeps its metadata as it is, tmpl and the fields its Progress names.
+func (k Kind) Slim(obj client.Object, tmpl *corev1.PodTemplateSpec) {
+	if k.behavior != nil {
+		k.behavior.Slim(obj, tmpl)
+	}
+}
+
+// Revisions returns an empty list of the type that holds the revisions of
+// k's workloads, nil when configstamp reads none (an extra kind).
+func (k Kind) Revisions() client.ObjectList {
+	if k.behavior == nil {
+		return nil
+	}
+	return k.behavior.Revisions()
+}
+
+// RevisionNumber returns the revision number of rev, one item of a
+// Revisions list.
+func (k Kind) RevisionNumber(rev client.Object) int64 {
+	if k.behavior == nil {
+		return 0
+	}
+	return k.behavior.RevisionNumber(rev)
+}
+
+// Hold returns what holds obj's rollout at its first new pod, which must
+// stay healthy for window (nil: its whole rollout is the canary).
+func (k Kind) Hold(obj client.Object, window time.Duration) Hold {
+	if k.behavior == nil {
+		return nil
+	}
+	return k.behavior.Hold(obj, window)
 }
 
 // of reports whether u is an object of k, an extra kind.

@@ -109,17 +109,28 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 	env.Apply(t, configMap(ns, "shared", "fixed"))
 	var passed time.Time
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
-		if passed.IsZero() {
-			if others := stampedOthers("w1"); len(others) > 0 {
-				t.Fatalf("%v stamped %s after the fix, before the canary passed", others, since(fixed))
+		// The others first, then the canary's record: configstamp writes
+		// the pass before it stamps any other, so a stamp seen here with
+		// the record still running is a wave that did not wait.
+		others := stampedOthers("w1")
+		rec := record(t, ds[0])
+		if rec.Canary == rollout.CanaryRunning && rec.State == rollout.Rolling {
+			if len(others) > 0 {
+				t.Fatalf("%v stamped %s after the fix, before the canary passed (record %+v)", others, since(fixed), rec)
 			}
+			return false, fmt.Sprintf("the canary runs; record %+v", rec)
 		}
-		if e := event(t, ds[0], controllers.ReasonCanaryPassed, fixed); e != "" && passed.IsZero() {
-			passed = time.Now()
-			t.Logf("the fix's canary passed %s after the fix: %s", since(fixed), e)
+		if rec.Canary != rollout.CanaryPassed && rec.State != rollout.Completed && rec.State != rollout.Verifying {
+			return false, fmt.Sprintf("no canary yet; record %+v", rec)
 		}
-		return !passed.IsZero(), fmt.Sprintf("no CanaryPassed on w1 yet; record %+v", record(t, ds[0]))
+		passed = time.Now()
+		return true, ""
 	})
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		e := event(t, ds[0], controllers.ReasonCanaryPassed, fixed)
+		return e != "", "no CanaryPassed event on w1"
+	})
+	t.Logf("the fix's canary passed %s after the fix", passed.Sub(fixed).Round(100*time.Millisecond))
 	for _, d := range ds {
 		framework.Eventually(t, 5*time.Minute, func() (bool, string) {
 			env.Get(t, d)

@@ -1,0 +1,85 @@
+package workload
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Behavior is what differs from one kind of workload to another: where its
+// pod template sits, how its spec and status tell a rollout's progress, what
+// of it the cache keeps, and where its revisions are. One implementation per
+// kind, one file each (deployment.go, statefulset.go, daemonset.go, and
+// custom.go for the kinds of --kinds-config); a Kind carries its own.
+type Behavior interface {
+	// Template returns obj's pod template, nil when obj is not of this kind.
+	Template(obj client.Object) *corev1.PodTemplateSpec
+	// Status reads obj's spec and status as a rollout needs them (the
+	// complete status of an object of no rollout when obj is not of this kind).
+	Status(obj client.Object) Status
+	// Slim strips obj, in place, to what the cache keeps of its spec and
+	// status; tmpl is its pod template already stripped (for an extra kind a
+	// copy, which Slim writes back).
+	Slim(obj client.Object, tmpl *corev1.PodTemplateSpec)
+	// Revisions returns an empty list of the type that holds the kind's
+	// revisions (nil: configstamp reads none).
+	Revisions() client.ObjectList
+	// RevisionNumber returns the revision number of rev, one item of a
+	// Revisions list.
+	RevisionNumber(rev client.Object) int64
+	// Hold returns the spec fields that hold obj's rollout at its first new
+	// pod until that pod stayed Ready for window, as its own controller
+	// honours them (nil: it cannot be held; its whole rollout is the
+	// canary). See Hold.
+	Hold(obj client.Object, window time.Duration) Hold
+}
+
+// Status is a workload's spec and status as a rollout reads them, with the
+// semantics of `kubectl rollout status` (its status viewers) for each kind.
+type Status struct {
+	// Complete: the rollout of the current template is complete (a paused
+	// Deployment counts as complete: it will not roll until resumed).
+	Complete bool
+	// Exceeded: the rollout failed as its controller reports it (a
+	// Deployment's ProgressDeadlineExceeded, an extra kind's failed phase).
+	Exceeded bool
+	// FailedReason says why, when Exceeded.
+	FailedReason string
+	// Paused: a paused Deployment.
+	Paused bool
+	// NothingToWaitFor: a new template replaces no pod by itself (update
+	// strategy OnDelete, no replicas, a StatefulSet partition at or above
+	// its replicas, an extra kind without progress), so a rollout holds no
+	// slot and verifies nothing.
+	NothingToWaitFor bool
+	// Mark is what of the status tells the rollout's progress: any change
+	// of it is progress.
+	Mark string
+	// Ready and Available are the pods counted ready and available (0 for
+	// an extra kind): fewer than before is a loss of readiness.
+	Ready, Available int64
+	// MinReady is how long the kind's controller waits before it counts a
+	// new pod available (a Deployment's or DaemonSet's minReadySeconds; 0
+	// for a StatefulSet, complete on its ready replicas, and an extra kind).
+	MinReady time.Duration
+}
+
+// otherStatus is the status of an object of no rollout configstamp follows:
+// complete.
+var otherStatus = Status{Complete: true}
+
+// reasonDeadlineExceeded is the FailedReason of a Deployment whose progress
+// deadline was exceeded.
+const reasonDeadlineExceeded = "its progress deadline was exceeded (ProgressDeadlineExceeded)"
+
+// replicas reads a desired replica count, 1 when unset.
+func replicas(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
+
+// seconds is n seconds.
+func seconds(n int32) time.Duration { return time.Duration(n) * time.Second }

@@ -1,0 +1,93 @@
+package workload
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// daemonSetKind is the built-in kind DaemonSet.
+var daemonSetKind = Kind{
+	Name: "DaemonSet", Resource: "daemonsets", ShortName: "ds",
+	New:     func() client.Object { return &appsv1.DaemonSet{} },
+	NewList: func() client.ObjectList { return &appsv1.DaemonSetList{} },
+	Items: func(l client.ObjectList) []client.Object {
+		return itemPointers(l.(*appsv1.DaemonSetList).Items)
+	},
+	behavior: daemonSet{},
+}
+
+// daemonSet is the Behavior of DaemonSets.
+type daemonSet struct{}
+
+func (daemonSet) Template(obj client.Object) *corev1.PodTemplateSpec {
+	if d, ok := obj.(*appsv1.DaemonSet); ok {
+		return &d.Spec.Template
+	}
+	return nil
+}
+
+// Status: OnDelete has nothing to wait for (pods change only when someone
+// deletes them); else the latest generation observed and every scheduled
+// node updated and available.
+func (daemonSet) Status(obj client.Object) Status {
+	d, ok := obj.(*appsv1.DaemonSet)
+	if !ok {
+		return otherStatus
+	}
+	st := d.Status
+	onDelete := d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
+	return Status{
+		Complete: onDelete || (st.ObservedGeneration >= d.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
+			st.NumberAvailable >= st.DesiredNumberScheduled),
+		NothingToWaitFor: onDelete,
+		Mark:             fmt.Sprint(st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberReady, st.NumberAvailable),
+		Ready:            int64(st.NumberReady),
+		Available:        int64(st.NumberAvailable),
+		MinReady:         seconds(d.Spec.MinReadySeconds),
+	}
+}
+
+// Slim drops the selector and the conditions, and keeps of the update
+// strategy its type (Status reads it).
+func (daemonSet) Slim(obj client.Object, _ *corev1.PodTemplateSpec) {
+	w, ok := obj.(*appsv1.DaemonSet)
+	if !ok {
+		return
+	}
+	w.Spec.Selector = nil // the update strategy tells how a canary is held (Hold)
+	w.Status.Conditions = nil
+}
+
+// Revisions: a DaemonSet's revisions are its ControllerRevisions.
+func (daemonSet) Revisions() client.ObjectList { return &appsv1.ControllerRevisionList{} }
+
+func (daemonSet) RevisionNumber(rev client.Object) int64 { return controllerRevisionNumber(rev) }
+
+// Hold: a rolling update over two nodes or more updates one node
+// at a time (a surge of one, or one unavailable) and goes on only once the
+// new pod stayed Ready for minReadySeconds, raised to the window.
+func (daemonSet) Hold(obj client.Object, window time.Duration) Hold {
+	d, ok := obj.(*appsv1.DaemonSet)
+	if !ok {
+		return nil
+	}
+	if d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType || d.Status.DesiredNumberScheduled < 2 {
+		return nil
+	}
+	var surge, unavailable *intstr.IntOrString
+	if ru := d.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+		surge, unavailable = ru.MaxSurge, ru.MaxUnavailable
+	}
+	if surge == nil {
+		zero := intstr.FromInt32(0) // a DaemonSet's default: no surge
+		surge = &zero
+	}
+	b := &holdBuilder{}
+	rollingHold(b, "spec.updateStrategy.rollingUpdate", d.Status.DesiredNumberScheduled, surge, unavailable, d.Spec.MinReadySeconds, window)
+	return b.h
+}
