@@ -125,7 +125,7 @@ func parseFlags() *options {
 	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to take or renew the lease.")
 	fs.StringVar(&o.logFormat, "log-format", "json", `"json" or "console".`)
 	fs.IntVar(&o.logLevel, "v", 0, "Log verbosity (0 info, 1 debug).")
-	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 32, "Parallel reconciles per workload kind (a reconcile mostly waits for its PATCH round trip and the webhook call in it).")
+	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 32, "Parallel reconciles per workload kind: the one workload controller, whose queue holds every kind, runs this many times the number of kinds (a reconcile mostly waits for its PATCH round trip and the webhook call in it).")
 	fs.Float64Var(&o.qps, "kube-api-qps", 300, "The reconciler's client QPS to the API server (a fan-out to N workloads costs N PATCHes).")
 	fs.IntVar(&o.burst, "kube-api-burst", 600, "The reconciler's client burst.")
 	fs.Float64Var(&o.webhookQPS, "webhook-api-qps", -1, "QPS of the webhook's consistent reads; negative: no client-side limit (the API server's priority and fairness still applies). A throttled webhook delays every admitted write.")

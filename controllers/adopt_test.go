@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/configstamp/configstamp/controllers/hashkey"
 	"github.com/configstamp/configstamp/controllers/rollout"
@@ -294,11 +293,11 @@ func TestReconcileWaitsForAdoption(t *testing.T) {
 	wr := &writes{}
 	c := indexedBuilder(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, cfg, d).WithInterceptorFuncs(wr.funcs()).Build()
 	adopted := make(chan struct{})
-	r := &WorkloadReconciler{Client: c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10),
+	r := &WorkloadReconciler{Client: c, Recorder: events.NewFakeRecorder(10),
 		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
-		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c, testKeys, nil), Nudger: NewNudger(nil),
-		Adopted: adopted}
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "app"}}
+		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c, testKeys, nil),
+		Adopted:   adopted}
+	req := rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}
 	res, err := r.Reconcile(t.Context(), req)
 	if err != nil || res.RequeueAfter <= 0 {
 		t.Fatalf("reconcile before the takeover = %+v, %v; want to ask again", res, err)

@@ -9,9 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -35,10 +33,10 @@ func TestTemplateLessCustomObjectIsNotAWorkload(t *testing.T) {
 			u.SetLabels(labels)
 			c := indexedBuilder(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, u).Build()
 			rec := events.NewFakeRecorder(10)
-			r := &WorkloadReconciler{Client: c, Kind: kind, Kinds: kinds, Recorder: rec,
+			r := &WorkloadReconciler{Client: c, Kinds: kinds, Recorder: rec,
 				Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
-				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c, testKeys, nil), Nudger: NewNudger(nil)}
-			res, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "r"}})
+				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Minute}, c, testKeys, nil)}
+			res, err := r.Reconcile(t.Context(), rollout.Key{Kind: kind.Name, Namespace: "ns", Name: "r"})
 			if err != nil || res.RequeueAfter != 0 {
 				t.Fatalf("reconcile = %+v, %v; want nothing to do", res, err)
 			}

@@ -49,7 +49,7 @@ var sharedRef = stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
 // "waiting", whose rollout of it is gated.
 type haltWorld struct {
 	c               client.WithWatch
-	r               *WorkloadReconciler
+	r               *kindReconciler
 	failed, waiting *appsv1.Deployment
 	// change is what "failed" references of "shared" now, as a rollout cause:
 	// the content a halt of it holds as long as it is unchanged.
@@ -69,8 +69,8 @@ func newHaltWorld(t *testing.T, policy rollout.Policy, funcs interceptor.Funcs) 
 	resolver := &workload.Resolver{Sources: w.c, Index: w.c, Keys: testKeys}
 	scheduler := rollout.NewScheduler(policy, w.c, testKeys, nil)
 	scheduler.Halts = &rollout.Halts{Reader: w.c, Resolver: resolver}
-	w.r = &WorkloadReconciler{Client: w.c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10), Resolver: resolver,
-		Scheduler: scheduler, Nudger: NewNudger(nil)}
+	w.r = &kindReconciler{Kind: workload.NewRegistry().All()[0], WorkloadReconciler: &WorkloadReconciler{Client: w.c, Recorder: events.NewFakeRecorder(10), Resolver: resolver,
+		Scheduler: scheduler}}
 	comp, err := resolver.Compute(t.Context(), "ns", nil, &tmpl)
 	if err != nil {
 		t.Fatal(err)
@@ -237,9 +237,9 @@ func TestStaleReadClosesNothing(t *testing.T) {
 	if err := c.Update(t.Context(), fresh); err != nil {
 		t.Fatal(err)
 	}
-	r := &WorkloadReconciler{Client: c, Kind: workload.NewRegistry().All()[0], Recorder: events.NewFakeRecorder(10),
+	r := &kindReconciler{Kind: workload.NewRegistry().All()[0], WorkloadReconciler: &WorkloadReconciler{Client: c, Recorder: events.NewFakeRecorder(10),
 		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
-		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys, nil), Nudger: NewNudger(nil)}
+		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys, nil)}}
 	o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Kind: workload.NewRegistry().All()[0], Object: stale}}
 	decision, err := r.Scheduler.Decide(t.Context(), o.Observation)
 	if err != nil || decision.Verb != rollout.Close {
@@ -291,9 +291,9 @@ func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 			}}
 			c := fake.NewClientBuilder().WithObjects(d).WithInterceptorFuncs(webhook).Build()
 			rec := events.NewFakeRecorder(10)
-			r := &WorkloadReconciler{Client: c, Kind: workload.NewRegistry().All()[0], Recorder: rec,
+			r := &kindReconciler{Kind: workload.NewRegistry().All()[0], WorkloadReconciler: &WorkloadReconciler{Client: c, Recorder: rec,
 				Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
-				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys, nil), Nudger: NewNudger(nil)}
+				Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys, nil)}}
 			obj := d.DeepCopy()
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), obj); err != nil {
 				t.Fatal(err)

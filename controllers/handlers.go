@@ -16,32 +16,37 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+type queue = workqueue.TypedRateLimitingInterface[rollout.Key]
 
-// mapper maps ConfigMap, Secret and Namespace events to the workloads of one
-// kind that they concern. Everything it reads comes from the cache; it emits
-// no events (bad selectors: SelectorWarner).
+// mapper maps ConfigMap, Secret and Namespace events to the workloads of
+// every kind that they concern. It only reads (the cache) and enqueues: it
+// emits no events (bad selectors: SelectorWarner).
 type mapper struct {
 	client client.Reader
-	kind   workload.Kind
 	kinds  *workload.Registry
 	// scheduler learns of the workloads a source change concerns, with their
 	// priorities, before they ask for a slot (rollout.Scheduler.Announce).
 	scheduler *rollout.Scheduler
 }
 
+// workloadKey queues the key of a workload of kind for its own events.
+func workloadKey(kind workload.Kind) handler.TypedEventHandler[client.Object, rollout.Key] {
+	return handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []rollout.Key {
+		return []rollout.Key{{Kind: kind.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()}}
+	})
+}
+
 // sourceHandler enqueues, for a ConfigMap or Secret event, the workloads that
 // reference the object (field index) and those whose template labels match its
 // rollout selector, before or after the change.
-func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
-	return handler.Funcs{
+func (m *mapper) sourceHandler(kind stamp.Kind) handler.TypedEventHandler[client.Object, rollout.Key] {
+	return handler.TypedFuncs[client.Object, rollout.Key]{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q queue) {
 			m.enqueue(ctx, kind, q, e.Object)
 		},
@@ -57,36 +62,27 @@ func (m *mapper) sourceHandler(kind stamp.Kind) handler.EventHandler {
 	}
 }
 
-// enqueue queues the workloads of m's kind that objs concern and announces
-// them to the scheduler. Under a budget it also foresees those of the other
-// kinds (Foresee): each kind's controller handles a source event on its own,
-// and the first to ask for a slot must already see the others' priorities,
-// whatever their kind. Without a budget the wave order decides nothing, and
-// the other kinds' lookups are not made.
+// enqueue announces to the scheduler every workload, of any kind, that objs
+// concern, then queues them all: the first to ask for a slot already sees
+// the others' priorities, whatever their kind.
 func (m *mapper) enqueue(ctx context.Context, kind stamp.Kind, q queue, objs ...client.Object) {
-	ranked := m.scheduler != nil && m.scheduler.Policy.MaxConcurrent > 0
 	var refs []stamp.ObjectRef // the source whose change it is
 	if len(objs) > 0 {
 		refs = []stamp.ObjectRef{{Kind: kind, Name: objs[0].GetName()}}
 	}
+	var keys []rollout.Key
 	for _, k := range m.kinds.All() {
-		own := k.Name == m.kind.Name
-		if !own && !ranked {
-			continue
-		}
 		for _, w := range m.concerned(ctx, k, kind, objs) {
 			key := rollout.Key{Kind: k.Name, Namespace: w.GetNamespace(), Name: w.GetName()}
-			priority, _ := rollout.Priority(w.GetAnnotations())
-			switch {
-			case !own:
-				m.scheduler.Foresee(key, priority, refs...)
-			case m.scheduler != nil:
+			if m.scheduler != nil {
+				priority, _ := rollout.Priority(w.GetAnnotations())
 				m.scheduler.Announce(key, priority, refs...)
 			}
-			if own {
-				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.GetNamespace(), Name: w.GetName()}})
-			}
+			keys = append(keys, key)
 		}
+	}
+	for _, key := range keys {
+		q.Add(key)
 	}
 }
 
@@ -175,8 +171,8 @@ func liveVersion(ctx context.Context, live client.Reader, namespace string, ref 
 // haltLifted wakes the workloads waiting on a halted change when the workload
 // that halted it no longer does: deleted, recovered, or its halted annotation
 // removed by a user (the documented way to resume a wave).
-func haltLifted(s *rollout.Scheduler, n *Nudger) handler.EventHandler {
-	lifted := func(ctx context.Context, before, after client.Object) {
+func haltLifted(s *rollout.Scheduler) handler.TypedEventHandler[client.Object, rollout.Key] {
+	lifted := func(ctx context.Context, q queue, before, after client.Object) {
 		was := rollout.ParseChanges(before.GetAnnotations()[rollout.AnnotationHalted])
 		var still []rollout.Change
 		if after != nil {
@@ -195,26 +191,29 @@ func haltLifted(s *rollout.Scheduler, n *Nudger) handler.EventHandler {
 		waiters := s.Lifted(gone)
 		log.FromContext(ctx).Info("halt lifted; waking the workloads that waited", "workload", before.GetNamespace()+"/"+before.GetName(),
 			"changes", gone, "waiting", len(waiters))
-		n.Wake(waiters...)
+		for _, k := range waiters {
+			q.Add(k)
+		}
 	}
-	return handler.Funcs{
-		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, _ queue) { lifted(ctx, e.ObjectOld, e.ObjectNew) },
-		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, _ queue) { lifted(ctx, e.Object, nil) },
+	return handler.TypedFuncs[client.Object, rollout.Key]{
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) { lifted(ctx, q, e.ObjectOld, e.ObjectNew) },
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) { lifted(ctx, q, e.Object, nil) },
 	}
 }
 
-// namespaceWorkloads enqueues every workload of a namespace whose labels changed
-// (namespace opt-in).
-func (m *mapper) namespaceWorkloads(ctx context.Context, obj client.Object) []reconcile.Request {
-	list := m.kind.NewList()
-	if err := m.client.List(ctx, list, client.InNamespace(obj.GetName()), client.UnsafeDisableDeepCopy); err != nil {
-		log.FromContext(ctx).Error(err, "while listing workloads of a namespace", "namespace", obj.GetName())
-		return nil
+// namespaceWorkloads enqueues every workload, of every kind, of a namespace
+// whose labels changed (namespace opt-in).
+func (m *mapper) namespaceWorkloads(ctx context.Context, obj client.Object) []rollout.Key {
+	var keys []rollout.Key
+	for _, k := range m.kinds.All() {
+		list := k.NewList()
+		if err := m.client.List(ctx, list, client.InNamespace(obj.GetName()), client.UnsafeDisableDeepCopy); err != nil {
+			log.FromContext(ctx).Error(err, "while listing workloads of a namespace", "namespace", obj.GetName(), "kind", k.Name)
+			continue
+		}
+		for _, w := range k.Items(list) {
+			keys = append(keys, rollout.Key{Kind: k.Name, Namespace: w.GetNamespace(), Name: w.GetName()})
+		}
 	}
-	items := m.kind.Items(list)
-	reqs := make([]reconcile.Request, len(items))
-	for i, w := range items {
-		reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.GetNamespace(), Name: w.GetName()}}
-	}
-	return reqs
+	return keys
 }

@@ -9,18 +9,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-// A source change concerns workloads of several kinds, each kind's controller
-// handling the event on its own. Whichever handles it first announces them
-// all, so a low-priority Deployment asking first does not take the only slot
-// ahead of a high-priority StatefulSet whose controller has not seen the
-// event yet.
+// A source change concerns workloads of several kinds. The one controller's
+// mapper sees them all at once: it announces every one of them before it
+// queues any, so a low-priority Deployment asking first does not take the
+// only slot ahead of a high-priority StatefulSet, and both are queued on the
+// one queue, each under its kind.
 func TestSourceEventAnnouncesEveryKind(t *testing.T) {
 	spec := corev1.PodSpec{Volumes: []corev1.Volume{{Name: "c", VolumeSource: corev1.VolumeSource{
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "shared"}}}}}}
@@ -35,18 +35,57 @@ func TestSourceEventAnnouncesEveryKind(t *testing.T) {
 	}
 	c := b.Build()
 	s := rollout.NewScheduler(rollout.Policy{MaxConcurrent: 1, ProgressDeadline: time.Hour}, c, testKeys, nil)
-	m := &mapper{client: c, kind: workload.NewRegistry().All()[0], scheduler: s}
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	m := &mapper{client: c, scheduler: s}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[rollout.Key]())
 	defer q.ShutDown()
 
-	m.enqueue(t.Context(), stamp.KindConfigMap, q, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared"}})
-	if q.Len() != 1 {
-		t.Fatalf("the Deployment controller queued %d requests, want its one Deployment", q.Len())
+	m.sourceHandler(stamp.KindConfigMap).Update(t.Context(), event.UpdateEvent{
+		ObjectOld: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared"}, Data: map[string]string{"k": "1"}},
+		ObjectNew: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "shared"}, Data: map[string]string{"k": "2"}},
+	}, q)
+	depKey := rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "low"}
+	stsKey := rollout.Key{Kind: "StatefulSet", Namespace: "ns", Name: "high"}
+	queued := map[rollout.Key]bool{}
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		queued[k] = true
+		q.Done(k)
 	}
-	if w, err := s.Acquire(t.Context(), rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "low"}, 0, true); err != nil || w == 0 {
+	if len(queued) != 2 || !queued[depKey] || !queued[stsKey] {
+		t.Fatalf("queued %v, want the Deployment and the StatefulSet, each under its kind", queued)
+	}
+	if w, err := s.Acquire(t.Context(), depKey, 0, true); err != nil || w == 0 {
 		t.Fatalf("the priority-0 Deployment took the only slot ahead of the priority-10 StatefulSet (wait %v, err %v)", w, err)
 	}
-	if w, err := s.Acquire(t.Context(), rollout.Key{Kind: "StatefulSet", Namespace: "ns", Name: "high"}, 10, true); err != nil || w != 0 {
+	if w, err := s.Acquire(t.Context(), stsKey, 10, true); err != nil || w != 0 {
 		t.Fatalf("the StatefulSet: wait %v, err %v", w, err)
+	}
+}
+
+// A halt lifted queues its waiters, of any kind, on the one queue: no
+// other controller to wake.
+func TestHaltLiftedQueuesWaitersOfEveryKind(t *testing.T) {
+	s := rollout.NewScheduler(rollout.Policy{HaltOnFailure: true, ProgressDeadline: time.Hour}, fake.NewClientBuilder().Build(), testKeys, nil)
+	change := rollout.Change{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "c1"}
+	waiters := []rollout.Key{{Kind: "Deployment", Namespace: "ns", Name: "a"}, {Kind: "StatefulSet", Namespace: "ns", Name: "b"}}
+	for _, k := range waiters {
+		s.NoteHalted(k, change.String(), 0)
+	}
+	failed := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "failed",
+		Annotations: map[string]string{rollout.AnnotationHalted: change.String()}}}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[rollout.Key]())
+	defer q.ShutDown()
+
+	haltLifted(s).Delete(t.Context(), event.DeleteEvent{Object: failed}, q)
+	queued := map[rollout.Key]bool{}
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		queued[k] = true
+		q.Done(k)
+	}
+	for _, k := range waiters {
+		if !queued[k] {
+			t.Errorf("%s not queued when the halt lifted; queued %v", k, queued)
+		}
 	}
 }

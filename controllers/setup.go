@@ -29,7 +29,8 @@ type Options struct {
 	// KeySecret is the Secret holding the key, which every replica follows
 	// (hashkey.Watcher).
 	KeySecret hashkey.Secret
-	// MaxConcurrentReconciles bounds parallel reconciles per kind.
+	// MaxConcurrentReconciles bounds parallel reconciles per kind: the one
+	// workload controller runs up to this many times the number of kinds.
 	MaxConcurrentReconciles int
 	// Scope is the installation's, the webhook's too: workloads in other
 	// namespaces are neither stamped nor rolled (the cache, CacheOptions, holds
@@ -43,8 +44,8 @@ type Options struct {
 	Pin bool
 }
 
-// Setup adds the reconciler of every workload kind, sharing one Scheduler and
-// one Nudger, and the hash key's Watcher, to mgr.
+// Setup adds the one workload controller of every kind, with its Scheduler
+// and its Wakes, and the hash key's Watcher, to mgr.
 func Setup(mgr ctrl.Manager, o Options) error {
 	if err := o.Policy.Validate(); err != nil {
 		return err
@@ -54,7 +55,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	// halt lookups (it reads sequentially: no read budget to share).
 	resolver := &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: o.Keys}
 	scheduler := newScheduler(mgr, o, resolver)
-	nudger := NewNudger(o.Kinds)
+	wakes := NewWakes()
 	// The leader's writers: fenced by its lease when there is one.
 	writer := mgr.GetClient()
 	if o.Lease != nil {
@@ -66,21 +67,19 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := mgr.Add(adopter); err != nil {
 		return fmt.Errorf("while adding the record takeover: %w", err)
 	}
-	for _, kind := range o.Kinds.All() {
-		r := &WorkloadReconciler{
-			Client: writer, APIReader: mgr.GetAPIReader(), Kind: kind, Kinds: o.Kinds,
-			Resolver:                resolver,
-			Recorder:                rollout.CountWarnings(mgr.GetEventRecorder("configstamp")),
-			Scheduler:               scheduler,
-			Nudger:                  nudger,
-			MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-			Scope:                   o.Scope,
-			Pin:                     o.Pin,
-			Adopted:                 adopter.Done,
-		}
-		if err := r.SetupWithManager(mgr); err != nil {
-			return fmt.Errorf("while setting up the %s reconciler: %w", kind.Name, err)
-		}
+	r := &WorkloadReconciler{
+		Client: writer, APIReader: mgr.GetAPIReader(), Kinds: o.Kinds,
+		Resolver:                resolver,
+		Recorder:                rollout.CountWarnings(mgr.GetEventRecorder("configstamp")),
+		Scheduler:               scheduler,
+		Wakes:                   wakes,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles * len(o.Kinds.All()),
+		Scope:                   o.Scope,
+		Pin:                     o.Pin,
+		Adopted:                 adopter.Done,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("while setting up the workload controller: %w", err)
 	}
 	for _, kind := range []stamp.Kind{stamp.KindConfigMap, stamp.KindSecret} {
 		w := &SelectorWarner{Kind: kind, Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Recorder: rollout.CountWarnings(mgr.GetEventRecorder("configstamp"))}
@@ -93,10 +92,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 			return err
 		}
 	}
-	return addKeyWatcher(mgr, o, nudger)
+	return addKeyWatcher(mgr, o, wakes)
 }
 
-// newScheduler is the one Scheduler of every kind's reconciler: it reads the
+// newScheduler is the one Scheduler of the workload controller: it reads the
 // rolling and halted workloads from the cache, in o's scope.
 func newScheduler(mgr ctrl.Manager, o Options, resolver *workload.Resolver) *rollout.Scheduler {
 	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys, o.Kinds)
@@ -127,7 +126,7 @@ func setupPin(mgr ctrl.Manager, o Options, writer client.Client) error {
 
 // addKeyWatcher adds the hash key's Watcher: on the leader, a new key wakes
 // every workload to re-baseline.
-func addKeyWatcher(mgr ctrl.Manager, o Options, nudger *Nudger) error {
+func addKeyWatcher(mgr ctrl.Manager, o Options, wakes Wakes) error {
 	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return fmt.Errorf("while creating a clientset for the hash key: %w", err)
@@ -141,7 +140,7 @@ func addKeyWatcher(mgr ctrl.Manager, o Options, nudger *Nudger) error {
 			default:
 				return
 			}
-			if err := nudger.WakeAll(ctx, mgr.GetCache()); err != nil {
+			if err := wakes.WakeAll(ctx, mgr.GetCache(), o.Kinds); err != nil {
 				logger.Error(err, "while waking the workloads to re-baseline")
 			}
 		},

@@ -54,16 +54,16 @@ func TestStaleReadStampsOnce(t *testing.T) {
 				}}).Build()
 			rec := events.NewFakeRecorder(10)
 			kinds := workload.NewRegistry()
-			r := &WorkloadReconciler{Client: c, Kind: kinds.All()[0], Kinds: kinds, Recorder: rec,
+			r := &WorkloadReconciler{Client: c, Kinds: kinds, Recorder: rec,
 				Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
-				Scheduler: rollout.NewScheduler(policy, c, testKeys, kinds), Nudger: NewNudger(nil)}
+				Scheduler: rollout.NewScheduler(policy, c, testKeys, kinds)}
 			req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "app"}}
 
 			before := &appsv1.Deployment{}
 			if err := c.Get(t.Context(), req.NamespacedName, before); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := r.Reconcile(t.Context(), req); err != nil {
+			if _, err := r.Reconcile(t.Context(), rollout.Key{Kind: "Deployment", Namespace: req.Namespace, Name: req.Name}); err != nil {
 				t.Fatal(err)
 			}
 			stamped := &appsv1.Deployment{}
@@ -74,7 +74,7 @@ func TestStaleReadStampsOnce(t *testing.T) {
 				t.Fatalf("the first reconcile did not stamp: %s", h)
 			}
 			stale = before // the watch has not delivered the stamp yet
-			res, err := r.Reconcile(t.Context(), req)
+			res, err := r.Reconcile(t.Context(), rollout.Key{Kind: "Deployment", Namespace: req.Namespace, Name: req.Name})
 			if err != nil || res.RequeueAfter <= 0 {
 				t.Fatalf("reconcile of a stale read = %+v, %v; want to ask again shortly", res, err)
 			}

@@ -47,7 +47,7 @@ const (
 // edit. An unpinned workload's previous revision mounts the same objects,
 // which hold the failed data now: undo could not help it, and a Warning
 // says so.
-func (r *WorkloadReconciler) undoFailed(ctx context.Context, obj client.Object, rec rollout.Record) {
+func (r *kindReconciler) undoFailed(ctx context.Context, obj client.Object, rec rollout.Record) {
 	if !r.wantsUndo(ctx, obj) {
 		return
 	}
@@ -143,7 +143,7 @@ func editedSince(failed, prev *corev1.PodTemplateSpec) string {
 
 // wantsUndo reads rollout.OnFailure from the workload and its Namespace;
 // a bad value is a Warning event.
-func (r *WorkloadReconciler) wantsUndo(ctx context.Context, obj client.Object) bool {
+func (r *kindReconciler) wantsUndo(ctx context.Context, obj client.Object) bool {
 	ns := &corev1.Namespace{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
 		return false
@@ -159,7 +159,7 @@ func (r *WorkloadReconciler) wantsUndo(ctx context.Context, obj client.Object) b
 // which holds the pinned ReplicaSets and ControllerRevisions) whose template
 // is stamped verified: the last one that passed verification. Its kind says
 // where its revisions are and how they are numbered.
-func (r *WorkloadReconciler) verifiedRevision(ctx context.Context, obj client.Object, verified string) (*corev1.PodTemplateSpec, int64, error) {
+func (r *kindReconciler) verifiedRevision(ctx context.Context, obj client.Object, verified string) (*corev1.PodTemplateSpec, int64, error) {
 	list := r.Kind.Revisions()
 	if list == nil {
 		return nil, 0, nil
@@ -204,7 +204,7 @@ var errEditedMeanwhile = errors.New("the pod template was changed since the fail
 // fix or a user's edit since wins (errEditedMeanwhile). No JSON "test" of
 // the template: API servers before 1.33 write fields this client omits
 // (creationTimestamp: null), which no test would match.
-func (r *WorkloadReconciler) restoreTemplate(ctx context.Context, obj client.Object, failed, t *corev1.PodTemplateSpec) error {
+func (r *kindReconciler) restoreTemplate(ctx context.Context, obj client.Object, failed, t *corev1.PodTemplateSpec) error {
 	var reader client.Reader = r.Client
 	if r.APIReader != nil {
 		reader = r.APIReader

@@ -94,7 +94,7 @@ func TestVerifiedRevision(t *testing.T) {
 		hashLabel bool
 	}{{dep, 10, false}, {sts, 12, true}} {
 		kind, _ := kinds.Of(tc.obj)
-		r := &WorkloadReconciler{Client: c, Kind: kind}
+		r := &kindReconciler{WorkloadReconciler: &WorkloadReconciler{Client: c}, Kind: kind}
 		got, n, err := r.verifiedRevision(t.Context(), tc.obj, "v1-good")
 		if err != nil || got == nil || n != tc.want {
 			t.Fatalf("%s: revision %d (%v), want %d", kind.Name, n, err, tc.want)

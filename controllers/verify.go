@@ -35,7 +35,7 @@ const ReasonPodsUnreadable = "PodsUnreadable"
 // state costs nothing. A read that fails leaves the pods unread (the rollout
 // is not completed unseen, no halt lifts) and the rest of the reconcile goes
 // on: a fix can still supersede it.
-func (r *WorkloadReconciler) verification(ctx context.Context, obj client.Object) rollout.Verification {
+func (r *kindReconciler) verification(ctx context.Context, obj client.Object) rollout.Verification {
 	window, _ := rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow) // a bad value is told by compute
 	v := rollout.Verification{Window: rollout.EffectiveWindow(r.Kind, obj, window)}
 	// Most workloads and most reconciles read nothing, and check no seal: no

@@ -10,10 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,25 +50,28 @@ const FieldManager = "configstamp"
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets;namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// WorkloadReconciler keeps one kind of workload stamped with the hash of the
-// data its pod template references, and follows the rollouts it starts.
+// WorkloadReconciler keeps the workloads of every kind stamped with the hash
+// of the data their pod templates reference, and follows the rollouts it
+// starts: one controller, one queue keyed by rollout.Key (kind, namespace,
+// name), since the budget, the wave and a halt span all kinds.
 type WorkloadReconciler struct {
 	Client client.Client
 	// APIReader reads live: the UID of a ConfigMap or Secret an event is about
 	// (the cache keeps none), and the resourceVersion of a source whose record
 	// is newer than the cache. Nil: neither.
 	APIReader client.Reader
-	Kind      workload.Kind
-	// Kinds are every kind configstamp handles (a halt, a wave, a source
-	// change concern workloads of any kind).
+	// Kinds are every kind configstamp handles, each watched by the one
+	// controller; a key's Kind names one of them (nil: the built-in kinds).
 	Kinds    *workload.Registry
 	Resolver *workload.Resolver
 	Recorder events.EventRecorder
-	// Scheduler spreads rollouts (debounce, budget, rate, wave order); shared by all kinds.
+	// Scheduler spreads rollouts (debounce, budget, rate, wave order).
 	Scheduler *rollout.Scheduler
-	// Nudger wakes workloads of any kind (halts lifted, slots freed); shared by all kinds.
-	Nudger *Nudger
-	// MaxConcurrentReconciles bounds parallel reconciles of this kind.
+	// Wakes queues the reconciles of workloads from outside their own
+	// events (slots freed, the key changed); nil: none are woken.
+	Wakes Wakes
+	// MaxConcurrentReconciles bounds the controller's parallel reconciles,
+	// all kinds together.
 	MaxConcurrentReconciles int
 	// Scope: workloads in namespaces out of it are not ours. Nil: every namespace.
 	Scope *workload.Scope
@@ -82,7 +87,14 @@ type WorkloadReconciler struct {
 	podsUnreadable sync.Map
 }
 
-var _ reconcile.Reconciler = &WorkloadReconciler{}
+var _ reconcile.TypedReconciler[rollout.Key] = &WorkloadReconciler{}
+
+// kindReconciler is the WorkloadReconciler for one reconcile of a workload
+// of Kind: what it reads and writes is that kind's.
+type kindReconciler struct {
+	*WorkloadReconciler
+	Kind workload.Kind
+}
 
 // plan is what the reconciler found a workload needs.
 type plan struct {
@@ -100,15 +112,21 @@ type observed struct {
 	comp *workload.Computation
 }
 
-// Reconcile observes the workload (the workload, its record, the hash of its
-// data, what it needs), asks the rollout package for the one decision all the
-// wave's rules make of that (rollout.Scheduler.Decide), and acts on it with
-// one patch and its events.
-func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+// Reconcile finds the key's kind, observes the workload (the workload, its
+// record, the hash of its data, what it needs), asks the rollout package for
+// the one decision all the wave's rules make of that
+// (rollout.Scheduler.Decide), and acts on it with one patch and its events.
+func (r *WorkloadReconciler) Reconcile(ctx context.Context, key rollout.Key) (reconcile.Result, error) {
+	kind, ok := r.Kinds.Named(key.Kind)
+	if !ok { // no key of an unknown kind is ever queued
+		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("unknown workload kind %q", key.Kind))
+	}
+	rollout.ReconcilesTotal.WithLabelValues(kind.Name).Inc()
 	if !r.adopted() {
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	o, err := r.observe(ctx, rollout.Key{Kind: r.Kind.Name, Namespace: req.Namespace, Name: req.Name})
+	k := &kindReconciler{WorkloadReconciler: r, Kind: kind}
+	o, err := k.observe(ctx, key)
 	if o == nil || err != nil {
 		return reconcile.Result{}, err
 	}
@@ -116,7 +134,7 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return r.act(ctx, o, d)
+	return k.act(ctx, o, d)
 }
 
 // adopted reports whether the previous release's records were taken over
@@ -135,7 +153,7 @@ func (r *WorkloadReconciler) adopted() bool {
 
 // observe reads the workload from the cache and what the rules decide on;
 // nil while it is being deleted. A workload gone has no Object.
-func (r *WorkloadReconciler) observe(ctx context.Context, key rollout.Key) (*observed, error) {
+func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*observed, error) {
 	o := &observed{Observation: rollout.Observation{Key: key, Kind: r.Kind}}
 	obj := r.Kind.New()
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, obj); err != nil {
@@ -162,7 +180,7 @@ func (r *WorkloadReconciler) observe(ctx context.Context, key rollout.Key) (*obs
 }
 
 // act carries out d with one patch, and tells what happened with events.
-func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Decision) (reconcile.Result, error) {
+func (r *kindReconciler) act(ctx context.Context, o *observed, d rollout.Decision) (reconcile.Result, error) {
 	obj, res := o.Object, reconcile.Result{RequeueAfter: d.After}
 	if d.Halted != "" {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutHalted, "Wait",
@@ -181,7 +199,7 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonCanaryPassed, "Canary",
 			"the canary of %s passed: its first new pod stayed healthy for %v; the rest of this workload and the other workloads of the change roll on",
 			d.Judged.Cause, o.VerifyWindow)
-		r.Nudger.Wake(d.Wake...)
+		r.Wakes.Wake(d.Wake...)
 	case rollout.Close:
 		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
 			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
@@ -203,7 +221,7 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 			rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
 			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
 		}
-		r.Nudger.Wake(d.Wake...) // a slot is free: the next in line need not wait for their recheck
+		r.Wakes.Wake(d.Wake...) // a slot is free: the next in line need not wait for their recheck
 	case rollout.StartVerify:
 		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
 			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
@@ -222,13 +240,13 @@ func (r *WorkloadReconciler) act(ctx context.Context, o *observed, d rollout.Dec
 
 // sealed is rec as annotations, sealed with the key it was made with (which
 // Verify found).
-func (r *WorkloadReconciler) sealed(obj client.Object, rec rollout.Record) map[string]any {
+func (r *kindReconciler) sealed(obj client.Object, rec rollout.Record) map[string]any {
 	return rec.Annotations(obj.GetUID(), rec.Key())
 }
 
 // recovered lifts the halt of a failed workload whose rollout is complete
 // again; its update wakes the workloads that waited (haltLifted).
-func (r *WorkloadReconciler) recovered(ctx context.Context, obj client.Object, d rollout.Decision) error {
+func (r *kindReconciler) recovered(ctx context.Context, obj client.Object, d rollout.Decision) error {
 	rec := *d.Record
 	if err := patchAnnotations(ctx, r.Client, obj, "", r.sealed(obj, rec.Resume()), r.holdPatch(ctx, obj, d)); err != nil {
 		return err
@@ -239,7 +257,7 @@ func (r *WorkloadReconciler) recovered(ctx context.Context, obj client.Object, d
 	return nil
 }
 
-func (r *WorkloadReconciler) reportFailure(ctx context.Context, obj client.Object, rec rollout.Record, reason string) {
+func (r *kindReconciler) reportFailure(ctx context.Context, obj client.Object, rec rollout.Record, reason string) {
 	halting := r.Scheduler.Policy.HaltOnFailure && rec.Cause != ""
 	log.FromContext(ctx).Info("rollout failed", "cause", rec.Cause, "reason", reason, "halting", halting)
 	then := "; configstamp does not halt other rollouts (--halt-on-failure=false)"
@@ -260,7 +278,7 @@ func (r *WorkloadReconciler) reportFailure(ctx context.Context, obj client.Objec
 }
 
 // compute resolves and hashes obj's references; nil when obj is not ours.
-func (r *WorkloadReconciler) compute(ctx context.Context, obj client.Object) (*plan, error) {
+func (r *kindReconciler) compute(ctx context.Context, obj client.Object) (*plan, error) {
 	ns := &corev1.Namespace{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
 		return nil, fmt.Errorf("while reading namespace %s: %w", obj.GetNamespace(), err)
@@ -328,7 +346,7 @@ func deref(ps ...*stamp.Problem) []stamp.Problem {
 // need applies the no-surprise-rollout rule (rollout.NeedOf) to obj and comp.
 // cacheBehind: the stamp was written from a live read newer than this cache
 // (a ConfigMap and a workload applied together); ask again once it caught up.
-func (r *WorkloadReconciler) need(ctx context.Context, obj client.Object, comp *workload.Computation) (rollout.Need, bool, error) {
+func (r *kindReconciler) need(ctx context.Context, obj client.Object, comp *workload.Computation) (rollout.Need, bool, error) {
 	a := obj.GetAnnotations()
 	f := rollout.Facts{
 		Stamped: r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash], Recorded: a[stamp.AnnotationAppliedHash],
@@ -360,7 +378,7 @@ func (r *WorkloadReconciler) need(ctx context.Context, obj client.Object, comp *
 // cacheBehind tells a cache that lags behind a live-read stamp from a record
 // whose versions come from another etcd: a live read (metadata only) of each
 // source the cache has older than recorded. At most one read per such source.
-func (r *WorkloadReconciler) cacheBehind(ctx context.Context, namespace string, recorded, cached map[stamp.ObjectRef]string) (bool, error) {
+func (r *kindReconciler) cacheBehind(ctx context.Context, namespace string, recorded, cached map[stamp.ObjectRef]string) (bool, error) {
 	if r.APIReader == nil {
 		return true, nil
 	}
@@ -399,7 +417,7 @@ func sourcesRecord(comp *workload.Computation) string {
 }
 
 // record writes the record only (a baseline, a re-baseline, bookkeeping).
-func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, comp *workload.Computation) error {
+func (r *kindReconciler) record(ctx context.Context, obj client.Object, comp *workload.Computation) error {
 	stamped := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]
 	err := r.patch(ctx, obj, recordAnnotations(comp), "")
 	log.FromContext(ctx).V(1).Info("recorded hash", "hash", comp.Hash, "baseline", stamped == "")
@@ -413,7 +431,7 @@ func (r *WorkloadReconciler) record(ctx context.Context, obj client.Object, comp
 // other write, must not stamp again (stale: nothing was written; ask again).
 // The slot Decide granted goes back (Release) when the stamp did not happen;
 // a superseding stamp keeps the slot its rollout under way holds.
-func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.Decision) (bool, error) {
+func (r *kindReconciler) roll(ctx context.Context, o *observed, d rollout.Decision) (bool, error) {
 	obj, comp := o.Object, o.comp
 	previous := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]
 	meta := recordAnnotations(comp)
@@ -444,7 +462,7 @@ func (r *WorkloadReconciler) roll(ctx context.Context, o *observed, d rollout.De
 // the one proposed, or the webhook's, whose consistent read disagreed with
 // this cache (it lags behind a write the webhook already saw). rolled: the
 // template changed.
-func (r *WorkloadReconciler) kept(ctx context.Context, o *observed, previous string) (string, bool, error) {
+func (r *kindReconciler) kept(ctx context.Context, o *observed, previous string) (string, bool, error) {
 	tmpl := r.Kind.PodTemplate(o.Object)
 	kept := tmpl.Annotations[stamp.AnnotationHash]
 	if kept != o.comp.Hash {
@@ -475,7 +493,7 @@ func (r *WorkloadReconciler) kept(ctx context.Context, o *observed, previous str
 
 // started tells that a rollout started: the metric, the log and a
 // ConfigChanged event naming what changed.
-func (r *WorkloadReconciler) started(ctx context.Context, obj client.Object, d rollout.Decision, previous, stamped string) {
+func (r *kindReconciler) started(ctx context.Context, obj client.Object, d rollout.Decision, previous, stamped string) {
 	rollout.StartedTotal.WithLabelValues(r.Kind.Name).Inc()
 	names := make([]string, len(d.Causes))
 	for i, c := range d.Causes {
@@ -506,7 +524,7 @@ func (r *WorkloadReconciler) started(ctx context.Context, obj client.Object, d r
 // the workload that was judged (a resourceVersion precondition): a cache that
 // has not yet seen an earlier close, or a newer rollout started since, must
 // not be closed again. stale: the workload had changed; nothing was written.
-func (r *WorkloadReconciler) closeRecord(ctx context.Context, obj client.Object, meta, extra map[string]any) (bool, error) {
+func (r *kindReconciler) closeRecord(ctx context.Context, obj client.Object, meta, extra map[string]any) (bool, error) {
 	patch := map[string]any{"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion(), "annotations": meta}}
 	maps.Copy(patch, extra)
 	raw, err := json.Marshal(patch)
@@ -526,12 +544,12 @@ func (r *WorkloadReconciler) closeRecord(ctx context.Context, obj client.Object,
 // patch merge-patches the workload's metadata annotations (nil deletes one)
 // and, when templateHash is set, the pod template's stamp: only these fields,
 // so GitOps tools and kubectl apply do not fight over anything else.
-func (r *WorkloadReconciler) patch(ctx context.Context, obj client.Object, meta map[string]any, templateHash string) error {
+func (r *kindReconciler) patch(ctx context.Context, obj client.Object, meta map[string]any, templateHash string) error {
 	return r.patchAt(ctx, obj, "", meta, templateHash)
 }
 
 // patchAt is patch on the workload's version resourceVersion only ("": any).
-func (r *WorkloadReconciler) patchAt(ctx context.Context, obj client.Object, resourceVersion string, meta map[string]any, templateHash string) error {
+func (r *kindReconciler) patchAt(ctx context.Context, obj client.Object, resourceVersion string, meta map[string]any, templateHash string) error {
 	var template map[string]any
 	if templateHash != "" {
 		template = stampPatch(r.Kind.TemplateFields(), templateHash)
@@ -571,29 +589,53 @@ func stampPatch(path []string, hash string) map[string]any {
 	return map[string]any{path[0]: at}
 }
 
-// SetupWithManager wires the reconciler: its own kind (and its halts being
-// lifted), ConfigMap, Secret and Namespace events mapped to the workloads they
-// concern, and nudges from the other reconcilers.
+// SetupWithManager wires the one workload controller: each kind's own
+// events (with that kind's predicates) and its halts being lifted;
+// ConfigMap, Secret and Namespace events mapped to the workloads of every
+// kind that they concern; and the wakes (Wakes).
 func (r *WorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	m := &mapper{client: mgr.GetClient(), kind: r.Kind, kinds: r.Kinds, scheduler: r.Scheduler}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named(strings.ToLower(r.Kind.Name)).
-		For(r.Kind.New(), builder.WithPredicates(workloadChanged(r.Kind))).
-		Watches(r.Kind.New(), haltLifted(r.Scheduler, r.Nudger)).
+	m := &mapper{client: mgr.GetClient(), kinds: r.Kinds, scheduler: r.Scheduler}
+	b := builder.TypedControllerManagedBy[rollout.Key](mgr).
+		Named(ControllerName).
+		WithOptions(controller.TypedOptions[rollout.Key]{
+			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
+			// In the options: WithOptions replaces a WithLogConstructor.
+			LogConstructor: keyLogger(mgr.GetLogger().WithValues("controller", ControllerName)),
+		})
+	for _, kind := range r.Kinds.All() {
+		b = b.Watches(kind.New(), workloadKey(kind), builder.WithPredicates(workloadChanged(kind))).
+			Watches(kind.New(), haltLifted(r.Scheduler))
+	}
+	return b.
 		Watches(&corev1.ConfigMap{}, m.sourceHandler(stamp.KindConfigMap), builder.WithPredicates(sourceChanged())).
 		Watches(&corev1.Secret{}, m.sourceHandler(stamp.KindSecret), builder.WithPredicates(sourceChanged())).
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.namespaceWorkloads),
+		Watches(&corev1.Namespace{}, handler.TypedEnqueueRequestsFromMapFunc(m.namespaceWorkloads),
 			builder.WithPredicates(predicate.LabelChangedPredicate{}, inScope(r.Scope))).
-		WatchesRawSource(r.Nudger.source(r.Kind)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		WatchesRawSource(r.Wakes.source()).
 		Complete(r)
+}
+
+// ControllerName names the one workload controller (its metrics, its
+// queue's, and its logs).
+const ControllerName = "workload"
+
+// keyLogger is the controller's logger for a reconcile of a key: the
+// workload under its kind's name, as controller-runtime names it for a
+// controller of one kind, with its namespace and name.
+func keyLogger(base logr.Logger) func(*rollout.Key) logr.Logger {
+	return func(key *rollout.Key) logr.Logger {
+		if key == nil {
+			return base
+		}
+		return base.WithValues(key.Kind, klog.KRef(key.Namespace, key.Name), "namespace", key.Namespace, "name", key.Name)
+	}
 }
 
 // holdPatch is what d writes of the spec besides the stamp: the canary's
 // hold a Stamp sets, or the hold the judged record carries put back when
 // the record d writes no longer carries it (a passed canary, a rollout
 // that ends, a new rollout that is no canary). Nil: nothing.
-func (r *WorkloadReconciler) holdPatch(ctx context.Context, obj client.Object, d rollout.Decision) map[string]any {
+func (r *kindReconciler) holdPatch(ctx context.Context, obj client.Object, d rollout.Decision) map[string]any {
 	if len(d.Hold) > 0 {
 		return d.Hold.SetPatch()
 	}

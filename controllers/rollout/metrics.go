@@ -35,6 +35,12 @@ var (
 		Name: "configstamp_rollouts_failed_verification_total",
 		Help: "Rollouts configstamp started that completed and then failed in their verification window (a container restarted or crashed, a pod lost its readiness).",
 	}, []string{"kind"})
+	// ReconcilesTotal counts the workload controller's reconciles by kind:
+	// one controller, one queue for every kind, so controller-runtime's
+	// reconcile counts (by controller) no longer tell the kinds apart.
+	ReconcilesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "configstamp_reconciles_total", Help: "Reconciles of workloads, by kind.",
+	}, []string{"kind"})
 	// CanariesTotal counts canaries by how they ended (passed, failed) and kind.
 	CanariesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "configstamp_canaries_total",
@@ -101,7 +107,7 @@ var current atomic.Pointer[Scheduler]
 // registers nothing (the kubectl plugin reads records with it).
 func RegisterMetrics(kinds *workload.Registry) {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(StartedTotal, CompletedTotal, CanariesTotal, FailedTotal, FailedVerificationTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
+		metrics.Registry.MustRegister(StartedTotal, ReconcilesTotal, CompletedTotal, CanariesTotal, FailedTotal, FailedVerificationTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
 			waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
 	})
 	// Every kind's series from the start, at 0: increase() and rate() see the
@@ -118,7 +124,7 @@ var registerOnce sync.Once
 // InitSeries makes kind's rollout counters' series, at 0 (the extra kinds of
 // --kinds-config are registered after init).
 func InitSeries(kind string) {
-	for _, c := range []*prometheus.CounterVec{StartedTotal, CompletedTotal, FailedTotal, FailedVerificationTotal} {
+	for _, c := range []*prometheus.CounterVec{ReconcilesTotal, StartedTotal, CompletedTotal, FailedTotal, FailedVerificationTotal} {
 		c.WithLabelValues(kind)
 	}
 }

@@ -104,10 +104,6 @@ type pending struct {
 	// announced only: a source it references changed and its reconcile is
 	// queued; it has not said yet whether it needs a rollout.
 	announced bool
-	// foreseen only: announced by another kind's controller, which saw the
-	// change first; its own controller confirms it with Announce (see
-	// foreseenFor).
-	foreseen bool
 	// the debounce window: the hash wanted, the first and the latest change.
 	hash        string
 	first, last time.Time
@@ -136,11 +132,6 @@ const upcoming = 500 * time.Millisecond
 // forgetAfter drops pending entries whose reconcile stopped asking (deleted,
 // or no longer in need and never told).
 const forgetAfter = 10 * time.Second
-
-// foreseenFor drops a foreseen entry its own controller did not confirm: it
-// handled the change, and settled, before another kind's controller foresaw
-// it. Normally the confirmation follows within milliseconds.
-const foreseenFor = time.Second
 
 // Scheduler decides when a workload that needs a rollout may have it: after
 // its debounce window, within the budget of concurrent rollouts and the global
@@ -171,10 +162,6 @@ type Scheduler struct {
 	pending map[Key]*pending
 	// inflight: stamped by this process, maybe not yet visible in the cache.
 	inflight map[Key]time.Time
-	// handled: when k's own controller last announced, forgot or granted
-	// it. A Foresee right after comes late (its controller already saw the
-	// change) and is ignored, so it leaves no phantom in the wave order.
-	handled map[Key]time.Time
 	// halted: workloads told that they wait on a halted change, which, and
 	// their priorities (announced again when the halt lifts).
 	halted map[Key]haltedOn
@@ -204,8 +191,7 @@ type Scheduler struct {
 	now     func() time.Time
 }
 
-// pruneEvery bounds how often the scheduler walks its pending and handled
-// entries to drop stale ones: a wave of N workloads steps the scheduler about
+// pruneEvery bounds how often the scheduler walks its pending entries to drop stale ones: a wave of N workloads steps the scheduler about
 // N times, and a walk at each step cost O(N²). Between walks a stale entry is
 // dropped when it is looked up (entry), and never counted (tally) nor ordered.
 const pruneEvery = time.Second
@@ -221,7 +207,6 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		Policy: policy, Cache: cache, Keys: keys, Kinds: kinds,
 		pending:  map[Key]*pending{},
 		inflight: map[Key]time.Time{},
-		handled:  map[Key]time.Time{},
 		halted:   map[Key]haltedOn{},
 		seals:    map[Key]sealCheck{},
 		progress: map[Key]progressMark{},
@@ -238,16 +223,14 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 }
 
 // Announce says that k's sources changed and its reconcile is queued, with
-// its priority, so that the wave order knows it before it asks.
+// its priority, so that the wave order knows it before it asks. The one
+// workload controller's source mapper, which sees every kind at once,
+// announces every workload a change concerns before it queues any.
 func (s *Scheduler) Announce(k Key, priority int, refs ...stamp.ObjectRef) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	s.handled[k] = now
 	if p := s.entry(k, now); p != nil {
-		if p.foreseen {
-			p.foreseen, p.priority, p.seen = false, priority, now
-		}
 		p.refs = appendNew(p.refs, refs...)
 		return
 	}
@@ -322,21 +305,6 @@ func (s *Scheduler) Ongoing(ctx context.Context, k Key, causes []Change) bool {
 	return false
 }
 
-// Foresee is Announce by the controller of another kind than k's: each kind's
-// controller handles a source change on its own, and the first to ask for a
-// slot must already know the others' priorities. Unconfirmed by k's own
-// Announce within foreseenFor, it is dropped.
-func (s *Scheduler) Foresee(k Key, priority int, refs ...stamp.ObjectRef) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	if s.entry(k, now) != nil || now.Sub(s.handled[k]) < foreseenFor {
-		return
-	}
-	s.pending[k] = &pending{priority: priority, announced: true, foreseen: true, readyAt: now, seen: now, refs: refs}
-	s.report()
-}
-
 // Debounce records that k needs hash and returns how long to wait before
 // rolling: until window has passed since the last different hash, at most
 // MaxWait after the first.
@@ -377,7 +345,7 @@ func (s *Scheduler) Acquire(ctx context.Context, k Key, priority int, needsSlot 
 		p = &pending{first: now, last: now}
 		s.pending[k] = p
 	}
-	p.priority, p.announced, p.foreseen, p.readyAt, p.seen = priority, false, false, now, now
+	p.priority, p.announced, p.readyAt, p.seen = priority, false, now, now
 
 	if needsSlot && s.Policy.MaxConcurrent > 0 {
 		held, err := s.holders(ctx, now)
@@ -396,7 +364,6 @@ func (s *Scheduler) Acquire(ctx context.Context, k Key, priority int, needsSlot 
 		return max(r.DelayFrom(now), 50*time.Millisecond), nil
 	}
 	delete(s.pending, k)
-	s.handled[k] = now
 	if needsSlot {
 		s.inflight[k] = now
 	}
@@ -430,7 +397,6 @@ func (s *Scheduler) Forget(k Key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.pending, k)
-	s.handled[k] = s.now()
 	s.report()
 }
 
@@ -824,9 +790,6 @@ func (s *Scheduler) Lifted(changes []string) []Key {
 // needs a rollout and was busy when it was announced). A workload in its
 // debounce window asks again at the window's end.
 func (p *pending) stale(now time.Time) bool {
-	if p.foreseen {
-		return now.Sub(p.seen) > foreseenFor
-	}
 	return now.Sub(maxTime(p.seen, p.readyAt)) > forgetAfter
 }
 
@@ -848,11 +811,6 @@ func (s *Scheduler) report() {
 	now := s.now()
 	if now.Sub(s.pruned) >= pruneEvery {
 		s.pruned = now
-		for k, at := range s.handled {
-			if now.Sub(at) >= foreseenFor {
-				delete(s.handled, k)
-			}
-		}
 		for k, p := range s.pending {
 			if p.stale(now) {
 				delete(s.pending, k)

@@ -352,54 +352,6 @@ func TestPendingGaugeFollowsPruning(t *testing.T) {
 	}
 }
 
-// A workload foreseen by another kind's controller counts for the wave order
-// only until its own controller confirms it; unconfirmed (its controller had
-// already handled the change and settled), it is dropped within foreseenFor,
-// and the pending gauge says so at the next scrape with nothing else
-// happening (WaitIdle waits for it).
-func TestForeseenWorkloadUnconfirmedIsDropped(t *testing.T) {
-	s, c := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute})
-	sts := Key{"StatefulSet", "ns", "settled"}
-	s.Foresee(sts, 10)
-	if w, _ := s.Acquire(t.Context(), dep("low"), 0, true); w == 0 {
-		t.Fatal("a foreseen higher priority did not count for the order")
-	}
-	s.Forget(dep("low"))
-	c.advance(foreseenFor + time.Millisecond)
-	if v := testutil.ToFloat64(pendingWorkloads); v != 0 {
-		t.Fatalf("pending gauge %v once the unconfirmed foreseen entry expired, want 0", v)
-	}
-	if w, _ := s.Acquire(t.Context(), dep("low"), 0, true); w != 0 {
-		t.Fatalf("an expired foreseen entry still holds the wave back: wait %v", w)
-	}
-
-	s.Release(dep("low"))
-	confirmed := Key{"StatefulSet", "ns", "confirmed"}
-	s.Foresee(confirmed, 10)
-	s.Announce(confirmed, 10)
-	c.advance(5 * foreseenFor)
-	if w, _ := s.Acquire(t.Context(), dep("other"), 0, true); w == 0 {
-		t.Fatal("a confirmed announcement was dropped like an unconfirmed foreseen one")
-	}
-}
-
-// A Foresee that comes after the workload's own controller already handled
-// the change (announced, then settled or granted) is ignored: no phantom
-// entry holds the wave back, and a granted workload is not counted twice.
-func TestLateForeseeLeavesNoPhantom(t *testing.T) {
-	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute})
-	settled := Key{"StatefulSet", "ns", "settled"}
-	s.Announce(settled, 10)
-	s.Forget(settled) // its reconcile found nothing to do
-	s.Foresee(settled, 10)
-	if v := testutil.ToFloat64(pendingWorkloads); v != 0 {
-		t.Fatalf("pending gauge %v after a late Foresee, want 0", v)
-	}
-	if w, _ := s.Acquire(t.Context(), dep("low"), 0, true); w != 0 {
-		t.Fatalf("a late Foresee held the wave back: wait %v", w)
-	}
-}
-
 // A change still rolls elsewhere while another workload of the namespace
 // waits to roll it (announced, debouncing, waiting for a slot) or holds a
 // slot with a rollout of it; then a completed workload is watched for crashes.

@@ -107,6 +107,16 @@ func (r *Registry) list() []Kind {
 	return r.kinds
 }
 
+// Named returns the kind called name (Kind.Name, e.g. "Deployment").
+func (r *Registry) Named(name string) (Kind, bool) {
+	for _, k := range r.list() {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return Kind{}, false
+}
+
 // Of returns the kind of obj: a built-in kind by its Go type, an extra kind
 // by its group and kind.
 func (r *Registry) Of(obj client.Object) (Kind, bool) {

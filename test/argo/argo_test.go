@@ -45,8 +45,8 @@ func TestMain(m *testing.M) {
 		// a rollout here.
 		Args: []string{"--kinds-config=" + kinds, "--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=3m", "--pin"},
 		// configstamp reads the kinds whose CRD is installed when it starts.
-		BeforeStart:      startArgo,
-		ExtraControllers: []string{"rollout"},
+		BeforeStart: startArgo,
+		ExtraKinds:  []string{"Rollout"},
 	}))
 }
 

@@ -61,9 +61,9 @@ type Env struct {
 	secureMetrics bool
 	// realNode: the control plane runs a real node (Config.RealNode).
 	realNode bool
-	// controllers are the workload controllers WaitIdle and ReconcileCounts
-	// read: the built-in kinds' and Config.ExtraControllers.
-	controllers []string
+	// kinds are the workload kinds whose reconciles WaitIdle and
+	// ReconcileCounts read: the built-in kinds and Config.ExtraKinds.
+	kinds []string
 
 	// MetricsToken is the bearer token Process.Metrics sends when /metrics is
 	// served over HTTPS (Config.SecureMetrics): one allowed get on /metrics.
@@ -123,11 +123,10 @@ type Config struct {
 	// Kubeconfig, before configstamp starts: to create what configstamp must
 	// find at its start (a CRD it reads only when it starts, for instance).
 	BeforeStart func(ctx context.Context, e *Env) error
-	// ExtraControllers names the controllers of the extra kinds configstamp
-	// runs with (--kinds-config; a controller is named after its kind in lower
-	// case, e.g. "rollout"): WaitIdle and ReconcileCounts watch them next to
-	// the built-in kinds' controllers.
-	ExtraControllers []string
+	// ExtraKinds names the extra kinds configstamp runs with (--kinds-config,
+	// e.g. "Rollout"): WaitIdle and ReconcileCounts count their reconciles
+	// next to the built-in kinds'.
+	ExtraKinds []string
 }
 
 // Main starts the control plane and configstamp, runs the tests, and stops
@@ -161,7 +160,7 @@ func start(cfg Config) (*Env, error) {
 		return nil, err
 	}
 	e := &Env{Root: root, certDir: cfg.CertManagerDir, secureMetrics: cfg.SecureMetrics, realNode: cfg.RealNode,
-		controllers: append(append([]string{}, controllerNames...), cfg.ExtraControllers...)}
+		kinds: append(append([]string{}, builtinKinds...), cfg.ExtraKinds...)}
 	dir, err := os.MkdirTemp("", "configstamp-test-")
 	if err != nil {
 		return nil, err
@@ -693,8 +692,9 @@ func sumSamples(r io.Reader, family string, labels []string) (float64, error) {
 	return sum, sc.Err()
 }
 
-// WaitIdle waits until every configstamp controller has reconciled more than
-// it had at `since` (from ReconcileCounts), all work queues are empty, and the
+// WaitIdle waits until configstamp has reconciled workloads of every kind
+// named in `since` (from ReconcileCounts) more than it had then, the workload
+// controller's queue is empty and none of its workers busy, and the
 // scheduler holds nothing pending (configstamp_rollouts_pending: no workload
 // debouncing, waiting for a slot, or announced and not yet reconciled): the
 // point where configstamp has acted on everything it was told before. Work
@@ -706,38 +706,42 @@ func (p *Process) WaitIdle(t testing.TB, since map[string]float64) {
 		now := p.ReconcileCounts(t)
 		for name, before := range since {
 			if now[name] <= before {
-				return false, fmt.Sprintf("controller %s reconciled %v times, waiting for more than %v", name, now[name], before)
+				return false, fmt.Sprintf("%s workloads reconciled %v times, waiting for more than %v", name, now[name], before)
 			}
 		}
 		if pending, err := p.Metrics("configstamp_rollouts_pending"); err != nil || pending != 0 {
 			return false, fmt.Sprintf("%v workloads pending in the scheduler (%v)", pending, err)
 		}
-		for _, name := range p.env.controllers {
-			depth, err := p.Metrics("workqueue_depth", `name="`+name+`"`)
-			if err != nil || depth != 0 {
-				return false, fmt.Sprintf("queue %s depth %v (%v)", name, depth, err)
-			}
-			busy, err := p.Metrics("controller_runtime_active_workers", `controller="`+name+`"`)
-			if err != nil || busy != 0 {
-				return false, fmt.Sprintf("controller %s has %v active workers (%v)", name, busy, err)
-			}
+		depth, err := p.Metrics("workqueue_depth", `name="`+workloadController+`"`)
+		if err != nil || depth != 0 {
+			return false, fmt.Sprintf("queue %s depth %v (%v)", workloadController, depth, err)
+		}
+		busy, err := p.Metrics("controller_runtime_active_workers", `controller="`+workloadController+`"`)
+		if err != nil || busy != 0 {
+			return false, fmt.Sprintf("controller %s has %v active workers (%v)", workloadController, busy, err)
 		}
 		return true, ""
 	})
 }
 
-var controllerNames = []string{"deployment", "statefulset", "daemonset"}
+// builtinKinds are the workload kinds configstamp always handles.
+var builtinKinds = []string{"Deployment", "StatefulSet", "DaemonSet"}
 
-// ReconcileCounts returns controller_runtime_reconcile_total per controller.
+// workloadController is the name of configstamp's one workload controller
+// (controllers.ControllerName): its queue holds the workloads of every kind.
+const workloadController = "workload"
+
+// ReconcileCounts returns configstamp_reconciles_total per kind, keyed by the
+// kind's name in lower case ("deployment", "rollout").
 func (p *Process) ReconcileCounts(t testing.TB) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	for _, name := range p.env.controllers {
-		v, err := p.Metrics("controller_runtime_reconcile_total", `controller="`+name+`"`)
+	for _, kind := range p.env.kinds {
+		v, err := p.Metrics("configstamp_reconciles_total", `kind="`+kind+`"`)
 		if err != nil {
 			t.Fatalf("scraping configstamp metrics: %v", err)
 		}
-		out[name] = v
+		out[strings.ToLower(kind)] = v
 	}
 	return out
 }

@@ -36,8 +36,8 @@ var hashKey = []byte("configstamp-kinds-suite-hmac-key!!")
 const (
 	// argoModule is the argo-rollouts release whose CRD the suite installs.
 	argoModule = framework.ArgoModule
-	// rolloutController is the name of the Rollouts' controller in
-	// configstamp's metrics (its kind in lower case).
+	// rolloutController is the Rollouts' key in ReconcileCounts (their kind
+	// in lower case; configstamp_reconciles_total counts them as "Rollout").
 	rolloutController = "rollout"
 )
 
@@ -64,8 +64,8 @@ func TestMain(m *testing.M) {
 		// with the Argo Rollouts component, whose rules are generated.
 		Kubeconfig: installRBAC,
 		// configstamp reads the kinds whose CRD is installed when it starts.
-		BeforeStart:      installRolloutCRD,
-		ExtraControllers: []string{rolloutController},
+		BeforeStart: installRolloutCRD,
+		ExtraKinds:  []string{"Rollout"},
 	}))
 }
 
@@ -245,8 +245,8 @@ func warnings(t *testing.T, obj client.Object, reason string) int {
 	return n
 }
 
-// reconciles are the reconcile counts of the Deployments' and the Rollouts'
-// controllers, for Process.WaitIdle.
+// reconciles are the reconcile counts of the Deployments and of the
+// Rollouts, for Process.WaitIdle.
 func reconciles(t *testing.T) map[string]float64 {
 	t.Helper()
 	all := env.Configstamp.ReconcileCounts(t)
