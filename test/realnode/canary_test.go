@@ -27,8 +27,9 @@ import (
 // first of the wave is the change's canary: exactly one pod, in all six,
 // ever runs the bad value; the change is halted and no other workload is
 // stamped. A good value then rolls all six, the canary first: no other is
-// stamped before it passed, and afterwards no field of any Deployment's
-// spec but its template's stamp differs from what the user applied.
+// stamped before it passed, also across a restart of configstamp while it
+// runs, and afterwards no field of any Deployment's spec but its template's
+// stamp differs from what the user applied.
 func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 	restartWith(t, defaultFlags...)
 	ns := env.Namespace(t, "canary", nil)
@@ -107,6 +108,16 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 	// A good value: the canary first, the rest after it passed.
 	fixed := time.Now()
 	env.Apply(t, configMap(ns, "shared", "fixed"))
+	// A restart mid-canary resumes it from its sealed record: once the
+	// canary holds its one new pod, configstamp is restarted.
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		rec := record(t, ds[0])
+		return rec.Canary == rollout.CanaryRunning && rec.Hold != "" && rec.State == rollout.Rolling, fmt.Sprintf("no held canary yet; record %+v", rec)
+	})
+	if err := env.Configstamp.RestartWith(t.Context(), defaultFlags...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("configstamp restarted %s after the fix, mid-canary", since(fixed))
 	var passed time.Time
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
 		// The others first, then the canary's record: configstamp writes
