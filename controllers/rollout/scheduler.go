@@ -230,8 +230,8 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		canaryPassed: map[string]time.Time{},
 		canaryClaims: map[Key]canaryClaim{},
 		canaryOpen:   map[Key][]stamp.ObjectRef{},
-		limiter:  rate.NewLimiter(limit, 1),
-		now:      time.Now,
+		limiter:      rate.NewLimiter(limit, 1),
+		now:          time.Now,
 	}
 	current.Store(s)
 	return s
