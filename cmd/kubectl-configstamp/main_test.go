@@ -115,7 +115,7 @@ func TestPlanForEdgeCases(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			res := planFor(tc.live, tc.next, []workload{w, plain, pinned}, nil, noLabels)
+			res := planFor(tc.live, tc.next, []workload{w, plain, pinned}, nil, noLabels, noLabels)
 			for _, e := range res.Workloads {
 				want, rolls := tc.rolls[e.Name]
 				if e.Rolls != rolls || rolls && !strings.HasPrefix(e.Reason, want) {
