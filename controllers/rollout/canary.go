@@ -150,6 +150,17 @@ func (s *Scheduler) ClaimCanary(ctx context.Context, k Key, priority int, causes
 	return true, 0, nil
 }
 
+// CanaryWritten tells the scheduler that the reconciler wrote next, the
+// record that follows judged on k: a canary that passed (its hold put
+// back), or one whose whole workload completed, lets the rest of its wave
+// roll, from now. Only once written: a write refused (a conflict with the
+// workload's own controller) leaves the canary running, judged again.
+func (s *Scheduler) CanaryWritten(k Key, judged, next Record) {
+	if judged.Canary == CanaryRunning && (next.Canary == CanaryPassed || next.State == Completed) {
+		s.passCanary(k, ParseChanges(judged.Cause))
+	}
+}
+
 // passCanary notes that the canary k of causes passed: the rest of the
 // wave rolls them out with the budget.
 func (s *Scheduler) passCanary(k Key, causes []Change) {
@@ -170,11 +181,14 @@ func (s *Scheduler) passCanary(k Key, causes []Change) {
 
 // canaryPassAt: when the canary of rec, held at one new pod, passes (ok
 // false: not while the pods show what they show): once a pod of the new
-// revision exists and every one of them stayed healthy for the window.
+// revision stayed healthy (Ready, no restart) for the window, with no sign
+// of failure among them. A second new pod the workload's controller made
+// meanwhile (it goes on by itself once the first was available for the
+// window, its minReadySeconds) delays nothing.
 func canaryPassAt(o Observation) (time.Time, bool) {
 	v := o.Verification
-	if !v.Read || v.Unread || v.Problem != "" || v.Pods == 0 || !v.Healthy || v.HealthySince.IsZero() {
+	if !v.Read || v.Unread || v.Problem != "" || v.FirstHealthySince.IsZero() {
 		return time.Time{}, false
 	}
-	return v.HealthySince.Add(o.VerifyWindow), true
+	return v.FirstHealthySince.Add(o.VerifyWindow), true
 }

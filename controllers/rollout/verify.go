@@ -48,8 +48,12 @@ type Verification struct {
 	Healthy      bool
 	HealthySince time.Time
 	// Pods: how many pods of the revision run (not ended, not being
-	// deleted): a canary passes only with one.
+	// deleted).
 	Pods int
+	// FirstHealthySince: of the pods of the revision Ready now, the one
+	// healthy the longest has been since then (zero: none is Ready). A
+	// canary passes on it.
+	FirstHealthySince time.Time
 	// Outlast: how long a halted workload's pods must stay healthy besides
 	// the window: twice the longest run of a container before its last
 	// restart, so a crash loop whose runs outlast the window (a crash 45 s
@@ -216,6 +220,9 @@ func InspectPods(seen PodsSeen) Verification {
 		since, ready := healthySince(p)
 		v.Healthy = v.Healthy && ready
 		v.Pods++
+		if ready && (v.FirstHealthySince.IsZero() || since.Before(v.FirstHealthySince)) {
+			v.FirstHealthySince = since
+		}
 		if seen.Rule == RuleLasting {
 			v.Outlast = max(v.Outlast, 2*longestRun(p))
 		}
