@@ -126,15 +126,7 @@ func TestCanary(t *testing.T) {
 			if tc.notInTable == strings.Contains(out.String(), "Canary:") || !tc.notInTable && !strings.Contains(out.String(), tc.row) {
 				t.Errorf("want the row %q in\n%s", tc.row, out)
 			}
-			o, out = fakeCluster(t, now, objs...)
-			o.output = "json"
-			if err := runWhy(t.Context(), o, []string{"deploy/" + tc.workload}); err != nil {
-				t.Fatal(err)
-			}
-			var res whyResult
-			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-				t.Fatal(err)
-			}
+			res, _ := whyJSON(t, now, tc.workload, objs...)
 			timeText := func(p *time.Time) string {
 				if p == nil {
 					return ""

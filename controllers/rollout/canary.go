@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -17,24 +16,7 @@ const AnnotationCanaryOpt = "configstamp.io/canary"
 // Namespace; def (--canary) when neither says. A value other than "true"
 // or "false" is a Problem and is passed over.
 func CanaryWanted(workloadAnnotations, namespaceAnnotations map[string]string, def bool) (bool, []stamp.Problem) {
-	var problems []stamp.Problem
-	for _, a := range []struct {
-		where string
-		m     map[string]string
-	}{{"annotation", workloadAnnotations}, {"namespace annotation", namespaceAnnotations}} {
-		v, ok := a.m[AnnotationCanaryOpt]
-		if !ok {
-			continue
-		}
-		switch strings.TrimSpace(v) {
-		case "true":
-			return true, problems
-		case "false":
-			return false, problems
-		}
-		problems = append(problems, stamp.Problem{Field: a.where + " " + AnnotationCanaryOpt, Value: v, Message: `is neither "true" nor "false"`})
-	}
-	return def, problems
+	return choice(workloadAnnotations, namespaceAnnotations, AnnotationCanaryOpt, "true", "false", def)
 }
 
 // A change's canary: the first workload of a namespace to roll out a change
