@@ -80,7 +80,7 @@ func (c *ControlPlane) runSupervised(name string, args, env []string) error {
 		}
 		c.procs = c.procs[:len(c.procs)-1] // exited: not a component that crashed later
 		if try == tries {
-			return fmt.Errorf("%s exited within %v of its start %d times, the last: %v", name, settle, tries, p.exitErr)
+			return fmt.Errorf("%s exited within %v of its start %d times, the last: %w", name, settle, tries, p.exitErr)
 		}
 		c.logf("%s exited right after its start (%v); starting it again", name, p.exitErr)
 		<-time.After(time.Second)
