@@ -63,10 +63,45 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 	$(ACTIONLINT)
 
-.PHONY: test
-test: build controlplane realnode node-images argo-rollouts controller-gen lint release-check-host bench-smoke ## Unit, integration and end-to-end tests (starts local control planes), a smoke run of the bench.
-	$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
-	$(GO) test -race -count=1 ./webhook/live/
+# make test runs in two lanes at once. The suites on the machine's one real
+# node (test/localcp Options.RealNode) take its lock one after another, so
+# they are a go test of their own, one package at a time, the longest first:
+# the real-node lane, the longest. What it runs is built first, alone (a build
+# beside another would compile their shared packages twice); then the lane
+# starts and, beside it, the rest lane: argo-rollouts, controller-gen, lint,
+# release-check-host, bench-smoke, go test of every other package
+# (-p $(GOTEST_P)), then webhook/live under the race detector. (In one go test
+# of ./..., a real-node package waiting for the lock held one of the -p slots
+# idle.) Each lane is a make of its own: a failure in one does not stop the
+# other. Their output is on stdout, go test's lines prefixed [real-node],
+# [rest] or [race], and in $(TEST_OUT)/<lane>.log; a summary ends the run.
+REALNODE_PKGS := ./test/realnode ./test/install ./test/localcp
+GOTEST_P ?= 2
+TEST_OUT ?= $(CURDIR)/_output/test
+# Every package but the real-node ones, as import paths.
+REST_PKGS = $(filter-out $(shell $(GO) list $(REALNODE_PKGS)),$(shell $(GO) list ./...))
+TEST_REALNODE_DEPS := build controlplane realnode node-images
+
+.PHONY: test test-realnode test-rest
+test: ## Lint, unit, integration and end-to-end tests (starts local control planes), the release check, a smoke run of the bench.
+	@mkdir -p $(TEST_OUT) && rm -f $(TEST_OUT)/*.log $(TEST_OUT)/*.log.rc
+	@$(MAKE) --no-print-directory $(TEST_REALNODE_DEPS)
+	@$(MAKE) --no-print-directory test-realnode & lane=$$!; \
+	$(MAKE) --no-print-directory test-rest; rest=$$?; \
+	wait $$lane; realnode=$$?; \
+	hack/test-lanes.sh summary $(TEST_OUT)/real-node.log $(TEST_OUT)/rest.log $(TEST_OUT)/race.log; \
+	[ $$realnode = 0 ] && [ $$rest = 0 ]
+
+# The real-node lane (see test).
+test-realnode: $(TEST_REALNODE_DEPS)
+	@hack/test-lanes.sh run real-node $(TEST_OUT)/real-node.log \
+		$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) -p 1 $(REALNODE_PKGS)
+
+# The rest lane (see test).
+test-rest: build controlplane argo-rollouts controller-gen lint release-check-host bench-smoke
+	@hack/test-lanes.sh run rest $(TEST_OUT)/rest.log \
+		$(GO) test -count=1 -timeout 40m -p $(GOTEST_P) $(GOTEST_FLAGS) $(REST_PKGS)
+	@hack/test-lanes.sh run race $(TEST_OUT)/race.log $(GO) test -race -count=1 ./webhook/live/
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).

@@ -11,8 +11,9 @@ import (
 
 // The reconciler observes, asks the rollout package one question and acts:
 // the scheduler's state is reached through Decide once per reconcile, and
-// Release only gives back a slot Decide granted when the stamp did not
-// happen (in roll). A new call into the scheduler from the reconciler would
+// the scheduler is told only what a write did: Release gives back a slot
+// Decide granted when the stamp did not happen (in roll), CanaryWritten
+// that a canary's pass was written (in act). A new call into the scheduler from the reconciler would
 // spread the wave's rules over two packages again; this test says where.
 func TestReconcilerAsksTheSchedulerOnce(t *testing.T) {
 	fset := token.NewFileSet()
@@ -41,8 +42,13 @@ func TestReconcilerAsksTheSchedulerOnce(t *testing.T) {
 			return true
 		})
 	}
-	if got := slices.Sorted(maps.Keys(calls)); !slices.Equal(got, []string{"Decide", "Release"}) {
-		t.Errorf("the reconciler calls the scheduler's %v, want only Decide and Release", got)
+	if got := slices.Sorted(maps.Keys(calls)); !slices.Equal(got, []string{"CanaryWritten", "Decide", "Release"}) {
+		t.Errorf("the reconciler calls the scheduler's %v, want only Decide, Release and CanaryWritten", got)
+	}
+	for _, caller := range calls["CanaryWritten"] {
+		if caller != "act" {
+			t.Errorf("CanaryWritten is called from %s: only act, once its write landed, tells it", caller)
+		}
 	}
 	if got := calls["Decide"]; !slices.Equal(got, []string{"Reconcile"}) {
 		t.Errorf("Decide is called from %v, want from Reconcile only, once", got)

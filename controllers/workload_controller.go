@@ -194,6 +194,7 @@ func (r *kindReconciler) act(ctx context.Context, o *observed, d rollout.Decisio
 		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
 			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
 		}
+		r.Scheduler.CanaryWritten(o.Key, d.Judged, *d.Record)
 		rollout.CanariesTotal.WithLabelValues("passed", r.Kind.Name).Inc()
 		log.FromContext(ctx).Info("canary passed; the change rolls on", "cause", d.Judged.Cause, "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonCanaryPassed, "Canary",
@@ -204,6 +205,7 @@ func (r *kindReconciler) act(ctx context.Context, o *observed, d rollout.Decisio
 		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
 			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
 		}
+		r.Scheduler.CanaryWritten(o.Key, d.Judged, *d.Record)
 		if d.Failure != "" {
 			rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
 			if d.Judged.State == rollout.Verifying {

@@ -328,24 +328,33 @@ func (o *options) oneWorkload(ctx context.Context, arg, doing string) (workload,
 	return w, ns, err
 }
 
-// namespaceLabels reads the labels of the namespaces, once each. A namespace
-// the user may not read counts as unlabelled.
+// namespaceLabels reads the labels and annotations of the namespaces, once
+// each. A namespace the user may not read counts as unlabelled.
 type namespaceLabels struct {
 	o     *options
-	cache map[string]map[string]string
+	cache map[string]metav1.ObjectMeta
+}
+
+func (n *namespaceLabels) read(ctx context.Context, name string) metav1.ObjectMeta {
+	if m, ok := n.cache[name]; ok {
+		return m
+	}
+	if n.cache == nil {
+		n.cache = map[string]metav1.ObjectMeta{}
+	}
+	var m metav1.ObjectMeta
+	if ns, err := n.o.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		m = ns.ObjectMeta
+	}
+	n.cache[name] = m
+	return m
 }
 
 func (n *namespaceLabels) get(ctx context.Context, name string) map[string]string {
-	if l, ok := n.cache[name]; ok {
-		return l
-	}
-	if n.cache == nil {
-		n.cache = map[string]map[string]string{}
-	}
-	var l map[string]string
-	if ns, err := n.o.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{}); err == nil {
-		l = ns.Labels
-	}
-	n.cache[name] = l
-	return l
+	return n.read(ctx, name).Labels
+}
+
+// annotations are the namespace's annotations (configstamp.io/canary).
+func (n *namespaceLabels) annotations(ctx context.Context, name string) map[string]string {
+	return n.read(ctx, name).Annotations
 }

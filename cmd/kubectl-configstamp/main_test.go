@@ -115,7 +115,7 @@ func TestPlanForEdgeCases(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			res := planFor(tc.live, tc.next, []workload{w, plain, pinned}, nil, noLabels)
+			res := planFor(tc.live, tc.next, []workload{w, plain, pinned}, nil, noLabels, noLabels)
 			for _, e := range res.Workloads {
 				want, rolls := tc.rolls[e.Name]
 				if e.Rolls != rolls || rolls && !strings.HasPrefix(e.Reason, want) {
@@ -293,15 +293,7 @@ func TestVerifyingAndFailedRollouts(t *testing.T) {
 			if tc.failure == "" && strings.Contains(out.String(), "Failure:") {
 				t.Errorf("a failure shown for a %s rollout:\n%s", tc.state, out)
 			}
-			o, out = fakeCluster(t, now, objs...)
-			o.output = "json"
-			if err := runWhy(t.Context(), o, []string{"deploy/" + tc.workload}); err != nil {
-				t.Fatal(err)
-			}
-			var res whyResult
-			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-				t.Fatal(err)
-			}
+			res, raw := whyJSON(t, now, tc.workload, objs...)
 			gotUntil := ""
 			if res.VerifyUntil != nil {
 				gotUntil = res.VerifyUntil.Format(time.RFC3339)
@@ -309,11 +301,27 @@ func TestVerifyingAndFailedRollouts(t *testing.T) {
 			if res.State != tc.state || gotUntil != tc.until || res.Failure != tc.failure || !strings.HasPrefix(res.Summary, tc.summary) {
 				t.Errorf("state %q until %q failure %q summary %q;\nwant %q %q %q %q", res.State, gotUntil, res.Failure, res.Summary, tc.state, tc.until, tc.failure, tc.summary)
 			}
-			var raw map[string]any
-			_ = json.Unmarshal(out.Bytes(), &raw)
-			if _, ok := raw["failure"]; ok != (tc.failure != "") {
-				t.Errorf("JSON field failure present %v: %s", ok, out)
+			var fields map[string]any
+			_ = json.Unmarshal(raw, &fields)
+			if _, ok := fields["failure"]; ok != (tc.failure != "") {
+				t.Errorf("JSON field failure present %v: %s", ok, raw)
 			}
 		})
 	}
+}
+
+// whyJSON is `why -o json` of deployment name on a fake cluster of objs,
+// decoded and as printed.
+func whyJSON(t *testing.T, now time.Time, name string, objs ...runtime.Object) (whyResult, []byte) {
+	t.Helper()
+	o, out := fakeCluster(t, now, objs...)
+	o.output = "json"
+	if err := runWhy(t.Context(), o, []string{"deploy/" + name}); err != nil {
+		t.Fatal(err)
+	}
+	var res whyResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	return res, out.Bytes()
 }

@@ -30,6 +30,13 @@ const planLong = `What applying a ConfigMap/Secret manifest (-f FILE, "-" for st
 would roll, computed as client-side kubectl apply would change the live
 object, before you apply it. Secret values are compared, never printed.
 
+The Canary: line names the workload that would be the change's canary: it
+gets the change first, held at one new pod for its verification window, and
+the other workloads of the namespace that roll wait until it passes (unless
+the manager runs with --canary=false). A workload that references other keys
+of the object rolls another change of it, with its own canary once this one
+passed.
+
 Output (-o json|yaml), one object:
   objects[]          one per ConfigMap or Secret of the file:
     kind, namespace, name
@@ -41,12 +48,22 @@ Output (-o json|yaml), one object:
       rolls          applying the manifest rolls it
       reason         why it rolls or not
       keys[]         the keys behind the verdict (names only)
-      newSnapshot    it is pinned and rolls onto a new snapshot`
+      newSnapshot    it is pinned and rolls onto a new snapshot
+      canary         it would be the change's canary in the namespace (the
+                     Canary: line): the first that rolls in wave order
+                     (higher configstamp.io/rollout-priority first, then
+                     name, then kind), passing over workloads with
+                     configstamp.io/canary: "false" on them or their
+                     Namespace; absent on the others`
 
 const whyLong = `The workload's last configstamp rollout, from its annotations and events:
 when, caused by which change (Kind/name@content), its state now, why it
-failed, the halt it carries or waits on. -o wide shows every event of the
-workload, not only configstamp's.
+failed, the halt it carries or waits on, and whether it is its change's
+canary (the first workload of the change's wave in its namespace, held at
+one new pod while it is judged; canaries are on unless the workload or its
+Namespace has configstamp.io/canary: "false", or the manager runs with
+--canary=false). -o wide shows every event of the workload, not only
+configstamp's.
 
 Output (-o json|yaml), one object:
   namespace, kind, name
@@ -62,6 +79,20 @@ Output (-o json|yaml), one object:
     source         Kind/name
     content        the content id (keyed: reveals nothing of the data)
   halted[]         the changes it halts ({source, content})
+  canary           its last rollout as its change's canary (the Canary:
+                   line): running (no other workload of the namespace gets
+                   the change before it passes), passed, failed (the change
+                   is halted), or off (it or its Namespace has
+                   configstamp.io/canary: "false"); absent: no canary
+  canaryPassed     passed: when, from its CanaryPassed event (RFC 3339)
+  canaryNotBefore  running, held at one new pod: the earliest it can pass,
+                   its start plus the verification window (when known)
+  held[]           the spec fields configstamp set to hold the canary at one
+                   new pod (configstamp.io/rollout-hold); they stay while a
+                   failed canary halts its change:
+    path           e.g. spec.minReadySeconds, spec.strategy.rollingUpdate.maxSurge
+    set            the value configstamp set (30, 1, 0)
+    was            the value it puts back (absent: the field was unset)
   pinned[]         the snapshots it reads instead of its sources (Kind/source=snapshot)
   rolledBackTo     the stamp a user rolled it back to, while pinned to it
   waitingOn        the halt it waits on (absent: none):
@@ -77,8 +108,8 @@ Output (-o json|yaml), one object:
     message`
 
 const statusLong = `Rollouts in flight, cluster-wide (-n narrows): the budget in use, the
-workloads rolling or verifying, the halted workloads and who waits on them,
-the workloads a user rolled back.
+workloads rolling or verifying (a change's canary reads "rolling (canary)"),
+the halted workloads and who waits on them, the workloads a user rolled back.
 
 Output (-o json|yaml), one object:
   budgetInUse      the workloads rolling or verifying (each holds a slot of
@@ -88,6 +119,10 @@ Output (-o json|yaml), one object:
     state          rolling or verifying
     started        RFC 3339 (absent: unknown)
     verifyUntil    verifying: when its verification window ends
+    canary         running: it is its change's canary (the table says
+                   "rolling (canary)"): no other workload of its namespace
+                   gets the change before it passes; passed: it passed;
+                   absent: no canary
     causes[]       {source, content}: the changes it rolls
   halted[]         the workloads that halt a failed change:
     namespace, kind, name

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	sharedworkload "github.com/configstamp/configstamp/controllers/workload"
 )
@@ -199,6 +201,12 @@ type planEntry struct {
 	// NewSnapshot: the workload is pinned (pinned config) and its rollout
 	// moves it to a new snapshot of the source.
 	NewSnapshot bool `json:"newSnapshot,omitempty"`
+	// Canary: the workload would be the change's canary in its namespace,
+	// the first that rolls in wave order and has not turned canaries off.
+	Canary bool `json:"canary,omitempty"`
+	// priority and canaryOff: its wave order and configstamp.io/canary.
+	priority  int
+	canaryOff bool
 }
 
 type planResult struct {
@@ -215,8 +223,8 @@ type planResult struct {
 
 // planFor decides, for every workload of the namespace, whether applying next
 // over live (nil: absent) rolls it. others are the namespace's other objects
-// with a rollout selector.
-func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels func(string) map[string]string) planResult {
+// with a rollout selector; nsLabels and nsAnnotations read a namespace's.
+func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels, nsAnnotations func(string) map[string]string) planResult {
 	res := planResult{Kind: string(next.ref.Kind), Namespace: next.namespace, Name: next.ref.Name, Exists: live != nil, Workloads: []planEntry{}}
 	liveSrc, nextSrc := live.stampSource(), next.stampSource()
 	liveSrc.Ref, nextSrc.Ref = next.ref, next.ref
@@ -247,6 +255,9 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels fu
 		}
 		managedLive, managedNext := sharedworkload.Handled(w.optedIn(nsLabels(w.meta.Namespace)), byOthers, selLive, selNext)
 		e := planEntry{Kind: w.kind, Name: w.meta.Name}
+		e.priority, _ = rollout.Priority(w.meta.Annotations)
+		wanted, _ := rollout.CanaryWanted(w.meta.Annotations, nsAnnotations(w.meta.Namespace), true)
+		e.canaryOff = !wanted
 		referenced := referencedKeys(refsNext.Keys(next.ref), refsLive.Keys(next.ref), res.ChangedKeys)
 		switch {
 		case !managedNext && !managedLive:
@@ -272,7 +283,33 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels fu
 		}
 		res.Workloads = append(res.Workloads, e)
 	}
+	if i := canaryOfPlan(res.Workloads); i >= 0 {
+		res.Workloads[i].Canary = true
+	}
 	return res
+}
+
+// canaryOfPlan is the index of the workload that would be the change's
+// canary (-1: none): the first, in wave order (higher
+// configstamp.io/rollout-priority first, then name, then kind), of the
+// workloads that roll, passing over those with configstamp.io/canary:
+// "false" on them or their Namespace, which roll without waiting for it.
+func canaryOfPlan(ws []planEntry) int {
+	best := -1
+	for i, e := range ws {
+		if !e.Rolls || e.canaryOff {
+			continue
+		}
+		if best < 0 || waveBefore(e, ws[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// waveBefore reports whether a comes before b in a namespace's wave.
+func waveBefore(a, b planEntry) bool {
+	return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Kind, b.Kind)) < 0
 }
 
 func rollReason(live, next *source, liveSrc, nextSrc stamp.Source, refsLive, refsNext *stamp.Refs, keys []string) (string, []string) {
@@ -443,9 +480,38 @@ func planFiles(ctx context.Context, o *options, files []*source) ([]planResult, 
 		if err != nil {
 			return nil, err
 		}
-		results = append(results, planFor(live, next, ws, others, func(ns string) map[string]string { return nsl.get(ctx, ns) }))
+		results = append(results, planFor(live, next, ws, others, func(ns string) map[string]string { return nsl.get(ctx, ns) },
+			func(ns string) map[string]string { return nsl.annotations(ctx, ns) }))
 	}
 	return results, nil
+}
+
+// planCanaryText names the canary of the change ("" : nothing rolls).
+func planCanaryText(ws []planEntry) string {
+	var off []string
+	canary, rolls := -1, 0
+	for i, e := range ws {
+		if e.Canary {
+			canary = i
+		}
+		if e.Rolls {
+			rolls++
+			if e.canaryOff {
+				off = append(off, strings.ToLower(e.Kind)+"/"+e.Name)
+			}
+		}
+	}
+	switch {
+	case canary >= 0 && rolls == 1:
+		return strings.ToLower(ws[canary].Kind) + "/" + ws[canary].Name +
+			" (the only workload that rolls: it gets the change on one new pod first, where it can be held)"
+	case canary >= 0:
+		return strings.ToLower(ws[canary].Kind) + "/" + ws[canary].Name +
+			" (first in the wave: it gets the change first, on one new pod where it can be held; the others that roll wait until it passes)"
+	case len(off) == 0:
+		return ""
+	}
+	return "none (" + strings.Join(off, ", ") + ": " + rollout.AnnotationCanaryOpt + ": false)"
 }
 
 // printPlan prints one object's plan: a line, then the workloads.
@@ -466,6 +532,9 @@ func printPlan(o *options, res planResult) {
 		what = "no change"
 	}
 	o.printf("%s %s/%s %s: %d workload(s) would roll, %d would not\n", res.Kind, res.Namespace, res.Name, what, rolls, len(res.Workloads)-rolls)
+	if text := planCanaryText(res.Workloads); text != "" {
+		o.printf("Canary: %s\n", text)
+	}
 	if len(res.Workloads) == 0 {
 		return
 	}

@@ -28,6 +28,10 @@ type rollingView struct {
 	// VerifyUntil (verifying): when the rollout counts as completed if its
 	// new pods stay healthy until then (configstamp.io/rollout-verify-until).
 	VerifyUntil *time.Time `json:"verifyUntil,omitempty"`
+	// Canary is rollout-canary: "running" while the rollout is its change's
+	// canary (no other workload of the namespace gets the change before it
+	// passes), "passed" once it passed; absent when it is no canary.
+	Canary string `json:"canary,omitempty"`
 }
 
 type haltView struct {
@@ -102,7 +106,7 @@ func statusOf(ws []workload) statusResult {
 		rec := rollout.Read(w.meta.Annotations)
 		if rec.Open() {
 			v := rollingView{Namespace: w.meta.Namespace, Kind: w.kind, Name: w.meta.Name, Causes: changes(rec.Cause),
-				State: string(rec.State), Started: utcOrNil(rec.Started)}
+				State: string(rec.State), Started: utcOrNil(rec.Started), Canary: string(rec.Canary)}
 			if rec.State == rollout.Verifying {
 				v.VerifyUntil = utcOrNil(rec.Until)
 			}
@@ -138,7 +142,7 @@ func (o *options) printStatus(res statusResult, ns string) {
 				started = r.Started.Format(time.RFC3339)
 			}
 			rows = append(rows, []cell{c(r.Namespace), coloured(strings.ToLower(r.Kind)+"/"+r.Name, yellow),
-				coloured(stateText(r.State, r.VerifyUntil, now), yellow), c(started), c(changesText(r.Causes))})
+				coloured(stateText(r.State, r.VerifyUntil, now)+canaryMark(r.Canary), yellow), c(started), c(changesText(r.Causes))})
 		}
 		o.table(rows)
 	}
@@ -172,6 +176,14 @@ func stateText(state string, until *time.Time, now time.Time) string {
 		return state
 	}
 	return state + " until " + untilText(*until, now)
+}
+
+// canaryMark marks a running canary in the STATE column: "rolling (canary)".
+func canaryMark(canary string) string {
+	if canary == string(rollout.CanaryRunning) {
+		return " (canary)"
+	}
+	return ""
 }
 
 // untilText is "T (in 12s)", or "T (3s ago)" once past (the rollout is then

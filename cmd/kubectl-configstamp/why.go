@@ -3,8 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,12 +17,14 @@ import (
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	cswl "github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Event reasons configstamp emits on workloads (controllers package).
 const (
 	reasonRolloutHalted = "RolloutHalted"
 	reasonRolloutFailed = "RolloutFailed"
+	reasonCanaryPassed  = "CanaryPassed"
 	reporter            = "configstamp"
 )
 
@@ -83,6 +87,23 @@ type whyResult struct {
 	Failure string   `json:"failure,omitempty"`
 	Causes  []change `json:"causes"`
 	Halted  []change `json:"halted"`
+	// Canary is how the last rollout stands as its change's canary
+	// (configstamp.io/rollout-canary and its state): running, passed,
+	// failed (the canary failed: the change is halted), or off (the
+	// workload or its Namespace has configstamp.io/canary: "false"); absent
+	// when it was no canary and canaries are not off for it.
+	Canary string `json:"canary,omitempty"`
+	// CanaryPassed: when its canary passed, from its latest CanaryPassed
+	// event since the rollout started (absent: none left).
+	CanaryPassed *time.Time `json:"canaryPassed,omitempty"`
+	// CanaryNotBefore (running, held at one new pod): the earliest its
+	// canary can pass, the rollout's start plus its verification window,
+	// when the window is known (configstamp.io/verify-window, or the
+	// minReadySeconds the hold set).
+	CanaryNotBefore *time.Time `json:"canaryNotBefore,omitempty"`
+	// Held are the spec fields configstamp set to hold the canary at one
+	// new pod (configstamp.io/rollout-hold), with the values to put back.
+	Held []heldField `json:"held"`
 	// Pinned are the snapshots the template mounts and reads instead of its
 	// sources (pinned config): "Kind/source=snapshot".
 	Pinned []string `json:"pinned"`
@@ -92,6 +113,102 @@ type whyResult struct {
 	WaitingOn    *waiting    `json:"waitingOn,omitempty"`
 	Summary      string      `json:"summary"`
 	Events       []eventView `json:"events"`
+}
+
+// heldField is one field of a canary's hold: where, the value configstamp
+// set, and the one it puts back ("" : the field was absent, the API's
+// default).
+type heldField struct {
+	Path string `json:"path"`
+	Set  string `json:"set"`
+	Was  string `json:"was,omitempty"`
+}
+
+func (h heldField) String() string {
+	return h.Path + "=" + h.Set + " (was: " + cmp.Or(h.Was, "unset") + ")"
+}
+
+// heldFields reads a record's hold; an unreadable one is none.
+func heldFields(hold string) []heldField {
+	out := []heldField{}
+	h, err := cswl.DecodeHold(hold)
+	if err != nil {
+		return out
+	}
+	for _, f := range h {
+		out = append(out, heldField{Path: f.Path, Set: jsonText(f.Set), Was: jsonText(f.Was)})
+	}
+	return out
+}
+
+// jsonText is a hold's value as text: 30, 1, 25% ("" for none).
+func jsonText(v any) string {
+	if v == nil {
+		return ""
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(raw)
+}
+
+func heldText(held []heldField) string {
+	out := make([]string, len(held))
+	for i, h := range held {
+		out[i] = h.String()
+	}
+	return strings.Join(out, ", ")
+}
+
+// canaryOf is how rec stands as its change's canary (see whyResult.Canary);
+// off says that the workload or its Namespace turned canaries off.
+func canaryOf(rec rollout.Record, off bool) string {
+	switch {
+	case rec.Canary == rollout.CanaryPassed:
+		return "passed"
+	case rec.Canary == rollout.CanaryRunning && rec.State == rollout.Failed:
+		return "failed"
+	case rec.Canary == rollout.CanaryRunning && rec.State == rollout.Completed:
+		return "passed" // a whole workload was the canary: it passed by completing
+	case rec.Canary == rollout.CanaryRunning && rec.Open():
+		return "running"
+	case off:
+		return "off"
+	}
+	return ""
+}
+
+// canaryPassedAt is when the canary of rec passed, from the latest
+// CanaryPassed event configstamp emitted since the rollout started.
+func canaryPassedAt(rec rollout.Record, events []eventView) *time.Time {
+	for i := len(events) - 1; i >= 0; i-- {
+		e := events[i]
+		if e.Reason == reasonCanaryPassed && e.From == reporter && (rec.Started.IsZero() || !e.Last.Before(rec.Started)) {
+			return utcOrNil(e.Last)
+		}
+	}
+	return nil
+}
+
+// verifyWindow is the workload's verification window when the plugin can
+// tell: its configstamp.io/verify-window, else the minReadySeconds its hold
+// raised to the window (false: --verify-window, which the plugin cannot see).
+func verifyWindow(annotations map[string]string, held []heldField) (time.Duration, bool) {
+	if d, err := time.ParseDuration(strings.TrimSpace(annotations[rollout.AnnotationVerifyWindow])); err == nil && d >= 0 {
+		return d, true
+	}
+	for _, h := range held {
+		if h.Path == "spec.minReadySeconds" {
+			if n, err := strconv.Atoi(h.Set); err == nil {
+				return time.Duration(n) * time.Second, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // waiting: the workload's latest word is a RolloutHalted event on a change that
@@ -202,6 +319,17 @@ func explain(ctx context.Context, o *options, w workload, ns string) (whyResult,
 	if rec.State == rollout.Failed {
 		res.Failure = failureOf(rec, res.Events)
 	}
+	wanted, _ := rollout.CanaryWanted(w.meta.Annotations, nsl.annotations(ctx, ns), true)
+	res.Canary = canaryOf(rec, !wanted)
+	res.Held = heldFields(rec.Hold)
+	if res.Canary == "passed" {
+		res.CanaryPassed = canaryPassedAt(rec, res.Events)
+	}
+	if res.Canary == "running" && len(res.Held) > 0 && !rec.Started.IsZero() {
+		if window, ok := verifyWindow(w.meta.Annotations, res.Held); ok {
+			res.CanaryNotBefore = utcOrNil(rec.Started.Add(window))
+		}
+	}
 	if res.WaitingOn, err = o.waitingOn(ctx, ns, rec, res.Events); err != nil {
 		return res, err
 	}
@@ -239,6 +367,9 @@ func printWhy(o *options, w workload, ns string, res whyResult) {
 	case res.State == string(rollout.Failed):
 		rows = append(rows, []cell{c("Failure:"), c("no RolloutFailed event left (events expire)")})
 	}
+	if text, colour := canaryText(res, o.clock()); text != "" {
+		rows = append(rows, []cell{c("Canary:"), coloured(text, colour)})
+	}
 	if len(res.Halted) > 0 {
 		rows = append(rows, []cell{c("Halts:"), coloured(changesText(res.Halted), red)})
 	}
@@ -247,6 +378,41 @@ func printWhy(o *options, w workload, ns string, res whyResult) {
 	}
 	rows = append(rows, []cell{c("Now:"), c(res.Summary)})
 	o.table(rows)
+}
+
+// canaryText is the Canary: row ("" : none) and its colour.
+func canaryText(r whyResult, now time.Time) (string, string) {
+	const off = "off (" + rollout.AnnotationCanaryOpt + ": false)"
+	switch r.Canary {
+	case "running":
+		if len(r.Held) == 0 {
+			return "running: the whole workload is the canary, judged until its rollout completes and is verified; " +
+				"no other workload of the namespace gets the change before it passes", yellow
+		}
+		text := "running: one new pod first, judged for its verification window; " +
+			"no other workload of the namespace gets the change before it passes"
+		if r.CanaryNotBefore != nil {
+			text += ", not before " + untilText(*r.CanaryNotBefore, now)
+		}
+		return text + "; held: " + heldText(r.Held), yellow
+	case "passed":
+		text := "passed"
+		if r.CanaryPassed != nil {
+			text += " at " + r.CanaryPassed.Format(time.RFC3339)
+		}
+		return text, green
+	case "failed":
+		switch {
+		case len(r.Held) > 0:
+			return "failed: the change is halted; the hold stays (" + heldText(r.Held) + ") so no second pod runs it", red
+		case len(r.Halted) > 0:
+			return "failed: the change is halted; no other workload of the namespace got it", red
+		}
+		return "failed; its halt was lifted", red
+	case "off":
+		return off, ""
+	}
+	return "", ""
 }
 
 // printWhyEvents prints configstamp's events about the workload (every

@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -17,24 +16,7 @@ const AnnotationCanaryOpt = "configstamp.io/canary"
 // Namespace; def (--canary) when neither says. A value other than "true"
 // or "false" is a Problem and is passed over.
 func CanaryWanted(workloadAnnotations, namespaceAnnotations map[string]string, def bool) (bool, []stamp.Problem) {
-	var problems []stamp.Problem
-	for _, a := range []struct {
-		where string
-		m     map[string]string
-	}{{"annotation", workloadAnnotations}, {"namespace annotation", namespaceAnnotations}} {
-		v, ok := a.m[AnnotationCanaryOpt]
-		if !ok {
-			continue
-		}
-		switch strings.TrimSpace(v) {
-		case "true":
-			return true, problems
-		case "false":
-			return false, problems
-		}
-		problems = append(problems, stamp.Problem{Field: a.where + " " + AnnotationCanaryOpt, Value: v, Message: `is neither "true" nor "false"`})
-	}
-	return def, problems
+	return choice(workloadAnnotations, namespaceAnnotations, AnnotationCanaryOpt, "true", "false", def)
 }
 
 // A change's canary: the first workload of a namespace to roll out a change
@@ -150,6 +132,17 @@ func (s *Scheduler) ClaimCanary(ctx context.Context, k Key, priority int, causes
 	return true, 0, nil
 }
 
+// CanaryWritten tells the scheduler that the reconciler wrote next, the
+// record that follows judged on k: a canary that passed (its hold put
+// back), or one whose whole workload completed, lets the rest of its wave
+// roll, from now. Only once written: a write refused (a conflict with the
+// workload's own controller) leaves the canary running, judged again.
+func (s *Scheduler) CanaryWritten(k Key, judged, next Record) {
+	if judged.Canary == CanaryRunning && (next.Canary == CanaryPassed || next.State == Completed) {
+		s.passCanary(k, ParseChanges(judged.Cause))
+	}
+}
+
 // passCanary notes that the canary k of causes passed: the rest of the
 // wave rolls them out with the budget.
 func (s *Scheduler) passCanary(k Key, causes []Change) {
@@ -170,11 +163,14 @@ func (s *Scheduler) passCanary(k Key, causes []Change) {
 
 // canaryPassAt: when the canary of rec, held at one new pod, passes (ok
 // false: not while the pods show what they show): once a pod of the new
-// revision exists and every one of them stayed healthy for the window.
+// revision stayed healthy (Ready, no restart) for the window, with no sign
+// of failure among them. A second new pod the workload's controller made
+// meanwhile (it goes on by itself once the first was available for the
+// window, its minReadySeconds) delays nothing.
 func canaryPassAt(o Observation) (time.Time, bool) {
 	v := o.Verification
-	if !v.Read || v.Unread || v.Problem != "" || v.Pods == 0 || !v.Healthy || v.HealthySince.IsZero() {
+	if !v.Read || v.Unread || v.Problem != "" || v.FirstHealthySince.IsZero() {
 		return time.Time{}, false
 	}
-	return v.HealthySince.Add(o.VerifyWindow), true
+	return v.FirstHealthySince.Add(o.VerifyWindow), true
 }

@@ -61,7 +61,7 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	waiting()
 	rec := *d.Record
 	canary := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rec), Ours: true, Need: NeedNothing, Canary: true,
-		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true, Pods: 1, HealthySince: c.now().Add(-20 * time.Second)}}
+		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true, Pods: 1, HealthySince: c.now().Add(-20 * time.Second), FirstHealthySince: c.now().Add(-20 * time.Second)}}
 	canary.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
 	if d, err := s.Decide(t.Context(), canary); err != nil || d.Verb != Idle || d.After <= 0 || d.After > 10*time.Second+time.Second {
 		t.Fatalf("canary healthy for 20 s of 30: %+v %v; want to look again when the window ends", d, err)
@@ -76,6 +76,15 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	if len(pass.Wake) == 0 {
 		t.Fatal("the canary passed but wakes nobody of the wave")
 	}
+	// Its controller went on at the same moment (a second new pod, not
+	// Ready yet), and the write of the pass was refused (a conflict): the
+	// rest of the wave still waits, and the canary still passes.
+	waiting()
+	canary.Verification.Healthy, canary.Verification.Pods, canary.Verification.HealthySince = false, 2, time.Time{}
+	if again, err := s.Decide(t.Context(), canary); err != nil || again.Verb != PassCanary {
+		t.Fatalf("canary passed, a second pod not Ready yet, the pass not written: %+v %v; want it passed again", again, err)
+	}
+	s.CanaryWritten(dep("a"), rec, *pass.Record) // the reconciler wrote it
 	for _, n := range names[1:] {
 		d, err := s.Decide(t.Context(), wants(n))
 		if err != nil || d.Verb != Stamp || d.Record.Canary != NoCanary || len(d.Hold) != 0 {
@@ -109,5 +118,25 @@ func TestCanaryFailureKeepsItsHold(t *testing.T) {
 	f, err := s.Decide(t.Context(), failing)
 	if err != nil || f.Verb != Close || f.Failure == "" || f.Record.State != Failed || f.Record.Halted == "" || f.Record.Hold != rec.Hold {
 		t.Fatalf("failing canary: %+v %v; want it failed and halted, its hold kept", f, err)
+	}
+}
+
+// A canary passes on its first pod: Ready with no restart for the window,
+// whatever later pods of the revision show, unless one of them shows a
+// sign of failure.
+func TestCanaryPassesOnItsFirstPod(t *testing.T) {
+	now := t0
+	o := Observation{VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Pods: 2,
+		FirstHealthySince: now.Add(-31 * time.Second), HealthySince: now.Add(-time.Second)}}
+	if at, ok := canaryPassAt(o); !ok || at.After(now) {
+		t.Fatalf("first pod healthy for 31 s of 30, a second not Ready: pass at %v (%v), want passed", at, ok)
+	}
+	o.Verification.Problem = "pod b: container app restarted 1 times"
+	if _, ok := canaryPassAt(o); ok {
+		t.Fatal("a sign of failure in a later pod: want no pass")
+	}
+	o.Verification.Problem, o.Verification.FirstHealthySince = "", time.Time{}
+	if _, ok := canaryPassAt(o); ok {
+		t.Fatal("no pod Ready: want no pass")
 	}
 }

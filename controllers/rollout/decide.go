@@ -151,12 +151,8 @@ func (s *Scheduler) take(ctx context.Context, sit Situation, plan Plan) (Decisio
 		// is read from the open records there), so the halt a failure writes
 		// is known before the next in the wave may take the slot.
 		s.Release(o.Key)
-		if sit.Record.Canary == CanaryRunning && plan.Record.State == Completed {
-			s.passCanary(o.Key, ParseChanges(sit.Record.Cause)) // a whole workload was the canary
-		}
 		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
-	case StepPassCanary:
-		s.passCanary(o.Key, ParseChanges(sit.Record.Cause))
+	case StepPassCanary: // passed once the reconciler wrote it (CanaryWritten)
 		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
 	case StepGate:
 		return s.gate(ctx, sit, plan.After)

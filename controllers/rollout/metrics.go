@@ -127,6 +127,8 @@ func InitSeries(kind string) {
 	for _, c := range []*prometheus.CounterVec{ReconcilesTotal, StartedTotal, CompletedTotal, FailedTotal, FailedVerificationTotal} {
 		c.WithLabelValues(kind)
 	}
+	CanariesTotal.WithLabelValues("passed", kind)
+	CanariesTotal.WithLabelValues("failed", kind)
 }
 
 // CountWarnings is rec counting each Warning event it emits in

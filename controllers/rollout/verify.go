@@ -48,8 +48,12 @@ type Verification struct {
 	Healthy      bool
 	HealthySince time.Time
 	// Pods: how many pods of the revision run (not ended, not being
-	// deleted): a canary passes only with one.
+	// deleted).
 	Pods int
+	// FirstHealthySince: of the pods of the revision Ready now, the one
+	// healthy the longest has been since then (zero: none is Ready). A
+	// canary passes on it.
+	FirstHealthySince time.Time
 	// Outlast: how long a halted workload's pods must stay healthy besides
 	// the window: twice the longest run of a container before its last
 	// restart, so a crash loop whose runs outlast the window (a crash 45 s
@@ -116,22 +120,29 @@ const AnnotationOnFailure = "configstamp.io/on-failure"
 // OnFailure reads AnnotationOnFailure: whether a failed rollout is undone.
 // A bad value is a Problem, and the Namespace's value or def applies.
 func OnFailure(workloadAnnotations, namespaceAnnotations map[string]string, def bool) (bool, []stamp.Problem) {
+	return choice(workloadAnnotations, namespaceAnnotations, AnnotationOnFailure, "undo", "halt", def)
+}
+
+// choice reads a user's two-valued annotation key from a workload, then its
+// Namespace (a valid value on the workload wins): yes gives true, no false,
+// def when neither says; another value is a Problem, passed over.
+func choice(workloadAnnotations, namespaceAnnotations map[string]string, key, yes, no string, def bool) (bool, []stamp.Problem) {
 	var problems []stamp.Problem
 	for _, a := range []struct {
 		where string
 		m     map[string]string
 	}{{"annotation", workloadAnnotations}, {"namespace annotation", namespaceAnnotations}} {
-		v, ok := a.m[AnnotationOnFailure]
+		v, ok := a.m[key]
 		if !ok {
 			continue
 		}
 		switch strings.TrimSpace(v) {
-		case "undo":
+		case yes:
 			return true, problems
-		case "halt":
+		case no:
 			return false, problems
 		}
-		problems = append(problems, stamp.Problem{Field: a.where + " " + AnnotationOnFailure, Value: v, Message: `is neither "undo" nor "halt"`})
+		problems = append(problems, stamp.Problem{Field: a.where + " " + key, Value: v, Message: fmt.Sprintf("is neither %q nor %q", yes, no)})
 	}
 	return def, problems
 }
@@ -216,6 +227,9 @@ func InspectPods(seen PodsSeen) Verification {
 		since, ready := healthySince(p)
 		v.Healthy = v.Healthy && ready
 		v.Pods++
+		if ready && (v.FirstHealthySince.IsZero() || since.Before(v.FirstHealthySince)) {
+			v.FirstHealthySince = since
+		}
 		if seen.Rule == RuleLasting {
 			v.Outlast = max(v.Outlast, 2*longestRun(p))
 		}

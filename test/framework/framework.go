@@ -83,6 +83,10 @@ type Config struct {
 	// `make realnode node-images`. configstamp then runs with its default
 	// verification window unless Args say otherwise.
 	RealNode bool
+	// KubeletSyncFrequency is the real node's kubelet syncFrequency (see
+	// localcp.Options): a suite that waits for the kubelet to rewrite a
+	// mounted ConfigMap or Secret waits less with a shorter one. Default 1m.
+	KubeletSyncFrequency time.Duration
 	// Args are extra configstamp flags.
 	Args []string
 	// HashKey, when set, is stored as configstamp's HMAC key before it starts,
@@ -179,7 +183,7 @@ func start(cfg Config) (*Env, error) {
 		defer cancel()
 	}
 	e.CP, err = localcp.Start(ctx, localcp.Options{Dir: filepath.Join(dir, "cluster"), Full: cfg.Full, RealNode: cfg.RealNode, KwokStages: cfg.KwokStages,
-		AuditLog: cfg.AuditLog, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+		KubeletSyncFrequency: cfg.KubeletSyncFrequency, AuditLog: cfg.AuditLog, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 	if err != nil {
 		return e, fmt.Errorf("starting the local control plane: %w", err)
 	}

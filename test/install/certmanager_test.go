@@ -114,8 +114,8 @@ func checkCertManagerRenewal(t *testing.T) {
 		return !renewed.Equal(old), fmt.Sprintf("Secret %s still holds serial %x", servingSecret, old.SerialNumber)
 	})
 	issued := time.Since(began)
-	// The kubelet updates a Secret volume at the pod's next sync (about a
-	// minute, --sync-frequency), not at once.
+	// The kubelet updates a Secret volume at the pod's next sync (every
+	// kubeletSync, with jitter), not at once.
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
 		var behind []string
 		for _, p := range pods {

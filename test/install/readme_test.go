@@ -32,8 +32,15 @@ import (
 var env *framework.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, NoConfigstamp: true}))
+	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, NoConfigstamp: true, KubeletSyncFrequency: kubeletSync}))
 }
+
+// kubeletSync is the node's kubelet syncFrequency. The suite waits for the
+// kubelet to rewrite mounted ConfigMaps and Secrets (TestPinnedConfigOnTheNode,
+// checkCertManagerRenewal), which it does at each pod's next resync: every
+// syncFrequency plus up to half of it as jitter. The kubelet's default, 1m,
+// made those waits a minute or more each.
+const kubeletSync = 10 * time.Second
 
 // shippedImage is the image config/manager names, as the kubelet asks
 // containerd for it: hack/images names the image it builds so

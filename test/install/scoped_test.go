@@ -96,8 +96,8 @@ func TestPinnedConfigOnTheNode(t *testing.T) {
 	env.Kubectl(t, "", "-n", ns, "rollout", "pause", "deployment/pinned", "deployment/control")
 	env.Kubectl(t, "", "-n", ns, "patch", "configmap", "app-config", "--type=merge", "-p", `{"data":{"greeting":"bonjour"}}`)
 	changed := time.Now()
-	// The kubelet rewrites a mounted ConfigMap at the pod's next sync (about
-	// a minute): the unpinned pod's file changing is when to look.
+	// The kubelet rewrites a mounted ConfigMap at the pod's next sync (every
+	// kubeletSync, with jitter): the unpinned pod's file changing is when to look.
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
 		data, err := readVolume(controlPod, "app-config", "greeting")
 		return err == nil && data == "bonjour", fmt.Sprintf("the unpinned pod still reads %q (%v)", data, err)
@@ -133,9 +133,10 @@ func TestPinnedConfigOnTheNode(t *testing.T) {
 }
 
 // kubeletResync bounds when the kubelet rewrites a mounted ConfigMap's files
-// after a change: it resyncs each pod every --sync-frequency (1 min) with up to
-// half of it again as jitter, and its ConfigMap cache is a watch.
-const kubeletResync = 100 * time.Second
+// after a change: it resyncs each pod every kubeletSync (its syncFrequency)
+// with up to half of it again as jitter, and its ConfigMap cache is a watch;
+// 10 s more for a busy machine.
+const kubeletResync = kubeletSync*3/2 + 10*time.Second
 
 // mountingGreeting is a pause container with the ConfigMap app-config
 // mounted (the volume app-config).

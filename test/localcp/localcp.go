@@ -78,6 +78,11 @@ type Options struct {
 	// only, not on 127.0.0.1, so that pods reach it; APIServerURL and the
 	// kubeconfig point there. See node.go.
 	RealNode bool
+	// KubeletSyncFrequency is the real node's kubelet syncFrequency: how
+	// often it resyncs each pod, which is when it rewrites the files of a
+	// mounted ConfigMap or Secret that changed (after up to half as long
+	// again: the kubelet adds jitter). Default: the kubelet's, 1m.
+	KubeletSyncFrequency time.Duration
 	// EtcdQuotaBytes is etcd's --quota-backend-bytes. Default 8 GiB.
 	EtcdQuotaBytes int64
 	// KwokStages replaces kwok's stage file (default BinDir/kwok-stages.yaml),
@@ -131,7 +136,8 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if opts.RealNode {
 		opts.Full = true
 	}
-	c := &ControlPlane{Full: opts.Full, detach: opts.Detach, logf: opts.Logf, auditLog: opts.AuditLog, profiling: opts.Profiling}
+	c := &ControlPlane{Full: opts.Full, detach: opts.Detach, logf: opts.Logf, auditLog: opts.AuditLog, profiling: opts.Profiling,
+		node: nodeState{syncFrequency: opts.KubeletSyncFrequency}}
 	if c.logf == nil {
 		c.logf = func(string, ...any) {}
 	}

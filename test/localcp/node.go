@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 )
 
 // A real node (Options.RealNode) runs beside the control plane:
@@ -69,6 +70,9 @@ type nodeState struct {
 	snapshotter string
 	// stoppedKubelet: how the kubelet StopKubelet stopped was started.
 	stoppedKubelet *process
+	// syncFrequency is the kubelet's (Options.KubeletSyncFrequency); 0
+	// leaves the kubelet's default.
+	syncFrequency time.Duration
 }
 
 // binaryPath is where component name's executable is: BinDir, except for

@@ -363,6 +363,15 @@ kubeAPIBurst: 100
 serializeImagePulls: false
 `
 
+// kubeletSyncFrequency is the kubeletConfig line of the kubelet's
+// syncFrequency, or "" for its default (1m).
+func (c *ControlPlane) kubeletSyncFrequency() string {
+	if c.node.syncFrequency <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("syncFrequency: %s\n", c.node.syncFrequency)
+}
+
 func (c *ControlPlane) startKubelet() error {
 	dir := nodeDir(c.Dir)
 	root := kubeletRootDir(c.Dir)
@@ -377,7 +386,8 @@ func (c *ControlPlane) startKubelet() error {
 		return err
 	}
 	cfg := filepath.Join(dir, "kubelet.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(kubeletConfig, containerdSocket(c.Dir), nodeCgroupRoot, RealNodeAPIAddress, c.pki.caCert)), 0o644); err != nil {
+	data := fmt.Sprintf(kubeletConfig, containerdSocket(c.Dir), nodeCgroupRoot, RealNodeAPIAddress, c.pki.caCert) + c.kubeletSyncFrequency()
+	if err := os.WriteFile(cfg, []byte(data), 0o644); err != nil {
 		return err
 	}
 	return c.start(kubeletBin, []string{

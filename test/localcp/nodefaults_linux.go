@@ -5,6 +5,7 @@ package localcp
 import (
 	"fmt"
 	"os"
+	"time"
 )
 
 // Faults of the real node, for tests of what configstamp must not take for
@@ -43,7 +44,7 @@ func (c *ControlPlane) StartKubelet() error {
 		return fmt.Errorf("the kubelet was not stopped")
 	}
 	c.node.stoppedKubelet = nil
-	return c.run(kubeletBin, os.O_APPEND, p.args, p.env)
+	return c.runSupervised(kubeletBin, p.args, p.env)
 }
 
 var errRealNodeOnly = fmt.Errorf("only a real node (Options.RealNode) has a container runtime and a kubelet")
@@ -56,5 +57,32 @@ func (c *ControlPlane) restartNodeComponent(name string) error {
 	if err != nil {
 		return err
 	}
-	return c.run(name, os.O_APPEND, p.args, p.env)
+	return c.runSupervised(name, p.args, p.env)
+}
+
+// runSupervised starts name again as the node's service manager would
+// (systemd's Restart=on-failure, RestartSec=1): one that exits within its
+// first seconds is started again, up to five times. A kubelet restarted
+// while its container runtime still initializes (after containerd's own
+// restart) exits at once ("server is not initialized yet"), as it does on
+// a real node, where systemd starts it again.
+func (c *ControlPlane) runSupervised(name string, args, env []string) error {
+	const tries, settle = 5, 5 * time.Second
+	for try := 1; ; try++ {
+		if err := c.run(name, os.O_APPEND, args, env); err != nil {
+			return err
+		}
+		p := c.procs[len(c.procs)-1]
+		select {
+		case <-time.After(settle):
+			return nil
+		case <-p.done:
+		}
+		c.procs = c.procs[:len(c.procs)-1] // exited: not a component that crashed later
+		if try == tries {
+			return fmt.Errorf("%s exited within %v of its start %d times, the last: %w", name, settle, tries, p.exitErr)
+		}
+		c.logf("%s exited right after its start (%v); starting it again", name, p.exitErr)
+		<-time.After(time.Second)
+	}
 }

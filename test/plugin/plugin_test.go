@@ -354,7 +354,7 @@ func TestPlanPredictsWhatRolls(t *testing.T) {
 					Exists                bool
 					Workloads             []struct {
 						Kind, Name, Reason string
-						Rolls              bool
+						Rolls, Canary      bool
 						Keys               []string
 					}
 				}
@@ -363,7 +363,7 @@ func TestPlanPredictsWhatRolls(t *testing.T) {
 			if len(res.Objects) != 1 || res.Objects[0].Namespace != ns || !res.Objects[0].Exists {
 				t.Fatalf("plan JSON: %+v", res)
 			}
-			var predicted []string
+			var predicted, canaries []string
 			for _, w := range res.Objects[0].Workloads {
 				if w.Kind != "Deployment" || w.Reason == "" {
 					t.Errorf("plan entry %+v", w)
@@ -371,9 +371,17 @@ func TestPlanPredictsWhatRolls(t *testing.T) {
 				if w.Rolls {
 					predicted = append(predicted, w.Name)
 				}
+				if w.Canary {
+					canaries = append(canaries, w.Name)
+				}
 			}
 			if !slices.Equal(predicted, tc.rolls) {
 				t.Errorf("plan predicts %v, want %v", predicted, tc.rolls)
+			}
+			// The canary: the first that rolls in wave order (no priorities
+			// here: by name).
+			if len(predicted) > 0 && !slices.Equal(canaries, predicted[:1]) || len(predicted) == 0 && len(canaries) > 0 {
+				t.Errorf("plan names the canary %v, want the first of %v", canaries, predicted)
 			}
 
 			before := replicaSetCounts(t, ns, names)
@@ -411,7 +419,9 @@ func TestHaltStatusWhyResume(t *testing.T) {
 	// (priority 10, their pods match no node, so they never complete and
 	// never count as recovered) take both slots first and fail; waiter is
 	// halted by both.
-	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=2", "--progress-deadline=10s"); err != nil {
+	// --canary=false: with a canary, failed would halt the change before
+	// failed-too ever rolled it.
+	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=2", "--progress-deadline=10s", "--canary=false"); err != nil {
 		t.Fatal(err)
 	}
 	// t.Context is canceled before Cleanup functions run.

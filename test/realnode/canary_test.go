@@ -22,13 +22,15 @@ import (
 
 // TestBadChangeCostsOnePodAtTheDefaults is the issue's run: at
 // configstamp's defaults (a budget of 10, a 2 s debounce, a 30 s window),
-// six Deployments of three replicas share one ConfigMap, and one
-// `kubectl apply` gives it a value their container rejects at start. The
-// first of the wave is the change's canary: exactly one pod, in all six,
-// ever runs the bad value; the change is halted and no other workload is
-// stamped. A good value then rolls all six, the canary first: no other is
-// stamped before it passed, and afterwards no field of any Deployment's
-// spec but its template's stamp differs from what the user applied.
+// six Deployments and a StatefulSet of three replicas share one ConfigMap,
+// and one `kubectl apply` gives it a value their container rejects at
+// start. The first of the wave is the change's canary: exactly one pod, in
+// all seven, ever runs the bad value; the change is halted and no other
+// workload is stamped. A good value then rolls all seven, the canary first:
+// no other is stamped before it passed, also across a restart of
+// configstamp while it runs; a user's edit of a held field during the
+// canary stands; and afterwards no other field of any spec but the
+// template's stamp differs from what the user applied.
 func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 	restartWith(t, defaultFlags...)
 	ns := env.Namespace(t, "canary", nil)
@@ -40,6 +42,10 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 		ds[i].Spec.Replicas = ptr.To(int32(3))
 		objs = append(objs, ds[i])
 	}
+	sts := framework.StatefulSet(ns, "x1", framework.OptIn, appSpec("shared", appOptions{}))
+	sts.Spec.Replicas = ptr.To(int32(3))
+	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	objs = append(objs, sts)
 	env.Apply(t, objs...)
 	before := map[string]string{}
 	applied := map[string]appsv1.DeploymentSpec{}
@@ -48,14 +54,21 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 		before[d.Name] = framework.TemplateHash(d)
 		applied[d.Name] = *d.Spec.DeepCopy()
 	}
+	waitReady(t, sts, 4*time.Minute)
+	before[sts.Name] = framework.TemplateHash(sts)
+	appliedSts := *sts.Spec.DeepCopy()
+	all := []client.Object{sts}
+	for _, d := range ds {
+		all = append(all, d)
+	}
 
 	// The bad value: every pod made from a template other than the one
 	// running before is a pod that ran it.
 	ran := map[string]bool{}
 	seeBadPods := func() {
-		for _, d := range ds {
-			for _, p := range pods(t, ns, d.Name) {
-				if h := p.Annotations[stamp.AnnotationHash]; h != "" && h != before[d.Name] {
+		for _, d := range all {
+			for _, p := range pods(t, ns, d.GetName()) {
+				if h := p.Annotations[stamp.AnnotationHash]; h != "" && h != before[d.GetName()] {
 					ran[p.Name] = true
 				}
 			}
@@ -63,10 +76,10 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 	}
 	stampedOthers := func(canary string) []string {
 		var out []string
-		for _, d := range ds {
+		for _, d := range all {
 			env.Get(t, d)
-			if d.Name != canary && framework.TemplateHash(d) != before[d.Name] {
-				out = append(out, d.Name)
+			if d.GetName() != canary && framework.TemplateHash(d) != before[d.GetName()] {
+				out = append(out, d.GetName())
 			}
 		}
 		return out
@@ -102,11 +115,26 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 	if len(ran) != 1 {
 		t.Fatalf("%d pods ran the bad value (%v), want exactly one", len(ran), keys(ran))
 	}
-	t.Logf("exactly one pod ran the bad value (%v); the other five Deployments were never stamped, watched %s", keys(ran), since(watched))
+	t.Logf("exactly one pod ran the bad value (%v); the other five Deployments and the StatefulSet were never stamped, watched %s", keys(ran), since(watched))
 
 	// A good value: the canary first, the rest after it passed.
 	fixed := time.Now()
 	env.Apply(t, configMap(ns, "shared", "fixed"))
+	// A restart mid-canary resumes it from its sealed record: once the
+	// canary holds its one new pod, configstamp is restarted.
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		rec := record(t, ds[0])
+		return rec.Canary == rollout.CanaryRunning && rec.Hold != "" && rec.State == rollout.Rolling, fmt.Sprintf("no held canary yet; record %+v", rec)
+	})
+	if err := env.Configstamp.RestartWith(t.Context(), defaultFlags...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("configstamp restarted %s after the fix, mid-canary", since(fixed))
+	// The user sets a field the canary holds: their value stands.
+	env.Kubectl(t, "", "-n", ns, "patch", "deployment", "w1", "--type=merge", "-p", `{"spec":{"minReadySeconds":7}}`)
+	edited := applied["w1"]
+	edited.MinReadySeconds = 7
+	applied["w1"] = edited
 	var passed time.Time
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
 		// The others first, then the canary's record: configstamp writes
@@ -131,15 +159,23 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 		return e != "", "no CanaryPassed event on w1"
 	})
 	t.Logf("the fix's canary passed %s after the fix", passed.Sub(fixed).Round(100*time.Millisecond))
-	for _, d := range ds {
+	for _, d := range all {
 		framework.Eventually(t, 5*time.Minute, func() (bool, string) {
 			env.Get(t, d)
 			if ok, why := rolledOut(d); !ok {
-				return false, d.Name + ": " + why
+				return false, d.GetName() + ": " + why
 			}
 			rec := rollout.Read(d.GetAnnotations())
-			return rec.State == rollout.Completed && rec.Hold == "", fmt.Sprintf("%s: record %+v", d.Name, rec)
+			return rec.State == rollout.Completed && rec.Hold == "", fmt.Sprintf("%s: record %+v", d.GetName(), rec)
 		})
+	}
+	gotSts := sts.Spec.DeepCopy()
+	gotSts.Template.Annotations = appliedSts.Template.Annotations
+	if !equality.Semantic.DeepEqual(*gotSts, appliedSts) {
+		t.Errorf("the StatefulSet's spec after the wave differs from what was applied: update strategy %+v, want %+v",
+			gotSts.UpdateStrategy, appliedSts.UpdateStrategy)
+	}
+	for _, d := range ds {
 		got := d.Spec.DeepCopy()
 		got.Template.Annotations = applied[d.Name].Template.Annotations // the stamp moved, nothing else
 		if want := applied[d.Name]; !equality.Semantic.DeepEqual(*got, want) {
@@ -147,7 +183,7 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 				d.Name, got.Strategy, got.MinReadySeconds, want.Strategy, want.MinReadySeconds)
 		}
 	}
-	t.Logf("the fix rolled all six in %s, the canary passing after %s", since(fixed), passed.Sub(fixed).Round(100*time.Millisecond))
+	t.Logf("the fix rolled all seven in %s, the canary passing after %s; w1 kept the user's minReadySeconds", since(fixed), passed.Sub(fixed).Round(100*time.Millisecond))
 }
 
 // event is the message of obj's newest event of reason since from ("" when none).

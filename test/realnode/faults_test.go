@@ -29,7 +29,9 @@ import (
 func TestNoFalseHaltFromTheNode(t *testing.T) {
 	restartWith(t, defaultFlags...)
 	ns := env.Namespace(t, "node-faults", nil)
-	long := map[string]string{rollout.AnnotationVerifyWindow: "120s"}
+	// Both verify at once while the node fails under them: no canary,
+	// which would hold steady until evicted's 120 s window passed.
+	long := map[string]string{rollout.AnnotationVerifyWindow: "120s", rollout.AnnotationCanaryOpt: "false"}
 	evicted := deployment(ns, "evicted", "shared", appOptions{probe: true, annotations: long})
 	steady := deployment(ns, "steady", "shared", appOptions{probe: true, annotations: long})
 	env.Apply(t, configMap(ns, "shared", "good"), evicted, steady)

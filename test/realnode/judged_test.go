@@ -42,8 +42,7 @@ func restartWith(t *testing.T, flags ...string) {
 
 // failureForm is one way a bad value shows in the pods of a workload.
 type failureForm struct {
-	o        appOptions
-	replicas int32
+	o appOptions
 	// bad is the bad ConfigMap (default: mode "bad", which the app rejects).
 	bad func(ns string) *corev1.ConfigMap
 	// watch: how long after the failure the halt must still hold.
@@ -55,7 +54,9 @@ type failureForm struct {
 // of the first sign the kubelet reports (from the moment the pod exists,
 // not after `kubectl rollout status` calls it complete), the change is
 // halted, and the halt holds: no workload referencing the change is stamped
-// after the failure, and a flapping readiness probe does not lift it.
+// after the failure, and a flapping readiness probe does not lift it. The
+// failing workload, of three replicas, is the change's canary: whatever
+// the form, exactly one pod ever ran the bad value.
 func TestEveryFailureFormIsCaughtAtTheDefaults(t *testing.T) {
 	restartWith(t, defaultFlags...)
 	// Past the halted workloads' recheck (30 s) and the debounce (2 s).
@@ -66,7 +67,7 @@ func TestEveryFailureFormIsCaughtAtTheDefaults(t *testing.T) {
 				return framework.ConfigMap(ns, "shared", map[string]string{"other": "x"}, nil)
 			}, watch: holds},
 		"an init container rejects the value":         {o: appOptions{initCheck: true}, watch: holds},
-		"a crash at start, 3 replicas":                {o: appOptions{}, replicas: 3, watch: holds},
+		"a crash at start":                            {o: appOptions{}, watch: holds},
 		"Ready, then it exits 20 s later":             {o: appOptions{probe: true, env: map[string]string{"APP_FAIL_AFTER": "20s"}}, watch: holds},
 		"a liveness probe fails on the value":         {o: appOptions{liveness: true, env: map[string]string{"APP_FAIL_MODE": "unready"}}, watch: holds},
 		"a readiness probe flaps on the value (10 s)": {o: appOptions{probe: true, env: map[string]string{"APP_FAIL_MODE": "flap", "APP_FAIL_AFTER": "5s", "APP_FLAP": "10s"}}, watch: 90 * time.Second},
@@ -77,9 +78,7 @@ func TestEveryFailureFormIsCaughtAtTheDefaults(t *testing.T) {
 			ns := env.Namespace(t, "form", nil)
 			form.o.annotations = map[string]string{rollout.AnnotationPriority: "10"}
 			first := deployment(ns, "first", "shared", form.o)
-			if form.replicas > 0 {
-				first.Spec.Replicas = ptr.To(form.replicas)
-			}
+			first.Spec.Replicas = ptr.To(int32(3))
 			second := deployment(ns, "second", "shared", appOptions{probe: true})
 			env.Apply(t, configMap(ns, "shared", "good"), first, second)
 			waitReady(t, first, 2*time.Minute)
@@ -119,6 +118,15 @@ func TestEveryFailureFormIsCaughtAtTheDefaults(t *testing.T) {
 				t.Errorf("first failed %s after the first sign, want within 15 s", d.Round(100*time.Millisecond))
 			}
 			haltHolds(t, first, second, form.watch)
+			var ran []string
+			for _, p := range pods(t, ns, "first") {
+				if h := p.Annotations[stamp.AnnotationHash]; h != "" && h != before {
+					ran = append(ran, p.Name)
+				}
+			}
+			if len(ran) != 1 {
+				t.Errorf("%d pods ran the bad value (%v), want exactly one: the canary's", len(ran), ran)
+			}
 		})
 	}
 }

@@ -147,6 +147,7 @@ func TestFailuresAfterReady(t *testing.T) {
 		"unready 5s after Ready": {probe: true, env: map[string]string{"APP_FAIL_MODE": "unready", "APP_FAIL_AFTER": "5s"}},
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // one namespace each: the two run side by side
 			ns := env.Namespace(t, "after-ready", nil)
 			o.annotations = map[string]string{rollout.AnnotationPriority: "10"}
 			first := deployment(ns, "first", "shared", o)

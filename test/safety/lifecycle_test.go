@@ -222,8 +222,8 @@ func TestOnDeleteAndPartitionedHoldNoSlot(t *testing.T) {
 	}
 }
 
-// Problem 3: five never-ready Deployments with a huge progress deadline hold
-// the whole budget of five; a change in another namespace must still roll
+// Problem 3: five never-ready Deployments with a huge progress deadline
+// (opted out of the canary) hold the whole budget of five; a change in another namespace must still roll
 // once configstamp's own --progress-deadline gives their slots back.
 func TestStuckTenantCannotStarveTheBudget(t *testing.T) {
 	ns := tenantNamespace
@@ -234,6 +234,9 @@ func TestStuckTenantCannotStarveTheBudget(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		d := framework.Deployment(ns, "stuck-"+strconv.Itoa(i), framework.OptIn, tenantSpec())
 		d.Spec.ProgressDeadlineSeconds = ptr.To[int32](2147483647)
+		// The tenant opts out of the canary, which would hold its change
+		// at one workload: all five take a slot.
+		d.Annotations = map[string]string{rollout.AnnotationCanaryOpt: "false"}
 		objs = append(objs, d)
 		stuck = append(stuck, d.Name)
 	}
