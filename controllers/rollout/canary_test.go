@@ -1,12 +1,15 @@
 package rollout
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // threeReplicas is workloadIn with three replicas (a canary holds it at one).
@@ -116,9 +119,59 @@ func TestCanaryFailureKeepsItsHold(t *testing.T) {
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Pods: 1, Problem: "pod a-x: container app restarted 1 times"}}
 	failing.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
 	f, err := s.Decide(t.Context(), failing)
-	if err != nil || f.Verb != Close || f.Failure == "" || f.Record.State != Failed || f.Record.Halted == "" || f.Record.Hold != rec.Hold {
-		t.Fatalf("failing canary: %+v %v; want it failed and halted, its hold kept", f, err)
+	if err != nil || f.Verb != Close || f.Failure == "" || f.Record.State != Failed || f.Record.Halted == "" {
+		t.Fatalf("failing canary: %+v %v; want it failed and halted", f, err)
 	}
+	// Its hold kept, and paused: its Deployment makes no second pod of the
+	// change, even if the failed pod later counts as available.
+	held, _ := workload.DecodeHold(rec.Hold)
+	if want := held.With(workload.Hold{{Path: "spec.paused", Set: true}}).Encode(); f.Record.Hold != want {
+		t.Fatalf("failing canary's hold %s, want its hold and the pause %s", f.Record.Hold, want)
+	}
+	if len(f.Hold) != 1 || f.Hold[0].Path != "spec.paused" || f.Hold[0].Set != true || !strings.Contains(f.Failure, "paused") {
+		t.Fatalf("failing canary writes %+v (%q), want spec.paused set, and the failure saying so", f.Hold, f.Failure)
+	}
+}
+
+// A canary that failed is paused; its pods recovering lift no halt while
+// it is paused, and the next change's canary unpauses it in its stamp and
+// holds it as any canary.
+func TestFrozenCanaryThawsWithTheNextChange(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	bad := []Change{{Ref: ref, Content: "00aa"}}
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	hold := workload.Hold{{Path: "spec.strategy.rollingUpdate.maxSurge", Set: float64(1)}, {Path: "spec.strategy.rollingUpdate.maxUnavailable", Set: float64(0)},
+		{Path: "spec.minReadySeconds", Set: float64(30)}, {Path: "spec.paused", Set: true}}
+	failed := StartRecord(t0.Add(-time.Minute), bad, false).AsCanary(hold.Encode()).Fail(true)
+	d := threeReplicas("a", &failed)
+	d.Spec.Paused, d.Spec.MinReadySeconds = true, 30
+	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+	d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}
+	d.Status.UpdatedReplicas = 1
+	recovering := Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Need: NeedNothing, Canary: true, VerifyWindow: 30 * time.Second,
+		Verification: Verification{Window: 30 * time.Second, Read: true, Healthy: true, Pods: 3, HealthySince: t0.Add(-time.Hour)}}
+	if r, err := s.Decide(t.Context(), recovering); err != nil || r.Verb == Resume {
+		t.Fatalf("paused after its failure: %+v %v; want no recovery while paused", r, err)
+	}
+	next := recovering
+	next.Need, next.Hash, next.Sources = NeedRollout, "v1-fixed", sourcesOf([]Change{{Ref: ref, Content: "00bb"}})
+	st, err := s.Decide(t.Context(), next)
+	if err != nil || st.Verb != Stamp || st.Record.Canary != CanaryRunning {
+		t.Fatalf("the next change: %+v %v; want a canary stamp", st, err)
+	}
+	patch := st.Hold.SetPatch()
+	if spec := patch["spec"].(map[string]any); spec["paused"] != nil || !hasKey(spec, "paused") || spec["minReadySeconds"] != float64(30) {
+		t.Fatalf("the next canary's patch %v: want paused put back (null) and the hold kept", patch)
+	}
+	if after, _ := workload.DecodeHold(st.Record.Hold); after.Freezes(d) {
+		t.Fatalf("the next canary's record %s still freezes it", st.Record.Hold)
+	}
+}
+
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // A canary passes on its first pod: Ready with no restart for the window,

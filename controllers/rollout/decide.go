@@ -152,12 +152,32 @@ func (s *Scheduler) take(ctx context.Context, sit Situation, plan Plan) (Decisio
 		// is known before the next in the wave may take the slot.
 		s.Release(o.Key)
 		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
+		if plan.Failure != "" && plan.Record != nil && plan.Record.Hold != "" {
+			d.Record, d.Hold = frozen(o, *plan.Record)
+			if len(d.Hold) > 0 {
+				d.Failure += "; its rollout is paused (spec.paused) so that no other pod gets the change, and put back when the halt lifts"
+			}
+		}
 	case StepPassCanary: // passed once the reconciler wrote it (CanaryWritten)
 		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
 	case StepGate:
 		return s.gate(ctx, sit, plan.After)
 	}
 	return d, nil
+}
+
+// frozen is the failed record rec of a held canary with its kind's freeze
+// added to its hold (Behavior.Freeze), and the fields the freeze sets: its
+// controller makes no second pod of the bad change, whatever its pod's
+// availability shows. A user's edit of a held field since stands.
+func frozen(o Observation, rec Record) (*Record, workload.Hold) {
+	held, err := workload.DecodeHold(rec.Hold)
+	freeze := o.Kind.Freeze(o.Object)
+	if err != nil || len(freeze) == 0 {
+		return &rec, nil
+	}
+	rec.Hold = held.With(freeze).Encode()
+	return &rec, freeze
 }
 
 // situation is o with what the rules weigh besides: its record (verified),
@@ -209,7 +229,7 @@ func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Dura
 		}
 		if canary {
 			prev, _ := workload.DecodeHold(sit.Record.Hold) // sealed: configstamp's own
-			d.Hold = sit.Kind.Hold(sit.Object, sit.VerifyWindow).Carry(prev, sit.Object)
+			d.Hold = sit.Kind.Hold(prev.Thawed(sit.Object), sit.VerifyWindow).Carry(prev, sit.Object)
 			start = start.AsCanary(d.Hold.Encode())
 		}
 		d.Record = &start

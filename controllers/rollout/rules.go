@@ -5,6 +5,7 @@ import (
 
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Timings of the wave's rules.
@@ -141,7 +142,7 @@ func Rules(sit Situation, p Policy) Plan {
 	}
 	var recheck time.Duration
 	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), o.Kind.PodTemplate(o.Object)) {
-		if at, ok := recovered(o, sit.Now); ok && !at.After(sit.Now) {
+		if at, ok := recovered(o, rec, sit.Now); ok && !at.After(sit.Now) {
 			resumed := rec.Resume()
 			return Plan{Step: StepResume, Record: &resumed}
 		} else if ok {
@@ -188,6 +189,16 @@ func Rules(sit Situation, p Policy) Plan {
 	return plan
 }
 
+// frozenNow reports whether o is still stopped by the freeze its failed
+// canary's record holds (frozen).
+func frozenNow(o Observation, rec Record) bool {
+	held, err := workload.DecodeHold(rec.Hold)
+	if err != nil || len(held) == 0 {
+		return false
+	}
+	return o.Kind.Status(o.Object).Paused && held.Freezes(o.Object)
+}
+
 // later is the later of a and b.
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
@@ -199,8 +210,11 @@ func later(a, b time.Time) time.Time {
 // recovered: whether a failed workload is complete again with its pods
 // healthy, and from when that has lasted a window. Pods not read (no list
 // permission): complete is all there is to go by.
-func recovered(o Observation, now time.Time) (time.Time, bool) {
+func recovered(o Observation, rec Record, now time.Time) (time.Time, bool) {
 	v := o.Verification
+	if frozenNow(o, rec) { // paused by its canary's failure: complete says nothing
+		return time.Time{}, false
+	}
 	if complete, _ := Complete(o.Kind, o.Object); !complete || v.Unread || v.Problem != "" || (v.Read && !v.Healthy) {
 		return time.Time{}, false
 	}

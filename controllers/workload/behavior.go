@@ -33,6 +33,11 @@ type Behavior interface {
 	// honours them (nil: it cannot be held; its whole rollout is the
 	// canary). See Hold.
 	Hold(obj client.Object, window time.Duration) Hold
+	// Freeze returns the spec fields that stop obj's rollout where it is,
+	// whatever its pods' availability shows: set when its canary failed, so
+	// that its controller makes no second pod of the bad change (nil: its
+	// hold alone keeps it, or nothing can).
+	Freeze(obj client.Object) Hold
 }
 
 // Status is a workload's spec and status as a rollout reads them, with the

@@ -341,6 +341,9 @@ func (custom) RevisionNumber(client.Object) int64 { return 0 }
 // whole rollout is its change's canary.
 func (custom) Hold(client.Object, time.Duration) Hold { return nil }
 
+// Freeze: an extra kind is not held, so nothing to freeze.
+func (custom) Freeze(client.Object) Hold { return nil }
+
 // SetTemplateAnnotation sets an annotation of obj's pod template, in place.
 // For an extra kind it reports false when the template is not an object
 // (PodTemplate then returns nil too); a null metadata or annotations map is

@@ -91,3 +91,7 @@ func (daemonSet) Hold(obj client.Object, window time.Duration) Hold {
 	rollingHold(b, "spec.updateStrategy.rollingUpdate", d.Status.DesiredNumberScheduled, surge, unavailable, d.Spec.MinReadySeconds, window)
 	return b.h
 }
+
+// Freeze: none. A DaemonSet has no pause; its hold (one node, and
+// minReadySeconds) is all that keeps a failed canary at one node.
+func (daemonSet) Freeze(client.Object) Hold { return nil }

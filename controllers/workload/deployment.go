@@ -100,6 +100,20 @@ func (deployment) RevisionNumber(rev client.Object) int64 {
 	return n
 }
 
+// Freeze: spec.paused. Its rolling update held by availability alone, a
+// canary pod that crashes after it was Ready may still count as available
+// (a kubelet slow to report the restart), and the controller would go on to
+// a second pod; paused, it makes none. Put back with the hold.
+func (deployment) Freeze(obj client.Object) Hold {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok || d.Spec.Paused {
+		return nil
+	}
+	b := &holdBuilder{}
+	b.set("spec.paused", nil, true)
+	return b.h
+}
+
 // annotationDeploymentRevision is the revision number the Deployment
 // controller writes on each of its ReplicaSets.
 const annotationDeploymentRevision = "deployment.kubernetes.io/revision"

@@ -31,6 +31,7 @@ const maxHold = 8
 
 // holdPaths are the fields a hold may set: a record names no other.
 var holdPaths = []string{
+	"spec.paused",
 	"spec.minReadySeconds",
 	"spec.strategy.rollingUpdate.maxSurge",
 	"spec.strategy.rollingUpdate.maxUnavailable",
@@ -136,14 +137,90 @@ func (h Hold) Carry(prev Hold, obj client.Object) Hold {
 			}
 		}
 	}
-	// A field the earlier hold set that this one does not: put it back too.
+	// A field the earlier hold set that this one does not: put it back too,
+	// when this hold ends; a freeze (a failed canary's) at once.
 	for _, p := range prev {
 		if !out.has(p.Path) {
 			now, _, _ := unstructured.NestedFieldNoCopy(u, strings.Split(p.Path, ".")...)
-			if sameValue(now, p.Set) {
+			switch {
+			case !sameValue(now, p.Set): // the user's since
+			case isFreeze(p.Path):
+				out = append(out, FieldHold{Path: p.Path, Set: p.Was, Was: p.Was})
+			default:
 				out = append(out, FieldHold{Path: p.Path, Set: p.Set, Was: p.Was})
 			}
 		}
+	}
+	return out
+}
+
+// freezePaths are the fields a failed canary's freeze sets (Behavior.Freeze):
+// a new rollout puts them back at once, it does not carry them (Carry).
+var freezePaths = []string{"spec.paused"}
+
+func isFreeze(path string) bool {
+	for _, f := range freezePaths {
+		if f == path {
+			return true
+		}
+	}
+	return false
+}
+
+// Freezes reports whether obj still has a freeze field of h at h's value.
+func (h Hold) Freezes(obj client.Object) bool {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return false
+	}
+	for _, f := range h {
+		if now, _, _ := unstructured.NestedFieldNoCopy(u, strings.Split(f.Path, ".")...); isFreeze(f.Path) && sameValue(now, f.Set) {
+			return true
+		}
+	}
+	return false
+}
+
+// With is h and the fields of more h does not set.
+func (h Hold) With(more Hold) Hold {
+	out := append(Hold(nil), h...)
+	for _, f := range more {
+		if !out.has(f.Path) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Thawed is obj (a copy) with the freeze fields of h put back where obj
+// still has them at h's value: the workload as its next rollout finds it
+// once that rollout's patch has put them back (Carry).
+func (h Hold) Thawed(obj client.Object) client.Object {
+	var freeze Hold
+	for _, f := range h {
+		if isFreeze(f.Path) {
+			freeze = append(freeze, f)
+		}
+	}
+	back, err := freeze.RestorePatch(obj)
+	if err != nil || back == nil {
+		return obj
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return obj
+	}
+	for _, f := range freeze {
+		parts := strings.Split(f.Path, ".")
+		if f.Was == nil {
+			unstructured.RemoveNestedField(u, parts...)
+		} else if err := unstructured.SetNestedField(u, f.Was, parts...); err != nil {
+			return obj
+		}
+	}
+	out, ok := obj.DeepCopyObject().(client.Object)
+	if !ok || runtime.DefaultUnstructuredConverter.FromUnstructured(u, out) != nil {
+		return obj
 	}
 	return out
 }

@@ -206,6 +206,14 @@ func (k Kind) Hold(obj client.Object, window time.Duration) Hold {
 	return k.behavior.Hold(obj, window)
 }
 
+// Freeze returns what stops obj's rollout where it is (Behavior.Freeze).
+func (k Kind) Freeze(obj client.Object) Hold {
+	if k.behavior == nil {
+		return nil
+	}
+	return k.behavior.Freeze(obj)
+}
+
 // of reports whether u is an object of k, an extra kind.
 func (k Kind) of(u *unstructured.Unstructured) bool {
 	return k.Unstructured() && k.GVK.GroupKind() == u.GroupVersionKind().GroupKind()

@@ -122,3 +122,6 @@ func (statefulSet) Hold(obj client.Object, window time.Duration) Hold {
 	b.set("spec.updateStrategy.rollingUpdate.partition", partition, replicas-1)
 	return b.h
 }
+
+// Freeze: none; its partition updates no other pod, whatever their availability.
+func (statefulSet) Freeze(client.Object) Hold { return nil }
