@@ -62,7 +62,9 @@ failed, the halt it carries or waits on, and whether it is its change's
 canary (the first workload of the change's wave in its namespace, held at
 one new pod while it is judged; canaries are on unless the workload or its
 Namespace has configstamp.io/canary: "false", or the manager runs with
---canary=false). -o wide shows every event of the workload, not only
+--canary=false): for a canary that runs or failed, its pod (phase,
+readiness, restarts), until when it is judged, and its verdict with the
+reason. -o wide shows every event of the workload, not only
 configstamp's.
 
 Output (-o json|yaml), one object:
@@ -93,6 +95,26 @@ Output (-o json|yaml), one object:
     path           e.g. spec.minReadySeconds, spec.strategy.rollingUpdate.maxSurge
     set            the value configstamp set (30, 1, 0)
     was            the value it puts back (absent: the field was unset)
+  canaryPods[]     canary running or failed: the pods of its new revision,
+                   oldest first, as configstamp's verification picks them
+                   (the workload's own, stamped like its template); held at
+                   one new pod, the first is the canary's pod (the Canary
+                   pod: line; absent: none):
+    name           the pod
+    phase          Pending, Running, Succeeded, Failed
+    ready          its Ready condition is True
+    restarts       its containers' restarts, init containers included
+    healthySince   Ready with no restart since then (RFC 3339; absent: not
+                   Ready); a canary passes on its first pod's
+    problem        the sign of failure configstamp sees on it (absent: none)
+  canaryJudgedUntil  running: when it passes if its pods stay as they are
+                   (the Judged until: line): held, its first pod's
+                   healthySince plus the verification window (when known);
+                   a whole workload, the end of its verification window
+  canaryReason     the reason of its verdict (the Verdict: line): failed,
+                   why (as failure); passed, how (its CanaryPassed event);
+                   running, a sign of failure its pods show now, which fails
+                   it at configstamp's next judgement; absent: none
   pinned[]         the snapshots it reads instead of its sources (Kind/source=snapshot)
   rolledBackTo     the stamp a user rolled it back to, while pinned to it
   waitingOn        the halt it waits on (absent: none):

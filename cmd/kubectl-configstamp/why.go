@@ -104,6 +104,23 @@ type whyResult struct {
 	// Held are the spec fields configstamp set to hold the canary at one
 	// new pod (configstamp.io/rollout-hold), with the values to put back.
 	Held []heldField `json:"held"`
+	// CanaryPods (canary running or failed): the pods of its new revision,
+	// oldest first, as configstamp's verification picks them (the pods of
+	// the workload's own controller stamped like its template); held at one
+	// new pod, the first is the canary's pod.
+	CanaryPods []canaryPod `json:"canaryPods,omitempty"`
+	// CanaryJudgedUntil (running): when the canary passes if its pods stay
+	// as they are: held, its first pod's healthy start plus the verification
+	// window (when known, as for canaryNotBefore); a whole workload, the end
+	// of its verification window.
+	CanaryJudgedUntil *time.Time `json:"canaryJudgedUntil,omitempty"`
+	// CanaryReason: why the canary stands as it does: failed, why it failed
+	// (as failure); passed, how (its CanaryPassed event); running, a sign
+	// of failure its pods show now, which fails it at configstamp's next
+	// judgement (absent: none).
+	CanaryReason string `json:"canaryReason,omitempty"`
+	// canaryPodsUnread: why its pods could not be read ("": read).
+	canaryPodsUnread string
 	// Pinned are the snapshots the template mounts and reads instead of its
 	// sources (pinned config): "Kind/source=snapshot".
 	Pinned []string `json:"pinned"`
@@ -330,6 +347,8 @@ func explain(ctx context.Context, o *options, w workload, ns string) (whyResult,
 			res.CanaryNotBefore = utcOrNil(rec.Started.Add(window))
 		}
 	}
+	view := o.canaryOfWhy(ctx, w, ns, rec, res)
+	res.CanaryPods, res.CanaryJudgedUntil, res.CanaryReason, res.canaryPodsUnread = view.pods, view.judgedUntil, view.reason, view.podsUnread
 	if res.WaitingOn, err = o.waitingOn(ctx, ns, rec, res.Events); err != nil {
 		return res, err
 	}
@@ -369,6 +388,7 @@ func printWhy(o *options, w workload, ns string, res whyResult) {
 	}
 	if text, colour := canaryText(res, o.clock()); text != "" {
 		rows = append(rows, []cell{c("Canary:"), coloured(text, colour)})
+		rows = append(rows, canaryRows(res, o.clock())...)
 	}
 	if len(res.Halted) > 0 {
 		rows = append(rows, []cell{c("Halts:"), coloured(changesText(res.Halted), red)})
