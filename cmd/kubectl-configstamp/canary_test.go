@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -341,4 +343,102 @@ func TestWhyCanaryPod(t *testing.T) {
 			t.Errorf("want the pods' read error in\n%s", out)
 		}
 	})
+}
+
+// plan names every canary of a file's changes, as the controller grants
+// them (rollout.Canaries): per namespace and per change, key-precise (a
+// workload that references other keys rolls a change of its own, with its
+// own canary), across the file's objects (a workload that references two
+// of them rolls both changes at once, and may be the canary of one only).
+func TestPlanCanaries(t *testing.T) {
+	type ref struct{ kind, obj, key string } // key "": every key (envFrom)
+	mk := func(ns, name string, ann map[string]string, refs ...ref) *appsv1.Deployment {
+		d := deployment(name, ann)
+		d.Namespace = ns
+		c := corev1.Container{Name: "app"}
+		for _, r := range refs {
+			switch {
+			case r.key == "":
+				c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: r.obj}}})
+			case r.kind == "Secret":
+				c.Env = append(c.Env, corev1.EnvVar{Name: strings.ToUpper(r.key), ValueFrom: &corev1.EnvVarSource{
+					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.obj}, Key: r.key}}})
+			default:
+				c.Env = append(c.Env, corev1.EnvVar{Name: strings.ToUpper(r.key), ValueFrom: &corev1.EnvVarSource{
+					ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.obj}, Key: r.key}}})
+			}
+		}
+		d.Spec.Template.Spec.Containers = []corev1.Container{c}
+		return d
+	}
+	a, b, all, p, x := ref{"ConfigMap", "cfg", "a"}, ref{"ConfigMap", "cfg", "b"}, ref{"ConfigMap", "cfg", ""}, ref{"Secret", "creds", "p"}, ref{"ConfigMap", "cfg", "x"}
+	objs := []runtime.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"a": "1", "b": "1"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "creds"}, Data: map[string][]byte{"p": []byte("1")}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns2", Name: "cfg"}, Data: map[string]string{"x": "1"}},
+		mk("ns", "web", map[string]string{rollout.AnnotationPriority: "5"}, a), // first in the wave: the canary of key a's change
+		mk("ns", "api", nil, a, p),  // waits for web on cfg; the Secret's canary
+		mk("ns", "batch", nil, all), // every key: a change of its own
+		mk("ns", "legacy", map[string]string{rollout.AnnotationCanaryOpt: "false"}, a),
+		mk("ns", "worker", nil, b, p), // key b's canary; waits for api on the Secret
+		mk("ns", "zeta", nil, b),
+		mk("ns2", "front", nil, x), mk("ns2", "back", nil, x),
+	}
+	manifest := filepath.Join(t.TempDir(), "cfg.yaml")
+	if err := os.WriteFile(manifest, []byte(`apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: ns}
+data: {a: "2", b: "2"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds, namespace: ns}
+stringData: {p: "2"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: ns2}
+data: {x: "2"}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(output string) []byte {
+		o, out := fakeCluster(t, time.Now(), objs...)
+		o.namespace, o.filename, o.output = "", manifest, output
+		if err := runPlan(t.Context(), o, nil); err != nil {
+			t.Fatal(err)
+		}
+		return out.Bytes()
+	}
+	var res planOutput
+	raw := run("json")
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, obj := range res.Objects {
+		for _, e := range obj.Workloads {
+			what := "waits for " + e.WaitsFor
+			switch {
+			case e.Canary:
+				what = "canary"
+			case !e.Rolls:
+				what = "no"
+			case e.WaitsFor == "":
+				what = "no wait"
+			}
+			got[obj.Kind+" "+obj.Namespace+"/"+e.Name] = what
+		}
+	}
+	want := map[string]string{
+		"ConfigMap ns/web": "canary", "ConfigMap ns/api": "waits for deployment/web", "ConfigMap ns/batch": "canary",
+		"ConfigMap ns/legacy": "no wait", "ConfigMap ns/worker": "canary", "ConfigMap ns/zeta": "waits for deployment/worker",
+		"Secret ns/api": "canary", "Secret ns/worker": "waits for deployment/api",
+		"ConfigMap ns2/back": "canary", "ConfigMap ns2/front": "waits for deployment/back",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("canaries:\n%v\nwant\n%v", got, want)
+	}
+	goldenJSON(t, "plan-canaries", raw)
+	goldenText(t, "plan-canaries", run(""))
 }

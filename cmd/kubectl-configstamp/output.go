@@ -32,10 +32,14 @@ object, before you apply it. Secret values are compared, never printed.
 
 The Canary: line names the workload that would be the change's canary: it
 gets the change first, held at one new pod for its verification window, and
-the other workloads of the namespace that roll wait until it passes (unless
-the manager runs with --canary=false). A workload that references other keys
-of the object rolls another change of it, with its own canary once this one
-passed.
+the other workloads of the namespace that roll the same change wait until it
+passes (unless the manager runs with --canary=false). A change is
+key-precise: workloads that reference other keys of the object roll another
+change of it, with a canary of its own; then a Canaries: line says how many,
+and a line per canary names it, the keys it rolls and who waits for it. The
+canaries are the controller's own choice (rollout.Canaries), across every
+object of the file: a workload that references two of them rolls both
+changes at once.
 
 Output (-o json|yaml), one object:
   objects[]          one per ConfigMap or Secret of the file:
@@ -49,12 +53,15 @@ Output (-o json|yaml), one object:
       reason         why it rolls or not
       keys[]         the keys behind the verdict (names only)
       newSnapshot    it is pinned and rolls onto a new snapshot
-      canary         it would be the change's canary in the namespace (the
-                     Canary: line): the first that rolls in wave order
-                     (higher configstamp.io/rollout-priority first, then
-                     name, then kind), passing over workloads with
-                     configstamp.io/canary: "false" on them or their
-                     Namespace; absent on the others`
+      canary         it would be the canary of its change in the namespace
+                     (the Canary: line): the first that rolls that change
+                     in wave order (higher configstamp.io/rollout-priority
+                     first, then name, then kind), passing over workloads
+                     with configstamp.io/canary: "false" on them or their
+                     Namespace; absent on the others
+      waitsFor       the canary of its change it waits for (kind/name;
+                     absent: it is a canary, has canaries off, or does not
+                     roll)`
 
 const whyLong = `The workload's last configstamp rollout, from its annotations and events:
 when, caused by which change (Kind/name@content), its state now, why it

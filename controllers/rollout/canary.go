@@ -78,24 +78,26 @@ type Waiting struct {
 
 // Canaries are the canaries a wave of waiting workloads gets, as the
 // scheduler grants them one after the other (canaryAhead, ClaimCanary,
-// passCanary): in wave order, each workload that rolls out a change of its
-// namespace no earlier one rolled out is that change's canary, and once it
-// passed, every change it rolled out passed. A change is key-precise: a
-// workload that references other keys of a source has a change, and a
-// canary, of its own. Nothing has passed yet; workloads with canaries off
-// are left out (they neither wait for a canary nor are one).
-func Canaries(ws []Waiting) []Key {
+// passCanary), with the changes each is the canary of: in wave order, each
+// workload that rolls out a change of its namespace no earlier one rolled
+// out is that change's canary, and once it passed, every change it rolled
+// out passed. A change is key-precise: a workload that references other
+// keys of a source has a change, and a canary, of its own. Nothing has
+// passed yet; workloads with canaries off are left out (they neither wait
+// for a canary nor are one).
+func Canaries(ws []Waiting) map[Key][]Change {
 	ws = slices.Clone(ws)
 	slices.SortFunc(ws, func(a, b Waiting) int {
 		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), WaveOrder(a.Key, a.Priority, b.Key, b.Priority))
 	})
 	passed := map[string]bool{}
-	var out []Key
+	out := map[Key][]Change{}
 	for _, w := range ws {
-		if len(unpassedOf(w.Key.Namespace, w.Causes, func(key string) bool { return passed[key] })) == 0 {
+		first := unpassedOf(w.Key.Namespace, w.Causes, func(key string) bool { return passed[key] })
+		if len(first) == 0 {
 			continue
 		}
-		out = append(out, w.Key)
+		out[w.Key] = first
 		for _, c := range w.Causes {
 			passed[passedKey(w.Key.Namespace, c)] = true
 		}

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -219,13 +220,15 @@ func TestCanariesAreTheSchedulersOwn(t *testing.T) {
 		}
 		c.advance(canaryWait)
 	}
-	want := Canaries(waiting)
+	canaries := Canaries(waiting)
+	want := slices.Collect(maps.Keys(canaries))
 	slices.SortFunc(granted, func(a, b Key) int { return strings.Compare(a.String(), b.String()) })
 	slices.SortFunc(want, func(a, b Key) int { return strings.Compare(a.String(), b.String()) })
 	if !slices.Equal(granted, want) || len(stamped) != len(wave) {
 		t.Fatalf("the scheduler granted canaries to %v (%d of %d stamped); Canaries says %v", granted, len(stamped), len(wave), want)
 	}
-	if len(want) != 4 { // d (x), b (y), f (the Secret's change), other/a
-		t.Errorf("canaries %v, want 4", want)
+	// d (x), b (y), f (only the Secret's change is its own), other/a (x)
+	if got := FormatChanges(canaries[dep("f")]); len(canaries) != 4 || got != "Secret/s@00cc" || FormatChanges(canaries[dep("d")]) != "ConfigMap/shared@00aa" {
+		t.Errorf("canaries %v, want 4, f the canary of the Secret's change only", canaries)
 	}
 }
