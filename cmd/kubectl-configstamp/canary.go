@@ -157,19 +157,16 @@ func passedReason(rec rollout.Record, events []eventView) string {
 	if rec.Canary == rollout.CanaryRunning && rec.State == rollout.Completed {
 		return "its whole rollout completed and was verified"
 	}
-	for i := len(events) - 1; i >= 0; i-- {
-		e := events[i]
-		if e.Reason != reasonCanaryPassed || e.From != reporter || (!rec.Started.IsZero() && e.Last.Before(rec.Started)) {
-			continue
-		}
-		_, reason, ok := strings.Cut(e.Message, " passed: ")
-		if !ok {
-			return e.Message
-		}
-		reason, _, _ = strings.Cut(reason, "; ")
-		return reason
+	e := latestEvent(rec, events, reasonCanaryPassed)
+	if e == nil {
+		return ""
 	}
-	return ""
+	_, reason, ok := strings.Cut(e.Message, " passed: ")
+	if !ok {
+		return e.Message
+	}
+	reason, _, _ = strings.Cut(reason, "; ")
+	return reason
 }
 
 // canaryRows are why's rows under Canary: its pods, until when it is

@@ -202,10 +202,18 @@ func canaryOf(rec rollout.Record, off bool) string {
 // canaryPassedAt is when the canary of rec passed, from the latest
 // CanaryPassed event configstamp emitted since the rollout started.
 func canaryPassedAt(rec rollout.Record, events []eventView) *time.Time {
+	if e := latestEvent(rec, events, reasonCanaryPassed); e != nil {
+		return utcOrNil(e.Last)
+	}
+	return nil
+}
+
+// latestEvent is the latest event of reason configstamp emitted on the
+// workload since rec's rollout started (nil: none left).
+func latestEvent(rec rollout.Record, events []eventView, reason string) *eventView {
 	for i := len(events) - 1; i >= 0; i-- {
-		e := events[i]
-		if e.Reason == reasonCanaryPassed && e.From == reporter && (rec.Started.IsZero() || !e.Last.Before(rec.Started)) {
-			return utcOrNil(e.Last)
+		if e := &events[i]; e.Reason == reason && e.From == reporter && (rec.Started.IsZero() || !e.Last.Before(rec.Started)) {
+			return e
 		}
 	}
 	return nil
@@ -479,21 +487,18 @@ func printWhyEvents(o *options, events []eventView) {
 // ("rollout for CAUSES failed: REASON; configstamp halts ...") between
 // "failed: " and "; configstamp". "" when there is none.
 func failureOf(rec rollout.Record, events []eventView) string {
-	for i := len(events) - 1; i >= 0; i-- {
-		e := events[i]
-		if e.Reason != reasonRolloutFailed || e.From != reporter || (!rec.Started.IsZero() && e.Last.Before(rec.Started)) {
-			continue
-		}
-		_, reason, ok := strings.Cut(e.Message, " failed: ")
-		if !ok {
-			return e.Message
-		}
-		if i := strings.LastIndex(reason, "; configstamp"); i >= 0 {
-			reason = reason[:i]
-		}
-		return reason
+	e := latestEvent(rec, events, reasonRolloutFailed)
+	if e == nil {
+		return ""
 	}
-	return ""
+	_, reason, ok := strings.Cut(e.Message, " failed: ")
+	if !ok {
+		return e.Message
+	}
+	if i := strings.LastIndex(reason, "; configstamp"); i >= 0 {
+		reason = reason[:i]
+	}
+	return reason
 }
 
 // failedVerification reports a failure in the verification window (after
