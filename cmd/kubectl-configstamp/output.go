@@ -36,9 +36,9 @@ the other workloads of the namespace that roll the same change wait until it
 passes (unless the manager runs with --canary=false). A change is
 key-precise: workloads that reference other keys of the object roll another
 change of it, with a canary of its own; then a Canaries: line says how many,
-and a line per canary names it, the keys it rolls and who waits for it. The
-canaries are the controller's own choice (rollout.Canaries), across every
-object of the file: a workload that references two of them rolls both
+and a line per canary names it, the keys it references and who waits for
+it. The canaries are the controller's own choice (rollout.Canaries), across
+every object of the file: a workload that references two of them rolls both
 changes at once.
 
 Output (-o json|yaml), one object:

@@ -212,9 +212,10 @@ type planEntry struct {
 	// priority, canaryOff and change: its wave order, configstamp.io/canary,
 	// and the change it rolls (workload.ChangeContent: equal for the
 	// workloads that roll the same change).
-	priority  int
-	canaryOff bool
-	change    rollout.Change
+	priority   int
+	canaryOff  bool
+	change     rollout.Change
+	references stamp.KeySet // what it references of the object, which makes its change
 }
 
 type planResult struct {
@@ -278,6 +279,7 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels, n
 			e.Rolls = true
 			e.Reason, e.Keys = rollReason(live, next, liveSrc, nextSrc, refsLive, refsNext, referenced)
 			e.change = rollout.Change{Ref: next.ref, Content: sharedworkload.ChangeContent(next.namespace, next.ref, refsNext, nextSrc)}
+			e.references = refsNext.Keys(next.ref)
 			_, pinned := pin.Pinned(w.template)[next.ref]
 			e.NewSnapshot = pinned && !nextSrc.Ignored // an ignored source is read directly again
 		case nextSrc.Ignored && liveSrc.Ignored:
@@ -562,10 +564,7 @@ func planCanaryLines(ws []planEntry) []string {
 			continue
 		}
 		ref := strings.ToLower(e.Kind) + "/" + e.Name
-		line := "  " + ref
-		if len(e.Keys) > 0 {
-			line += " (" + strings.Join(e.Keys, ", ") + ")"
-		}
+		line := "  " + ref + " (references " + referencesText(e.references) + ")"
 		switch w := waiters[ref]; len(w) {
 		case 0:
 		case 1:
@@ -583,6 +582,17 @@ func planCanaryLines(ws []planEntry) []string {
 		out = append(out, "  none for "+strings.Join(off, ", ")+" ("+rollout.AnnotationCanaryOpt+": false): "+they+" without waiting")
 	}
 	return out
+}
+
+// referencesText names the keys a workload references of an object.
+func referencesText(k stamp.KeySet) string {
+	switch {
+	case k.All:
+		return "every key"
+	case len(k.Keys) == 0:
+		return "nothing now"
+	}
+	return strings.Join(k.Sorted(), ", ")
 }
 
 // printPlan prints one object's plan: a line, then the workloads.
