@@ -157,16 +157,7 @@ func passedReason(rec rollout.Record, events []eventView) string {
 	if rec.Canary == rollout.CanaryRunning && rec.State == rollout.Completed {
 		return "its whole rollout completed and was verified"
 	}
-	e := latestEvent(rec, events, reasonCanaryPassed)
-	if e == nil {
-		return ""
-	}
-	_, reason, ok := strings.Cut(e.Message, " passed: ")
-	if !ok {
-		return e.Message
-	}
-	reason, _, _ = strings.Cut(reason, "; ")
-	return reason
+	return eventReason(rec, events, reasonCanaryPassed, " passed: ", "; the rest")
 }
 
 // canaryRows are why's rows under Canary: its pods, until when it is

@@ -487,18 +487,25 @@ func printWhyEvents(o *options, events []eventView) {
 // ("rollout for CAUSES failed: REASON; configstamp halts ...") between
 // "failed: " and "; configstamp". "" when there is none.
 func failureOf(rec rollout.Record, events []eventView) string {
-	e := latestEvent(rec, events, reasonRolloutFailed)
+	return eventReason(rec, events, reasonRolloutFailed, " failed: ", "; configstamp")
+}
+
+// eventReason is the part of the latest event of reason configstamp
+// emitted since rec's rollout started (latestEvent) between after and the
+// last until: its whole message without after, "" without such an event.
+func eventReason(rec rollout.Record, events []eventView, reason, after, until string) string {
+	e := latestEvent(rec, events, reason)
 	if e == nil {
 		return ""
 	}
-	_, reason, ok := strings.Cut(e.Message, " failed: ")
+	_, text, ok := strings.Cut(e.Message, after)
 	if !ok {
 		return e.Message
 	}
-	if i := strings.LastIndex(reason, "; configstamp"); i >= 0 {
-		reason = reason[:i]
+	if i := strings.LastIndex(text, until); i >= 0 {
+		text = text[:i]
 	}
-	return reason
+	return text
 }
 
 // failedVerification reports a failure in the verification window (after
