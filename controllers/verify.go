@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,7 +93,7 @@ func (r *kindReconciler) verification(ctx context.Context, obj client.Object) ro
 		v.Unread = true
 		return v
 	}
-	seen.Pods = ownPods(obj, pods.Items)
+	seen.Pods = rollout.OwnPods(obj, pods.Items)
 	found := rollout.InspectPods(seen)
 	log.FromContext(ctx).V(1).Info("pods judged", "rule", rule, "pods", len(seen.Pods), "problem", found.Problem, "healthy", found.Healthy)
 	found.Window, found.PollScale = v.Window, r.Scheduler.PollScale()
@@ -106,23 +105,4 @@ func latest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// ownPods are the pods whose controller is obj, or one of obj's ReplicaSets
-// (named after obj and the pod's pod-template-hash, as the Deployment
-// controller and Argo Rollouts name them): another workload whose template
-// has the same labels, and references the same data, is not obj.
-func ownPods(obj client.Object, pods []corev1.Pod) []corev1.Pod {
-	var out []corev1.Pod
-	for _, p := range pods {
-		c := metav1.GetControllerOf(&p)
-		switch {
-		case c == nil:
-		case c.Kind == "ReplicaSet" && c.Name == obj.GetName()+"-"+p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]:
-			out = append(out, p)
-		case c.UID == obj.GetUID():
-			out = append(out, p)
-		}
-	}
-	return out
 }

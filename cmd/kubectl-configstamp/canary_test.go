@@ -2,13 +2,25 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -220,4 +232,213 @@ func TestPlanCanary(t *testing.T) {
 			t.Errorf("a canary named for a change that rolls nothing:\n%s", out)
 		}
 	})
+}
+
+// canaryPodOf is a pod of d's ReplicaSet of revision hash (the template's
+// stamp), created at made, Ready since ready (zero: not Ready).
+func canaryPodOf(d *appsv1.Deployment, suffix, hash string, made, ready time.Time, restarts int32) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: d.Name + "-" + suffix, CreationTimestamp: metav1.NewTime(made),
+		Labels:          map[string]string{"app": d.Name, appsv1.DefaultDeploymentUniqueLabelKey: "5d8c7"},
+		Annotations:     map[string]string{stamp.AnnotationHash: hash},
+		OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: d.Name + "-5d8c7", UID: "rs-" + types.UID(d.Name), Controller: ptr.To(true)}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", RestartCount: restarts,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(made.Add(time.Second))}}}}}}
+	status, since := corev1.ConditionFalse, made
+	if !ready.IsZero() {
+		status, since = corev1.ConditionTrue, ready
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: status, LastTransitionTime: metav1.NewTime(since)},
+		{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(since)}}
+	if restarts > 0 {
+		p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
+			FinishedAt: metav1.NewTime(made.Add(3 * time.Second))}
+	}
+	return p
+}
+
+// why names a canary's pod as configstamp's verification picks it (the
+// workload's own, of the new revision), with its phase, readiness and
+// restarts, until when the canary is judged (its pod's healthy start plus
+// the window), and its verdict with the reason.
+func TestWhyCanaryPod(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	started := now.Add(-20 * time.Second)
+	cause := "ConfigMap/cfg@c0ffee"
+	const hold = `[{"path":"spec.strategy.rollingUpdate.maxSurge","set":1,"was":null},{"path":"spec.minReadySeconds","set":30,"was":null}]`
+	record := func(state string, extra ...string) map[string]string {
+		a := map[string]string{rollout.AnnotationState: state, rollout.AnnotationStarted: started.Format(time.RFC3339), rollout.AnnotationCause: cause,
+			stamp.AnnotationSources: "ConfigMap/cfg=c0ffee", rollout.AnnotationCanary: "running"}
+		for i := 0; i < len(extra); i += 2 {
+			a[extra[i]] = extra[i+1]
+		}
+		return a
+	}
+	api := deployment("api", record("rolling", rollout.AnnotationHold, hold))
+	failing := deployment("failing", record("rolling", rollout.AnnotationHold, hold))
+	bad := deployment("bad", record("failed", rollout.AnnotationHold, hold, rollout.AnnotationHalted, cause))
+	whole := deployment("whole", record("verifying", rollout.AnnotationVerifyUntil, now.Add(12*time.Second).Format(time.RFC3339)))
+	waiting := deployment("waiting", record("rolling", rollout.AnnotationHold, hold))
+	done := deployment("done", record("rolling", rollout.AnnotationCanary, "passed"))
+	twin := canaryPodOf(api, "twin", "h-api", started, started.Add(5*time.Second), 0) // same labels and stamp, another owner
+	twin.OwnerReferences[0].Name = "api-canary-5d8c7"
+	const crash = "it failed verification: pod bad-5d8c7-x2k8q: container app restarted 2 times (exit code 1, Error)"
+	objs := []runtime.Object{api, failing, bad, whole, waiting, done, twin,
+		canaryPodOf(api, "5d8c7-x2k8q", "h-api", started.Add(time.Second), now.Add(-10*time.Second), 0),
+		canaryPodOf(api, "5d8c7-later", "h-api", now.Add(-2*time.Second), time.Time{}, 0),
+		canaryPodOf(api, "old-1", "h-old", now.Add(-time.Hour), now.Add(-time.Hour), 0),
+		canaryPodOf(failing, "5d8c7-x2k8q", "h-failing", started.Add(time.Second), now.Add(-5*time.Second), 1),
+		canaryPodOf(bad, "5d8c7-x2k8q", "h-bad", started.Add(time.Second), time.Time{}, 2),
+		canaryPodOf(whole, "5d8c7-a", "h-whole", started.Add(time.Second), started.Add(8*time.Second), 0),
+		canaryPodOf(whole, "5d8c7-b", "h-whole", started.Add(2*time.Second), started.Add(9*time.Second), 0),
+		configstampEvent(bad, reasonRolloutFailed, "rollout for "+cause+" failed: "+crash+"; configstamp halts further rollouts", now.Add(-2*time.Second)),
+		func() *corev1.Event {
+			e := configstampEvent(done, reasonCanaryPassed, "the canary of "+cause+" passed: its first new pod stayed healthy for 30s; "+
+				"the rest of this workload and the other workloads of the change roll on", now.Add(-time.Second))
+			e.Type = corev1.EventTypeNormal
+			return e
+		}(),
+	}
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	tests := map[string]struct {
+		pods   []string
+		until  *time.Time
+		reason string
+	}{
+		"api":     {pods: []string{"api-5d8c7-x2k8q", "api-5d8c7-later"}, until: at(20 * time.Second)},
+		"failing": {pods: []string{"failing-5d8c7-x2k8q"}, reason: "failing: pod failing-5d8c7-x2k8q: container app restarted 1 times (exit code 1, Error) (configstamp fails it when it next judges it)"},
+		"bad":     {pods: []string{"bad-5d8c7-x2k8q"}, reason: crash},
+		"whole":   {pods: []string{"whole-5d8c7-a", "whole-5d8c7-b"}, until: at(12 * time.Second)},
+		"waiting": {},
+		"done":    {reason: "its first new pod stayed healthy for 30s"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			res, raw := whyJSON(t, now, name, objs...)
+			var pods []string
+			for _, p := range res.CanaryPods {
+				pods = append(pods, p.Name)
+			}
+			if !slices.Equal(pods, tc.pods) || !reflect.DeepEqual(res.CanaryJudgedUntil, tc.until) || res.CanaryReason != tc.reason {
+				t.Errorf("pods %v until %v reason %q; want %v, %v, %q", pods, res.CanaryJudgedUntil, res.CanaryReason, tc.pods, tc.until, tc.reason)
+			}
+			if name == "api" {
+				goldenJSON(t, "why-canary-pod", raw)
+			}
+			o, out := fakeCluster(t, now, objs...)
+			if err := runWhy(t.Context(), o, []string{"deploy/" + name}); err != nil {
+				t.Fatal(err)
+			}
+			goldenText(t, "why-canary-"+name, out.Bytes())
+		})
+	}
+	t.Run("pods unreadable", func(t *testing.T) {
+		o, out := fakeCluster(t, now, objs...)
+		o.client.(*kubefake.Clientset).PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), "", errors.New("no"))
+		})
+		if err := runWhy(t.Context(), o, []string{"deploy/api"}); err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`Canary pod:\s+its pods could not be read: .*forbidden`).MatchString(out.String()) {
+			t.Errorf("want the pods' read error in\n%s", out)
+		}
+	})
+}
+
+// plan names every canary of a file's changes, as the controller grants
+// them (rollout.Canaries): per namespace and per change, key-precise (a
+// workload that references other keys rolls a change of its own, with its
+// own canary), across the file's objects (a workload that references two
+// of them rolls both changes at once, and may be the canary of one only).
+func TestPlanCanaries(t *testing.T) {
+	type ref struct{ kind, obj, key string } // key "": every key (envFrom)
+	mk := func(ns, name string, ann map[string]string, refs ...ref) *appsv1.Deployment {
+		d := deployment(name, ann)
+		d.Namespace = ns
+		c := corev1.Container{Name: "app"}
+		for _, r := range refs {
+			switch {
+			case r.key == "":
+				c.EnvFrom = append(c.EnvFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: r.obj}}})
+			case r.kind == "Secret":
+				c.Env = append(c.Env, corev1.EnvVar{Name: strings.ToUpper(r.key), ValueFrom: &corev1.EnvVarSource{
+					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.obj}, Key: r.key}}})
+			default:
+				c.Env = append(c.Env, corev1.EnvVar{Name: strings.ToUpper(r.key), ValueFrom: &corev1.EnvVarSource{
+					ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.obj}, Key: r.key}}})
+			}
+		}
+		d.Spec.Template.Spec.Containers = []corev1.Container{c}
+		return d
+	}
+	a, b, all, p, x := ref{"ConfigMap", "cfg", "a"}, ref{"ConfigMap", "cfg", "b"}, ref{"ConfigMap", "cfg", ""}, ref{"Secret", "creds", "p"}, ref{"ConfigMap", "cfg", "x"}
+	objs := []runtime.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}, Data: map[string]string{"a": "1", "b": "1"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "creds"}, Data: map[string][]byte{"p": []byte("1")}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns2", Name: "cfg"}, Data: map[string]string{"x": "1"}},
+		mk("ns", "web", map[string]string{rollout.AnnotationPriority: "5"}, a), // first in the wave: the canary of key a's change
+		mk("ns", "api", nil, a, p),  // waits for web on cfg; the Secret's canary
+		mk("ns", "batch", nil, all), // every key: a change of its own
+		mk("ns", "legacy", map[string]string{rollout.AnnotationCanaryOpt: "false"}, a),
+		mk("ns", "worker", nil, b, p), // key b's canary; waits for api on the Secret
+		mk("ns", "zeta", nil, b),
+		mk("ns2", "front", nil, x), mk("ns2", "back", nil, x),
+	}
+	manifest := filepath.Join(t.TempDir(), "cfg.yaml")
+	if err := os.WriteFile(manifest, []byte(`apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: ns}
+data: {a: "2", b: "2"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: creds, namespace: ns}
+stringData: {p: "2"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: ns2}
+data: {x: "2"}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(output string) []byte {
+		o, out := fakeCluster(t, time.Now(), objs...)
+		o.namespace, o.filename, o.output = "", manifest, output
+		if err := runPlan(t.Context(), o, nil); err != nil {
+			t.Fatal(err)
+		}
+		return out.Bytes()
+	}
+	var res planOutput
+	raw := run("json")
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, obj := range res.Objects {
+		for _, e := range obj.Workloads {
+			what := "waits for " + e.WaitsFor
+			switch {
+			case e.Canary:
+				what = "canary"
+			case !e.Rolls:
+				what = "no"
+			case e.WaitsFor == "":
+				what = "no wait"
+			}
+			got[obj.Kind+" "+obj.Namespace+"/"+e.Name] = what
+		}
+	}
+	want := map[string]string{
+		"ConfigMap ns/web": "canary", "ConfigMap ns/api": "waits for deployment/web", "ConfigMap ns/batch": "canary",
+		"ConfigMap ns/legacy": "no wait", "ConfigMap ns/worker": "canary", "ConfigMap ns/zeta": "waits for deployment/worker",
+		"Secret ns/api": "canary", "Secret ns/worker": "waits for deployment/api",
+		"ConfigMap ns2/back": "canary", "ConfigMap ns2/front": "waits for deployment/back",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("canaries:\n%v\nwant\n%v", got, want)
+	}
+	goldenJSON(t, "plan-canaries", raw)
+	goldenText(t, "plan-canaries", run(""))
 }

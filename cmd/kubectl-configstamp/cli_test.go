@@ -289,7 +289,19 @@ func TestOutputFieldsDocumented(t *testing.T) {
 // goldenJSON compares out with testdata/name.json (UPDATE_GOLDEN=1 rewrites it).
 func goldenJSON(t *testing.T, name string, out []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".json")
+	goldenFile(t, name+".json", out)
+}
+
+// goldenText compares human output with testdata/name.golden (UPDATE_GOLDEN=1 rewrites it).
+func goldenText(t *testing.T, name string, out []byte) {
+	t.Helper()
+	goldenFile(t, name+".golden", out)
+}
+
+func goldenFile(t *testing.T, file string, out []byte) {
+	t.Helper()
+	name := file
+	path := filepath.Join("testdata", file)
 	if os.Getenv("UPDATE_GOLDEN") != "" {
 		if err := os.MkdirAll("testdata", 0o755); err != nil {
 			t.Fatal(err)

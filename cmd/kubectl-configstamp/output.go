@@ -32,10 +32,14 @@ object, before you apply it. Secret values are compared, never printed.
 
 The Canary: line names the workload that would be the change's canary: it
 gets the change first, held at one new pod for its verification window, and
-the other workloads of the namespace that roll wait until it passes (unless
-the manager runs with --canary=false). A workload that references other keys
-of the object rolls another change of it, with its own canary once this one
-passed.
+the other workloads of the namespace that roll the same change wait until it
+passes (unless the manager runs with --canary=false). A change is
+key-precise: workloads that reference other keys of the object roll another
+change of it, with a canary of its own; then a Canaries: line says how many,
+and a line per canary names it, the keys it references and who waits for
+it. The canaries are the controller's own choice (rollout.Canaries), across
+every object of the file: a workload that references two of them rolls both
+changes at once.
 
 Output (-o json|yaml), one object:
   objects[]          one per ConfigMap or Secret of the file:
@@ -49,12 +53,15 @@ Output (-o json|yaml), one object:
       reason         why it rolls or not
       keys[]         the keys behind the verdict (names only)
       newSnapshot    it is pinned and rolls onto a new snapshot
-      canary         it would be the change's canary in the namespace (the
-                     Canary: line): the first that rolls in wave order
-                     (higher configstamp.io/rollout-priority first, then
-                     name, then kind), passing over workloads with
-                     configstamp.io/canary: "false" on them or their
-                     Namespace; absent on the others`
+      canary         it would be the canary of its change in the namespace
+                     (the Canary: line): the first that rolls that change
+                     in wave order (higher configstamp.io/rollout-priority
+                     first, then name, then kind), passing over workloads
+                     with configstamp.io/canary: "false" on them or their
+                     Namespace; absent on the others
+      waitsFor       the canary of its change it waits for (kind/name;
+                     absent: it is a canary, has canaries off, or does not
+                     roll)`
 
 const whyLong = `The workload's last configstamp rollout, from its annotations and events:
 when, caused by which change (Kind/name@content), its state now, why it
@@ -62,7 +69,9 @@ failed, the halt it carries or waits on, and whether it is its change's
 canary (the first workload of the change's wave in its namespace, held at
 one new pod while it is judged; canaries are on unless the workload or its
 Namespace has configstamp.io/canary: "false", or the manager runs with
---canary=false). -o wide shows every event of the workload, not only
+--canary=false): for a canary that runs or failed, its pod (phase,
+readiness, restarts), until when it is judged, and its verdict with the
+reason. -o wide shows every event of the workload, not only
 configstamp's.
 
 Output (-o json|yaml), one object:
@@ -93,6 +102,26 @@ Output (-o json|yaml), one object:
     path           e.g. spec.minReadySeconds, spec.strategy.rollingUpdate.maxSurge
     set            the value configstamp set (30, 1, 0)
     was            the value it puts back (absent: the field was unset)
+  canaryPods[]     canary running or failed: the pods of its new revision,
+                   oldest first, as configstamp's verification picks them
+                   (the workload's own, stamped like its template); held at
+                   one new pod, the first is the canary's pod (the Canary
+                   pod: line; absent: none):
+    name           the pod
+    phase          Pending, Running, Succeeded, Failed
+    ready          its Ready condition is True
+    restarts       its containers' restarts, init containers included
+    healthySince   Ready with no restart since then (RFC 3339; absent: not
+                   Ready); a canary passes on its first pod's
+    problem        the sign of failure configstamp sees on it (absent: none)
+  canaryJudgedUntil  running: when it passes if its pods stay as they are
+                   (the Judged until: line): held, its first pod's
+                   healthySince plus the verification window (when known);
+                   a whole workload, the end of its verification window
+  canaryReason     the reason of its verdict (the Verdict: line): failed,
+                   why (as failure); passed, how (its CanaryPassed event);
+                   running, a sign of failure its pods show now, which fails
+                   it at configstamp's next judgement; absent: none
   pinned[]         the snapshots it reads instead of its sources (Kind/source=snapshot)
   rolledBackTo     the stamp a user rolled it back to, while pinned to it
   waitingOn        the halt it waits on (absent: none):

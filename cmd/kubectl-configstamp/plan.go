@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -201,12 +200,22 @@ type planEntry struct {
 	// NewSnapshot: the workload is pinned (pinned config) and its rollout
 	// moves it to a new snapshot of the source.
 	NewSnapshot bool `json:"newSnapshot,omitempty"`
-	// Canary: the workload would be the change's canary in its namespace,
-	// the first that rolls in wave order and has not turned canaries off.
+	// Canary: the workload would be the canary of its change in its
+	// namespace (rollout.Canaries): the first that rolls it in wave order
+	// and has not turned canaries off. A change is key-precise: workloads
+	// that reference other keys of the object roll another change, with a
+	// canary of its own.
 	Canary bool `json:"canary,omitempty"`
-	// priority and canaryOff: its wave order and configstamp.io/canary.
-	priority  int
-	canaryOff bool
+	// WaitsFor: the canary of its change it waits for (kind/name; absent:
+	// it is the canary, has canaries off, or does not roll).
+	WaitsFor string `json:"waitsFor,omitempty"`
+	// priority, canaryOff and change: its wave order, configstamp.io/canary,
+	// and the change it rolls (workload.ChangeContent: equal for the
+	// workloads that roll the same change).
+	priority   int
+	canaryOff  bool
+	change     rollout.Change
+	references stamp.KeySet // what it references of the object, which makes its change
 }
 
 type planResult struct {
@@ -269,6 +278,8 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels, n
 		case sharedworkload.ChangeRolls(next.namespace, next.ref, refsLive, refsNext, liveSrc, nextSrc):
 			e.Rolls = true
 			e.Reason, e.Keys = rollReason(live, next, liveSrc, nextSrc, refsLive, refsNext, referenced)
+			e.change = rollout.Change{Ref: next.ref, Content: sharedworkload.ChangeContent(next.namespace, next.ref, refsNext, nextSrc)}
+			e.references = refsNext.Keys(next.ref)
 			_, pinned := pin.Pinned(w.template)[next.ref]
 			e.NewSnapshot = pinned && !nextSrc.Ignored // an ignored source is read directly again
 		case nextSrc.Ignored && liveSrc.Ignored:
@@ -283,33 +294,56 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels, n
 		}
 		res.Workloads = append(res.Workloads, e)
 	}
-	if i := canaryOfPlan(res.Workloads); i >= 0 {
-		res.Workloads[i].Canary = true
-	}
+	markCanaries([]planResult{res})
 	return res
 }
 
-// canaryOfPlan is the index of the workload that would be the change's
-// canary (-1: none): the first, in wave order (higher
-// configstamp.io/rollout-priority first, then name, then kind), of the
-// workloads that roll, passing over those with configstamp.io/canary:
-// "false" on them or their Namespace, which roll without waiting for it.
-func canaryOfPlan(ws []planEntry) int {
-	best := -1
-	for i, e := range ws {
-		if !e.Rolls || e.canaryOff {
-			continue
-		}
-		if best < 0 || waveBefore(e, ws[best]) {
-			best = i
+// markCanaries marks, in the plans of the objects of one manifest, the
+// canary of each change and what each other workload that rolls waits
+// for, as the controller grants canaries (rollout.Canaries: per namespace
+// and per change, the first in wave order, passing over workloads with
+// configstamp.io/canary: "false" on them or their Namespace, which roll
+// without waiting). A workload that references several objects of the
+// manifest rolls their changes together, as one rollout.
+func markCanaries(results []planResult) {
+	var waiting []rollout.Waiting
+	at := map[rollout.Key]int{}
+	each := func(do func(k rollout.Key, e *planEntry)) {
+		for r := range results {
+			for i := range results[r].Workloads {
+				if e := &results[r].Workloads[i]; e.Rolls && !e.canaryOff {
+					do(rollout.Key{Kind: e.Kind, Namespace: results[r].Namespace, Name: e.Name}, e)
+				}
+			}
 		}
 	}
-	return best
-}
-
-// waveBefore reports whether a comes before b in a namespace's wave.
-func waveBefore(a, b planEntry) bool {
-	return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Kind, b.Kind)) < 0
+	each(func(k rollout.Key, e *planEntry) {
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(waiting), len(waiting)
+			waiting = append(waiting, rollout.Waiting{Key: k, Priority: e.priority})
+		}
+		waiting[i].Causes = append(waiting[i].Causes, e.change)
+	})
+	canaries := rollout.Canaries(waiting)
+	canaryOf := map[rollout.Change]map[string]rollout.Key{} // per change, per namespace
+	for k, changes := range canaries {
+		for _, c := range changes {
+			if canaryOf[c] == nil {
+				canaryOf[c] = map[string]rollout.Key{}
+			}
+			canaryOf[c][k.Namespace] = k
+		}
+	}
+	each(func(k rollout.Key, e *planEntry) {
+		e.Canary, e.WaitsFor = false, ""
+		switch first, ok := canaryOf[e.change][k.Namespace]; {
+		case first == k:
+			e.Canary = true
+		case ok:
+			e.WaitsFor = strings.ToLower(first.Kind) + "/" + first.Name
+		}
+	})
 }
 
 func rollReason(live, next *source, liveSrc, nextSrc stamp.Source, refsLive, refsNext *stamp.Refs, keys []string) (string, []string) {
@@ -483,35 +517,82 @@ func planFiles(ctx context.Context, o *options, files []*source) ([]planResult, 
 		results = append(results, planFor(live, next, ws, others, func(ns string) map[string]string { return nsl.get(ctx, ns) },
 			func(ns string) map[string]string { return nsl.annotations(ctx, ns) }))
 	}
+	markCanaries(results) // a workload of two of the objects rolls both changes at once
 	return results, nil
 }
 
-// planCanaryText names the canary of the change ("" : nothing rolls).
-func planCanaryText(ws []planEntry) string {
-	var off []string
-	canary, rolls := -1, 0
-	for i, e := range ws {
-		if e.Canary {
-			canary = i
+// planCanaryLines name the canaries of the object's changes (none: nothing
+// rolls): one line when one change rolls, else a line per change's canary
+// with the keys it rolls and the workloads that wait for it.
+func planCanaryLines(ws []planEntry) []string {
+	var off, canaries []string
+	rolls := 0
+	waiters := map[string][]string{}
+	for _, e := range ws {
+		if !e.Rolls {
+			continue
 		}
-		if e.Rolls {
-			rolls++
-			if e.canaryOff {
-				off = append(off, strings.ToLower(e.Kind)+"/"+e.Name)
-			}
+		rolls++
+		switch ref := strings.ToLower(e.Kind) + "/" + e.Name; {
+		case e.canaryOff:
+			off = append(off, ref)
+		case e.Canary:
+			canaries = append(canaries, ref)
+		case e.WaitsFor != "":
+			waiters[e.WaitsFor] = append(waiters[e.WaitsFor], ref)
 		}
 	}
 	switch {
-	case canary >= 0 && rolls == 1:
-		return strings.ToLower(ws[canary].Kind) + "/" + ws[canary].Name +
-			" (the only workload that rolls: it gets the change on one new pod first, where it can be held)"
-	case canary >= 0:
-		return strings.ToLower(ws[canary].Kind) + "/" + ws[canary].Name +
-			" (first in the wave: it gets the change first, on one new pod where it can be held; the others that roll wait until it passes)"
-	case len(off) == 0:
-		return ""
+	case len(canaries) == 1 && rolls == 1:
+		return []string{"Canary: " + canaries[0] + " (the only workload that rolls: it gets the change on one new pod first, where it can be held)"}
+	case len(canaries) == 1:
+		return []string{"Canary: " + canaries[0] +
+			" (first in the wave: it gets the change first, on one new pod where it can be held; the others that roll wait until it passes)"}
+	case len(canaries) == 0 && len(off) == 0:
+		return nil
+	case len(canaries) == 0:
+		return []string{"Canary: none (" + strings.Join(off, ", ") + ": " + rollout.AnnotationCanaryOpt + ": false)"}
 	}
-	return "none (" + strings.Join(off, ", ") + ": " + rollout.AnnotationCanaryOpt + ": false)"
+	out := []string{fmt.Sprintf("Canaries: %d, one per change (the workloads that roll reference different keys of it); "+
+		"each gets its change first, on one new pod where it can be held, and the workloads that roll the same change wait until it passes:", len(canaries))}
+	inWave := slices.Clone(ws)
+	slices.SortStableFunc(inWave, func(a, b planEntry) int {
+		return rollout.WaveOrder(rollout.Key{Kind: a.Kind, Name: a.Name}, a.priority, rollout.Key{Kind: b.Kind, Name: b.Name}, b.priority)
+	})
+	for _, e := range inWave {
+		if !e.Canary {
+			continue
+		}
+		ref := strings.ToLower(e.Kind) + "/" + e.Name
+		line := "  " + ref + " (references " + referencesText(e.references) + ")"
+		switch w := waiters[ref]; len(w) {
+		case 0:
+		case 1:
+			line += ": " + w[0] + " waits for it"
+		default:
+			line += ": " + strings.Join(w, ", ") + " wait for it"
+		}
+		out = append(out, line)
+	}
+	if len(off) > 0 {
+		they := "it rolls"
+		if len(off) > 1 {
+			they = "they roll"
+		}
+		out = append(out, "  none for "+strings.Join(off, ", ")+" ("+rollout.AnnotationCanaryOpt+": false): "+they+" without waiting")
+	}
+	return out
+}
+
+// referencesText names the keys a workload references of an object.
+func referencesText(k stamp.KeySet) string {
+	switch {
+	case k.All:
+		return "every key"
+	case len(k.Keys) == 0:
+		return "nothing now"
+	}
+	return strings.Join(k.Sorted(), ", ")
 }
 
 // printPlan prints one object's plan: a line, then the workloads.
@@ -532,8 +613,8 @@ func printPlan(o *options, res planResult) {
 		what = "no change"
 	}
 	o.printf("%s %s/%s %s: %d workload(s) would roll, %d would not\n", res.Kind, res.Namespace, res.Name, what, rolls, len(res.Workloads)-rolls)
-	if text := planCanaryText(res.Workloads); text != "" {
-		o.printf("Canary: %s\n", text)
+	for _, line := range planCanaryLines(res.Workloads) {
+		o.printf("%s\n", line)
 	}
 	if len(res.Workloads) == 0 {
 		return

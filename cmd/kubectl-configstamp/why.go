@@ -104,6 +104,23 @@ type whyResult struct {
 	// Held are the spec fields configstamp set to hold the canary at one
 	// new pod (configstamp.io/rollout-hold), with the values to put back.
 	Held []heldField `json:"held"`
+	// CanaryPods (canary running or failed): the pods of its new revision,
+	// oldest first, as configstamp's verification picks them (the pods of
+	// the workload's own controller stamped like its template); held at one
+	// new pod, the first is the canary's pod.
+	CanaryPods []canaryPod `json:"canaryPods,omitempty"`
+	// CanaryJudgedUntil (running): when the canary passes if its pods stay
+	// as they are: held, its first pod's healthy start plus the verification
+	// window (when known, as for canaryNotBefore); a whole workload, the end
+	// of its verification window.
+	CanaryJudgedUntil *time.Time `json:"canaryJudgedUntil,omitempty"`
+	// CanaryReason: why the canary stands as it does: failed, why it failed
+	// (as failure); passed, how (its CanaryPassed event); running, a sign
+	// of failure its pods show now, which fails it at configstamp's next
+	// judgement (absent: none).
+	CanaryReason string `json:"canaryReason,omitempty"`
+	// canaryPodsUnread: why its pods could not be read ("": read).
+	canaryPodsUnread string
 	// Pinned are the snapshots the template mounts and reads instead of its
 	// sources (pinned config): "Kind/source=snapshot".
 	Pinned []string `json:"pinned"`
@@ -185,10 +202,18 @@ func canaryOf(rec rollout.Record, off bool) string {
 // canaryPassedAt is when the canary of rec passed, from the latest
 // CanaryPassed event configstamp emitted since the rollout started.
 func canaryPassedAt(rec rollout.Record, events []eventView) *time.Time {
+	if e := latestEvent(rec, events, reasonCanaryPassed); e != nil {
+		return utcOrNil(e.Last)
+	}
+	return nil
+}
+
+// latestEvent is the latest event of reason configstamp emitted on the
+// workload since rec's rollout started (nil: none left).
+func latestEvent(rec rollout.Record, events []eventView, reason string) *eventView {
 	for i := len(events) - 1; i >= 0; i-- {
-		e := events[i]
-		if e.Reason == reasonCanaryPassed && e.From == reporter && (rec.Started.IsZero() || !e.Last.Before(rec.Started)) {
-			return utcOrNil(e.Last)
+		if e := &events[i]; e.Reason == reason && e.From == reporter && (rec.Started.IsZero() || !e.Last.Before(rec.Started)) {
+			return e
 		}
 	}
 	return nil
@@ -330,6 +355,8 @@ func explain(ctx context.Context, o *options, w workload, ns string) (whyResult,
 			res.CanaryNotBefore = utcOrNil(rec.Started.Add(window))
 		}
 	}
+	view := o.canaryOfWhy(ctx, w, ns, rec, res)
+	res.CanaryPods, res.CanaryJudgedUntil, res.CanaryReason, res.canaryPodsUnread = view.pods, view.judgedUntil, view.reason, view.podsUnread
 	if res.WaitingOn, err = o.waitingOn(ctx, ns, rec, res.Events); err != nil {
 		return res, err
 	}
@@ -369,6 +396,7 @@ func printWhy(o *options, w workload, ns string, res whyResult) {
 	}
 	if text, colour := canaryText(res, o.clock()); text != "" {
 		rows = append(rows, []cell{c("Canary:"), coloured(text, colour)})
+		rows = append(rows, canaryRows(res, o.clock())...)
 	}
 	if len(res.Halted) > 0 {
 		rows = append(rows, []cell{c("Halts:"), coloured(changesText(res.Halted), red)})
@@ -459,21 +487,25 @@ func printWhyEvents(o *options, events []eventView) {
 // ("rollout for CAUSES failed: REASON; configstamp halts ...") between
 // "failed: " and "; configstamp". "" when there is none.
 func failureOf(rec rollout.Record, events []eventView) string {
-	for i := len(events) - 1; i >= 0; i-- {
-		e := events[i]
-		if e.Reason != reasonRolloutFailed || e.From != reporter || (!rec.Started.IsZero() && e.Last.Before(rec.Started)) {
-			continue
-		}
-		_, reason, ok := strings.Cut(e.Message, " failed: ")
-		if !ok {
-			return e.Message
-		}
-		if i := strings.LastIndex(reason, "; configstamp"); i >= 0 {
-			reason = reason[:i]
-		}
-		return reason
+	return eventReason(rec, events, reasonRolloutFailed, " failed: ", "; configstamp")
+}
+
+// eventReason is the part of the latest event of reason configstamp
+// emitted since rec's rollout started (latestEvent) between after and the
+// last until: its whole message without after, "" without such an event.
+func eventReason(rec rollout.Record, events []eventView, reason, after, until string) string {
+	e := latestEvent(rec, events, reason)
+	if e == nil {
+		return ""
 	}
-	return ""
+	_, text, ok := strings.Cut(e.Message, after)
+	if !ok {
+		return e.Message
+	}
+	if i := strings.LastIndex(text, until); i >= 0 {
+		text = text[:i]
+	}
+	return text
 }
 
 // failedVerification reports a failure in the verification window (after

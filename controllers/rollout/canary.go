@@ -1,7 +1,9 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -48,13 +50,70 @@ func passedKey(namespace string, c Change) string { return namespace + "/" + c.S
 
 // unpassed are the causes of a workload of namespace that no canary passed.
 func (s *Scheduler) unpassed(namespace string, causes []Change, now time.Time) []Change {
+	return unpassedOf(namespace, causes, func(key string) bool {
+		at, ok := s.canaryPassed[key]
+		return ok && now.Sub(at) <= passedFor
+	})
+}
+
+// unpassedOf are the causes of a workload of namespace whose passedKey
+// passed does not report: the changes it would be the canary of.
+func unpassedOf(namespace string, causes []Change, passed func(key string) bool) []Change {
 	var out []Change
 	for _, c := range causes {
-		if at, ok := s.canaryPassed[passedKey(namespace, c)]; !ok || now.Sub(at) > passedFor {
+		if !passed(passedKey(namespace, c)) {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// Waiting is a workload of a wave about to roll out its causes, with
+// canaries on for it (CanaryWanted), as Canaries weighs it.
+type Waiting struct {
+	Key      Key
+	Priority int
+	Causes   []Change
+}
+
+// Canaries are the canaries a wave of waiting workloads gets, as the
+// scheduler grants them one after the other (canaryAhead, ClaimCanary,
+// passCanary), with the changes each is the canary of: in wave order, each
+// workload that rolls out a change of its namespace no earlier one rolled
+// out is that change's canary, and once it passed, every change it rolled
+// out passed. A change is key-precise: a workload that references other
+// keys of a source has a change, and a canary, of its own. Nothing has
+// passed yet; workloads with canaries off are left out (they neither wait
+// for a canary nor are one).
+func Canaries(ws []Waiting) map[Key][]Change {
+	ws = slices.Clone(ws)
+	slices.SortFunc(ws, func(a, b Waiting) int {
+		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), WaveOrder(a.Key, a.Priority, b.Key, b.Priority))
+	})
+	passed := map[string]bool{}
+	out := map[Key][]Change{}
+	for _, w := range ws {
+		first := unpassedOf(w.Key.Namespace, w.Causes, func(key string) bool { return passed[key] })
+		if len(first) == 0 {
+			continue
+		}
+		out[w.Key] = first
+		for _, c := range w.Causes {
+			passed[passedKey(w.Key.Namespace, c)] = true
+		}
+	}
+	return out
+}
+
+// CanaryJudgedUntil is when a canary held at one new pod, whose pods show
+// v, passes if nothing changes (ok false: no pod of it is Ready, or one
+// shows a sign of failure): once its first pod stayed healthy (Ready, no
+// restart) for window, the verification window as set.
+func CanaryJudgedUntil(v Verification, window time.Duration) (time.Time, bool) {
+	if !v.Read || v.Unread || v.Problem != "" || v.FirstHealthySince.IsZero() {
+		return time.Time{}, false
+	}
+	return v.FirstHealthySince.Add(window), true
 }
 
 // canaryAhead returns how long k, about to roll out causes, waits for a
@@ -168,9 +227,5 @@ func (s *Scheduler) passCanary(k Key, causes []Change) {
 // meanwhile (it goes on by itself once the first was available for the
 // window, its minReadySeconds) delays nothing.
 func canaryPassAt(o Observation) (time.Time, bool) {
-	v := o.Verification
-	if !v.Read || v.Unread || v.Problem != "" || v.FirstHealthySince.IsZero() {
-		return time.Time{}, false
-	}
-	return v.FirstHealthySince.Add(o.VerifyWindow), true
+	return CanaryJudgedUntil(o.Verification, o.VerifyWindow)
 }

@@ -1,6 +1,8 @@
 package rollout
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -214,5 +216,71 @@ func TestCanaryHeldPastTheProgressDeadlineDoesNotFail(t *testing.T) {
 	sit.Now = healthy.Add(15 * time.Minute)
 	if p := Rules(sit, pol); p.Step != StepPassCanary {
 		t.Fatalf("plan %+v: want the canary passed when its window ended", p)
+	}
+}
+
+// Canaries, which the plugin's plan names, are the canaries the scheduler
+// grants a wave one after the other: per namespace and per change (a
+// workload referencing other keys of the source rolls another change, and
+// is its canary), the first of each in wave order; canaries off: none.
+func TestCanariesAreTheSchedulersOwn(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	x, y := []Change{{Ref: ref, Content: "00aa"}}, []Change{{Ref: ref, Content: "00bb"}}
+	both := []Change{{Ref: ref, Content: "00aa"}, {Ref: stamp.ObjectRef{Kind: stamp.KindSecret, Name: "s"}, Content: "00cc"}}
+	type w struct {
+		key      Key
+		priority int
+		causes   []Change
+		off      bool
+	}
+	wave := []w{
+		{key: dep("a"), causes: x}, {key: dep("b"), causes: y}, {key: dep("c"), causes: x},
+		{key: dep("d"), priority: 5, causes: x}, {key: dep("e"), priority: 9, causes: y, off: true},
+		{key: dep("f"), causes: both}, {key: depIn("other", "a"), causes: x}, {key: depIn("other", "b"), causes: x},
+	}
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	var waiting []Waiting
+	for _, x := range wave {
+		s.Announce(x.key, x.priority, ref)
+		if !x.off {
+			waiting = append(waiting, Waiting{Key: x.key, Priority: x.priority, Causes: x.causes})
+		}
+	}
+	var granted []Key
+	stamped := map[Key]bool{}
+	for round := 0; len(stamped) < len(wave) && round < 20; round++ {
+		for _, x := range wave {
+			if stamped[x.key] {
+				continue
+			}
+			obj := threeReplicas(x.key.Name, nil)
+			obj.Namespace = x.key.Namespace
+			d, err := s.Decide(t.Context(), Observation{Key: x.key, Kind: deploymentKind, Object: obj, Ours: true, Need: NeedRollout, Priority: x.priority,
+				Hash: "v1-new", Sources: sourcesOf(x.causes), Canary: !x.off, VerifyWindow: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Verb != Stamp {
+				continue
+			}
+			stamped[x.key] = true
+			if d.Record.Canary == CanaryRunning {
+				granted = append(granted, x.key)
+				s.CanaryWritten(x.key, *d.Record, d.Record.PassCanary()) // it passed
+			}
+		}
+		c.advance(canaryWait)
+	}
+	canaries := Canaries(waiting)
+	want := slices.Collect(maps.Keys(canaries))
+	slices.SortFunc(granted, func(a, b Key) int { return strings.Compare(a.String(), b.String()) })
+	slices.SortFunc(want, func(a, b Key) int { return strings.Compare(a.String(), b.String()) })
+	if !slices.Equal(granted, want) || len(stamped) != len(wave) {
+		t.Fatalf("the scheduler granted canaries to %v (%d of %d stamped); Canaries says %v", granted, len(stamped), len(wave), want)
+	}
+	// d (x), b (y), f (only the Secret's change is its own), other/a (x)
+	if got := FormatChanges(canaries[dep("f")]); len(canaries) != 4 || got != "Secret/s@00cc" || FormatChanges(canaries[dep("d")]) != "ConfigMap/shared@00aa" {
+		t.Errorf("canaries %v, want 4, f the canary of the Secret's change only", canaries)
 	}
 }

@@ -692,10 +692,16 @@ type entryOf struct {
 	p *pending
 }
 
-// inNamespace orders two workloads of one namespace: higher priority first,
-// then name, then kind.
+// inNamespace orders two workloads of one namespace (WaveOrder).
 func inNamespace(a, b entryOf) int {
-	return cmp.Or(cmp.Compare(b.p.priority, a.p.priority), cmp.Compare(a.k.Name, b.k.Name), cmp.Compare(a.k.Kind, b.k.Kind))
+	return WaveOrder(a.k, a.p.priority, b.k, b.p.priority)
+}
+
+// WaveOrder orders two workloads of one namespace, a of priority ap and b of
+// priority bp (AnnotationPriority), as its wave rolls them: higher priority
+// first, then name, then kind.
+func WaveOrder(a Key, ap int, b Key, bp int) int {
+	return cmp.Or(cmp.Compare(bp, ap), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Kind, b.Kind))
 }
 
 func holdsPerNamespace(held map[Key]bool) map[string]int {

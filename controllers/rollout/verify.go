@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -216,7 +218,7 @@ func InspectPods(seen PodsSeen) Verification {
 	v := Verification{Read: true, Healthy: true}
 	for i := range pods {
 		p := &pods[i]
-		if p.Annotations[stamp.AnnotationHash] != seen.Hash || p.DeletionTimestamp != nil {
+		if !OfRevision(p, seen.Hash) {
 			continue
 		}
 		if problem := podProblem(p, seen); problem != "" && v.Problem == "" {
@@ -249,6 +251,34 @@ func InspectPods(seen PodsSeen) Verification {
 		}
 	}
 	return v
+}
+
+// OwnPods are the pods whose controller is owner, or one of owner's
+// ReplicaSets (named after owner and the pod's pod-template-hash, as the
+// Deployment controller and Argo Rollouts name them): another workload whose
+// template has the same labels, and references the same data, is not owner.
+// The pods of a rollout are read by the template's labels, then these.
+func OwnPods(owner metav1.Object, pods []corev1.Pod) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range pods {
+		c := metav1.GetControllerOf(&p)
+		switch {
+		case c == nil:
+		case c.Kind == "ReplicaSet" && c.Name == owner.GetName()+"-"+p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]:
+			out = append(out, p)
+		case c.UID == owner.GetUID():
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// OfRevision reports whether p, one of a workload's own pods (OwnPods), is
+// of its revision stamped hash (the template's stamp, copied to every pod
+// made from it) and not being deleted: the pods InspectPods judges, and a
+// canary's pods while it is held at one new pod.
+func OfRevision(p *corev1.Pod, hash string) bool {
+	return p.Annotations[stamp.AnnotationHash] == hash && p.DeletionTimestamp == nil
 }
 
 func podProblem(p *corev1.Pod, seen PodsSeen) string {

@@ -58,6 +58,22 @@ func ChangeRolls(namespace string, ref stamp.ObjectRef, refsBefore, refsAfter *s
 	return a != b
 }
 
+// ChangeContent names the change of ref, in namespace, that a workload
+// referencing refs of it rolls when ref becomes src: the per-source digest
+// rollout.Causes names a change by (what the workload references of ref,
+// key-precise), computed with the comparison key instead of the
+// installation key. Two workloads roll the same change exactly when their
+// ChangeContent is equal; the value itself is for comparison only.
+// "unreferenced" when ref counts for nothing in the workload's hash (an
+// ignored source), as rollout.Causes says.
+func ChangeContent(namespace string, ref stamp.ObjectRef, refs *stamp.Refs, src stamp.Source) string {
+	src.Ref = ref
+	if d, ok := stamp.NewHasher(comparisonKey).Compute(namespace, refs, map[stamp.ObjectRef]stamp.Source{ref: src}).Sources[ref]; ok {
+		return d
+	}
+	return "unreferenced"
+}
+
 // Handled reports whether configstamp handles a workload before and after one
 // ConfigMap or Secret changes: a workload is configstamp's when it is opted
 // in, or selected by a rollout selector, this source's (selectedBefore, with

@@ -46,3 +46,31 @@ func TestChangeRolls(t *testing.T) {
 		})
 	}
 }
+
+// ChangeContent tells changes apart as rollout.Causes does, key-precise:
+// workloads referencing the same keys roll one change, others another.
+func TestChangeContent(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "cfg"}
+	src := stamp.SourceFromConfigMap(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"}, Data: map[string]string{"a": "1", "b": "2"}})
+	keys := func(ks ...string) *stamp.Refs {
+		r := stamp.NewRefs()
+		for _, k := range ks {
+			r.AddKey(ref, k)
+		}
+		return r
+	}
+	all := stamp.NewRefs()
+	all.AddAll(ref)
+	a, a2, ab, b := ChangeContent("ns", ref, keys("a"), src), ChangeContent("ns", ref, keys("a"), src), ChangeContent("ns", ref, keys("a", "b"), src), ChangeContent("ns", ref, keys("b"), src)
+	if a != a2 || a == ab || a == b || ab == b || a == "" {
+		t.Errorf("a %s, a again %s, a and b %s, b %s: want one change per set of keys", a, a2, ab, b)
+	}
+	if ChangeContent("other", ref, keys("a"), src) == a {
+		t.Error("the same keys in another namespace: want another change")
+	}
+	ignored := src
+	ignored.Ignored = true
+	if got := ChangeContent("ns", ref, all, ignored); got != "unreferenced" {
+		t.Errorf("ignored: %q", got)
+	}
+}
