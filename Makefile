@@ -95,7 +95,7 @@ test: ## Lint, unit, integration and end-to-end tests (starts local control plan
 # The real-node lane (see test).
 test-realnode: $(TEST_REALNODE_DEPS)
 	@hack/test-lanes.sh run real-node $(TEST_OUT)/real-node.log \
-		$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) -p 1 $(REALNODE_PKGS)
+		$(GO) test -count=1 -timeout 40m $(GOTEST_FLAGS) -p 1 -parallel 4 $(REALNODE_PKGS)
 
 # The rest lane (see test).
 test-rest: build controlplane argo-rollouts controller-gen lint release-check-host bench-smoke

@@ -173,10 +173,12 @@ func pauseSpec() corev1.PodSpec {
 const waveSize = 20
 
 // checkLeaderKill changes a ConfigMap that waveSize Deployments mount and,
-// once the wave is rolling, kills the leader's container through containerd
-// (SIGKILL, behind the kubelet's back). Another process takes the lease,
-// every Deployment rolls exactly once, and every CREATE made through it all
-// is stamped but for those the kill itself ended (see stopExcusing's call).
+// while the first of the wave is the change's running canary, kills the
+// leader's container through containerd (SIGKILL, behind the kubelet's
+// back). Another process takes the lease and resumes the canary: no other
+// Deployment is stamped before it passed. Every Deployment rolls exactly
+// once, and every CREATE made through it all is stamped but for those the
+// kill itself ended (see stopExcusing's call).
 func checkLeaderKill(t *testing.T) {
 	t.Helper()
 	ns := env.Namespace(t, "wave", nil)
@@ -194,14 +196,40 @@ func checkLeaderKill(t *testing.T) {
 	waitWave(t, ns, 1)
 
 	leader, identity := leaderPod(t)
+	stamps := templateHashes(t, ns)
 	adm := startAdmissions(t, ns, "shared")
 	env.Kubectl(t, "", "-n", ns, "patch", "configmap", "shared", "--type=merge", "-p", `{"data":{"v":"1"}}`)
+	// The first of the wave is the change's canary: the leader is killed
+	// while it runs.
+	var canary string
 	framework.Eventually(t, time.Minute, func() (bool, string) {
-		return rolled(t, ns) > 0, "no Deployment has rolled yet"
+		canary = runningCanary(t, ns)
+		return canary != "", "no Deployment's record says its canary runs"
 	})
 	before := rolled(t, ns)
 	killed := time.Now()
 	killContainer(t, leader)
+	// Across the kill, no other Deployment is stamped before the canary
+	// passed: the next leader resumes it from its sealed record.
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		var others []string
+		for name, h := range templateHashes(t, ns) {
+			if name != canary && h != stamps[name] {
+				others = append(others, name)
+			}
+		}
+		d := &appsv1.Deployment{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: canary}, d); err != nil {
+			return false, err.Error()
+		}
+		rec := rollout.Read(d.Annotations)
+		passed := rec.Canary == rollout.CanaryPassed || rec.State == rollout.Completed
+		if len(others) > 0 && !passed {
+			t.Fatalf("%v stamped while %s's canary had not passed (record %+v): the wave went on past the canary across the leader's kill", others, canary, rec)
+		}
+		return passed, fmt.Sprintf("%s's canary has not passed yet: record %+v", canary, rec)
+	})
+	t.Logf("%s's canary passed %s after the kill; no other Deployment was stamped before", canary, time.Since(killed).Round(100*time.Millisecond))
 	// Another process takes the lease once it expires: the other replica, or
 	// the killed one's restarted container if it asks first (a new identity).
 	var successor corev1.Pod
@@ -274,6 +302,36 @@ func waitWave(t *testing.T, ns string, revisions int) {
 		}
 		return done == waveSize, fmt.Sprintf("%d of %d Deployments rolled out with %d ReplicaSets", done, waveSize, revisions)
 	})
+}
+
+// templateHashes is each Deployment's stamp in ns, by name.
+func templateHashes(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	list := &appsv1.DeploymentList{}
+	if err := env.Client.List(t.Context(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for i := range list.Items {
+		out[list.Items[i].Name] = framework.TemplateHash(&list.Items[i])
+	}
+	return out
+}
+
+// runningCanary is the Deployment in ns whose record says it is its
+// change's running canary ("" when none).
+func runningCanary(t *testing.T, ns string) string {
+	t.Helper()
+	list := &appsv1.DeploymentList{}
+	if err := env.Client.List(t.Context(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range list.Items {
+		if rollout.Read(d.Annotations).Canary == rollout.CanaryRunning {
+			return d.Name
+		}
+	}
+	return ""
 }
 
 // rolled counts the wave's Deployments with a second ReplicaSet.

@@ -17,32 +17,65 @@ import (
 	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/hack/images"
 	"github.com/configstamp/configstamp/test/framework"
 )
 
 // TestBadChangeCostsOnePodAtTheDefaults is the issue's run: at
 // configstamp's defaults (a budget of 10, a 2 s debounce, a 30 s window),
 // six Deployments and a StatefulSet of three replicas share one ConfigMap,
-// and one `kubectl apply` gives it a value their container rejects at
-// start. The first of the wave is the change's canary: exactly one pod, in
-// all seven, ever runs the bad value; the change is halted and no other
-// workload is stamped. A good value then rolls all seven, the canary first:
-// no other is stamped before it passed, also across a restart of
-// configstamp while it runs; a user's edit of a held field during the
-// canary stands; and afterwards no other field of any spec but the
-// template's stamp differs from what the user applied.
+// and one `kubectl apply` gives it a bad value, in each of three forms: a
+// value their container rejects at start, a key an env reference needs
+// removed (no container can be created), and a value their container
+// exits on 20 s after it became Ready. The first of the wave is the
+// change's canary: exactly one pod, in all seven, is ever made with the bad
+// value; the change is halted and no other workload is stamped. After the
+// crash at start, a good value then rolls all seven, the canary first: no
+// other is stamped before it passed, also across a restart of configstamp
+// while it runs; a user's edit of a held field and their `kubectl set
+// image` during the canary stand; and afterwards no other field of any
+// spec but the template's stamp and the user's edits differs from what the
+// user applied.
 func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
-	restartWith(t, defaultFlags...)
-	ns := env.Namespace(t, "canary", nil)
+	t.Parallel()
+	for _, f := range []canaryForm{
+		{name: "a crash at start", fix: true},
+		{name: "a key an env reference needs is removed", o: appOptions{envKey: true},
+			bad: func(ns string) *corev1.ConfigMap {
+				return framework.ConfigMap(ns, "shared", map[string]string{"other": "x"}, nil)
+			}},
+		{name: "Ready, then it exits 20 s later", o: appOptions{probe: true, env: map[string]string{"APP_FAIL_AFTER": "20s"}}},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			canaryRun(t, f)
+		})
+	}
+}
+
+// canaryForm is one bad value of TestBadChangeCostsOnePodAtTheDefaults.
+type canaryForm struct {
+	name string
+	o    appOptions
+	// bad is the bad ConfigMap (default: mode "bad", which the app rejects).
+	bad func(ns string) *corev1.ConfigMap
+	// fix: then roll a good value, the canary first, through a restart
+	// and the user's edits.
+	fix bool
+}
+
+func canaryRun(t *testing.T, f canaryForm) {
+	l := lane(t, defaultFlags...)
+	ns := l.Namespace(t, "canary", nil)
 	names := []string{"w1", "w2", "w3", "w4", "w5", "w6"}
 	ds := make([]*appsv1.Deployment, len(names))
 	objs := []client.Object{configMap(ns, "shared", "good")}
 	for i, n := range names {
-		ds[i] = deployment(ns, n, "shared", appOptions{})
+		ds[i] = deployment(ns, n, "shared", f.o)
 		ds[i].Spec.Replicas = ptr.To(int32(3))
 		objs = append(objs, ds[i])
 	}
-	sts := framework.StatefulSet(ns, "x1", framework.OptIn, appSpec("shared", appOptions{}))
+	sts := framework.StatefulSet(ns, "x1", framework.OptIn, appSpec("shared", f.o))
 	sts.Spec.Replicas = ptr.To(int32(3))
 	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
 	objs = append(objs, sts)
@@ -84,8 +117,12 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 		}
 		return out
 	}
+	bad := configMap(ns, "shared", "bad")
+	if f.bad != nil {
+		bad = f.bad(ns)
+	}
 	changed := time.Now()
-	env.Apply(t, configMap(ns, "shared", "bad"))
+	env.Apply(t, bad)
 	var note string
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
 		seeBadPods()
@@ -116,6 +153,9 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 		t.Fatalf("%d pods ran the bad value (%v), want exactly one", len(ran), keys(ran))
 	}
 	t.Logf("exactly one pod ran the bad value (%v); the other five Deployments and the StatefulSet were never stamped, watched %s", keys(ran), since(watched))
+	if !f.fix {
+		return
+	}
 
 	// A good value: the canary first, the rest after it passed.
 	fixed := time.Now()
@@ -126,14 +166,18 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 		rec := record(t, ds[0])
 		return rec.Canary == rollout.CanaryRunning && rec.Hold != "" && rec.State == rollout.Rolling, fmt.Sprintf("no held canary yet; record %+v", rec)
 	})
-	if err := env.Configstamp.RestartWith(t.Context(), defaultFlags...); err != nil {
+	if err := l.Restart(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("configstamp restarted %s after the fix, mid-canary", since(fixed))
-	// The user sets a field the canary holds: their value stands.
+	// The user sets a field the canary holds, and a new image: their
+	// values stand.
 	env.Kubectl(t, "", "-n", ns, "patch", "deployment", "w1", "--type=merge", "-p", `{"spec":{"minReadySeconds":7}}`)
+	env.Kubectl(t, "", "-n", ns, "set", "image", "deployment/w1", "app="+images.PauseRef)
 	edited := applied["w1"]
+	edited.Template = *edited.Template.DeepCopy()
 	edited.MinReadySeconds = 7
+	edited.Template.Spec.Containers[0].Image = images.PauseRef
 	applied["w1"] = edited
 	var passed time.Time
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
@@ -183,7 +227,7 @@ func TestBadChangeCostsOnePodAtTheDefaults(t *testing.T) {
 				d.Name, got.Strategy, got.MinReadySeconds, want.Strategy, want.MinReadySeconds)
 		}
 	}
-	t.Logf("the fix rolled all seven in %s, the canary passing after %s; w1 kept the user's minReadySeconds", since(fixed), passed.Sub(fixed).Round(100*time.Millisecond))
+	t.Logf("the fix rolled all seven in %s, the canary passing after %s; w1 kept the user's minReadySeconds and image", since(fixed), passed.Sub(fixed).Round(100*time.Millisecond))
 }
 
 // event is the message of obj's newest event of reason since from ("" when none).

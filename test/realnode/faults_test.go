@@ -27,8 +27,8 @@ import (
 // stopped (cordoned, its kubelet gone until the node is NotReady). Neither
 // rollout fails; both complete.
 func TestNoFalseHaltFromTheNode(t *testing.T) {
-	restartWith(t, defaultFlags...)
-	ns := env.Namespace(t, "node-faults", nil)
+	// Not parallel: the node's faults would be every other test's too.
+	ns := lane(t, defaultFlags...).Namespace(t, "node-faults", nil)
 	// Both verify at once while the node fails under them: no canary,
 	// which would hold steady until evicted's 120 s window passed.
 	long := map[string]string{rollout.AnnotationVerifyWindow: "120s", rollout.AnnotationCanaryOpt: "false"}
@@ -140,24 +140,24 @@ func waitNodeReady(t *testing.T, after string) {
 }
 
 // TestSlowRolloutThatProgressesDoesNotFail: a StatefulSet whose rolling
-// update takes longer than --progress-deadline (three pods, each Ready 10 s
-// after it starts, one at a time) but progresses at each pod: the deadline
+// update takes longer than --progress-deadline (six pods, each Ready 15 s
+// after it starts, one at a time; one step may take a loaded node 45 s) but progresses at each pod: the deadline
 // counts from the last progress, so it completes without a failure.
 func TestSlowRolloutThatProgressesDoesNotFail(t *testing.T) {
-	const deadline = 20 * time.Second
-	restartWith(t, "--progress-deadline="+deadline.String())
-	ns := env.Namespace(t, "slow", nil)
+	const deadline = 60 * time.Second
+	t.Parallel()
+	ns := lane(t, append(suiteFlags, "--progress-deadline="+deadline.String())...).Namespace(t, "slow", nil)
 	spec := appSpec("shared", appOptions{probe: true})
-	spec.Containers[0].ReadinessProbe.InitialDelaySeconds = 10
+	spec.Containers[0].ReadinessProbe.InitialDelaySeconds = 15
 	sts := framework.StatefulSet(ns, "slow", framework.OptIn, spec)
-	sts.Spec.Replicas = ptr.To[int32](3)
+	sts.Spec.Replicas = ptr.To[int32](6)
 	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement // only the first start in parallel
 	sts.Annotations = map[string]string{rollout.AnnotationVerifyWindow: "5s"}
 	env.Apply(t, configMap(ns, "shared", "good"), sts)
 	waitReady(t, sts, 2*time.Minute)
 	changed := time.Now()
 	env.Apply(t, configMap(ns, "shared", "better"))
-	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
+	framework.Eventually(t, 5*time.Minute, func() (bool, string) {
 		if note := failedNote(t, sts); note != "" {
 			t.Fatalf("the slow but progressing rollout failed %s after the change: %s", since(changed), note)
 		}

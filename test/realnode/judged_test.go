@@ -3,7 +3,6 @@
 package realnode_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -19,26 +18,6 @@ import (
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/test/framework"
 )
-
-// defaultFlags are configstamp's own defaults for what the suite's TestMain
-// sets otherwise: a budget of 10, a 10-minute progress deadline, a 2 s
-// debounce (the verification window is the default 30 s throughout).
-var defaultFlags = []string{"--max-concurrent-rollouts=10", "--progress-deadline=10m", "--debounce=2s"}
-
-// restartWith runs the suite's configstamp with flags on top of the suite's
-// until the test ends, then with the suite's flags again.
-func restartWith(t *testing.T, flags ...string) {
-	t.Helper()
-	if err := env.Configstamp.RestartWith(t.Context(), flags...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// t.Context() is canceled before cleanups run.
-		if err := env.Configstamp.Restart(context.WithoutCancel(t.Context())); err != nil {
-			t.Errorf("restarting configstamp with the suite's flags: %v", err)
-		}
-	})
-}
 
 // failureForm is one way a bad value shows in the pods of a workload.
 type failureForm struct {
@@ -58,7 +37,7 @@ type failureForm struct {
 // failing workload, of three replicas, is the change's canary: whatever
 // the form, exactly one pod ever ran the bad value.
 func TestEveryFailureFormIsCaughtAtTheDefaults(t *testing.T) {
-	restartWith(t, defaultFlags...)
+	t.Parallel()
 	// Past the halted workloads' recheck (30 s) and the debounce (2 s).
 	const holds = 40 * time.Second
 	forms := map[string]failureForm{
@@ -75,7 +54,7 @@ func TestEveryFailureFormIsCaughtAtTheDefaults(t *testing.T) {
 	for name, form := range forms {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ns := env.Namespace(t, "form", nil)
+			ns := lane(t, defaultFlags...).Namespace(t, "form", nil)
 			form.o.annotations = map[string]string{rollout.AnnotationPriority: "10"}
 			first := deployment(ns, "first", "shared", form.o)
 			first.Spec.Replicas = ptr.To(int32(3))
@@ -202,17 +181,19 @@ func firstCrash(ps []corev1.Pod) time.Time {
 }
 
 // TestCrashAfterCompletionHaltsTheRestOfTheWave: a container that crashes
-// 20 s after start, past its 10 s verification window, while its change
+// 30 s after start, past its 10 s verification window, while its change
 // still rolls to other workloads (one slot: the wave goes one workload at a
 // time). The first workload completed; its crash fails it then and halts
 // the change, so the third workload is never stamped.
 func TestCrashAfterCompletionHaltsTheRestOfTheWave(t *testing.T) {
-	ns := env.Namespace(t, "late-crash", nil)
+	t.Parallel()
+	ns := lane(t, suiteFlags...).Namespace(t, "late-crash", nil)
 	window := map[string]string{rollout.AnnotationVerifyWindow: "10s"}
 	with := func(priority string) map[string]string {
 		return map[string]string{rollout.AnnotationVerifyWindow: "10s", rollout.AnnotationPriority: priority}
 	}
-	crashLate := map[string]string{"APP_FAIL_AFTER": "20s"}
+	// 20 s past the window: a loaded node's slower readiness stays inside.
+	crashLate := map[string]string{"APP_FAIL_AFTER": "30s"}
 	first := deployment(ns, "first", "shared", appOptions{probe: true, env: crashLate, annotations: with("10")})
 	second := deployment(ns, "second", "shared", appOptions{probe: true, env: crashLate, annotations: with("5")})
 	third := deployment(ns, "third", "shared", appOptions{probe: true, annotations: window})

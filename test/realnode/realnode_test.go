@@ -31,14 +31,28 @@ import (
 
 var env *framework.Env
 
-// The suite's configstamp: the settings — pinning installed, one
-// rollout at a time, no debounce — and the default verification window.
-// REALNODE_EXTRA_ARGS adds flags (e.g. --verify-window=0s to see the
-// negative checks fail).
+// The control plane and its real node are the suite's; each test runs a
+// configstamp of its own (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
-	args := []string{"--pin", "--max-concurrent-rollouts=1", "--progress-deadline=90s", "--debounce=0s"}
-	args = append(args, strings.Fields(os.Getenv("REALNODE_EXTRA_ARGS"))...)
-	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, Args: args}))
+	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, NoConfigstamp: true}))
+}
+
+// suiteFlags are the settings: pinning installed, one rollout at a
+// time, a 90 s progress deadline, no debounce (the verification window is
+// the default 30 s).
+var suiteFlags = []string{"--pin", "--max-concurrent-rollouts=1", "--progress-deadline=90s", "--debounce=0s"}
+
+// defaultFlags are configstamp's own defaults (a budget of 10, a 10-minute
+// progress deadline, a 2 s debounce, a 30 s window, the canary on), with
+// pinning installed.
+var defaultFlags = []string{"--pin"}
+
+// lane runs the test's own configstamp (framework.Lane) with flags, then
+// REALNODE_EXTRA_ARGS (e.g. --canary=false to see the negative checks
+// fail).
+func lane(t *testing.T, flags ...string) *framework.Lane {
+	t.Helper()
+	return env.Lane(t, append(slices.Clone(flags), strings.Fields(os.Getenv("REALNODE_EXTRA_ARGS"))...)...)
 }
 
 // appOptions shape one test app workload.

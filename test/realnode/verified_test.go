@@ -32,7 +32,8 @@ const untouched = 2 * time.Minute
 // pinned one keeps its files while the kubelet rewrites the unpinned one's;
 // the fix rolls all three and every new pod runs it.
 func TestBadChangeStopsAtTheFirstWorkload(t *testing.T) {
-	ns := env.Namespace(t, "wave", nil)
+	t.Parallel()
+	ns := lane(t, suiteFlags...).Namespace(t, "wave", nil)
 	pinned := map[string]string{pin.AnnotationPin: "true"}
 	a := deployment(ns, "a", "shared", appOptions{annotations: map[string]string{pin.AnnotationPin: "true", rollout.AnnotationPriority: "10"}})
 	b := deployment(ns, "b", "shared", appOptions{annotations: pinned})
@@ -142,13 +143,14 @@ func TestBadChangeStopsAtTheFirstWorkload(t *testing.T) {
 // their rollout inside the window and halt the change: the second workload
 // referencing it is never stamped.
 func TestFailuresAfterReady(t *testing.T) {
+	t.Parallel()
 	for name, o := range map[string]appOptions{
 		"exits 10s after Ready":  {probe: true, env: map[string]string{"APP_FAIL_AFTER": "10s"}},
 		"unready 5s after Ready": {probe: true, env: map[string]string{"APP_FAIL_MODE": "unready", "APP_FAIL_AFTER": "5s"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			t.Parallel() // one namespace each: the two run side by side
-			ns := env.Namespace(t, "after-ready", nil)
+			t.Parallel() // a configstamp each: the two run side by side
+			ns := lane(t, suiteFlags...).Namespace(t, "after-ready", nil)
 			o.annotations = map[string]string{rollout.AnnotationPriority: "10"}
 			first := deployment(ns, "first", "shared", o)
 			second := deployment(ns, "second", "shared", appOptions{probe: true})
@@ -173,7 +175,9 @@ func TestFailuresAfterReady(t *testing.T) {
 // window (no false failure), holding its slot meanwhile; a scale-up and a
 // deleted pod after the window fail nothing.
 func TestGoodChangeIsVerifiedThenLeftAlone(t *testing.T) {
-	ns := env.Namespace(t, "good", nil)
+	t.Parallel()
+	l := lane(t, suiteFlags...)
+	ns := l.Namespace(t, "good", nil)
 	d := deployment(ns, "app", "shared", appOptions{probe: true})
 	env.Apply(t, configMap(ns, "shared", "good"), d)
 	waitReady(t, d, 2*time.Minute)
@@ -185,7 +189,7 @@ func TestGoodChangeIsVerifiedThenLeftAlone(t *testing.T) {
 		rec := record(t, d)
 		return rec.State == rollout.Verifying, fmt.Sprintf("record %+v", rec)
 	})
-	if n := slotsInUse(t); n != 1 {
+	if n := slotsInUse(t, l); n != 1 {
 		t.Errorf("slots in use while verifying: %v, want 1", n)
 	}
 	framework.Eventually(t, 90*time.Second, func() (bool, string) {
@@ -223,7 +227,8 @@ func TestGoodChangeIsVerifiedThenLeftAlone(t *testing.T) {
 // TestStatefulSetAndDaemonSetCrash: the crash on a bad value fails a
 // StatefulSet's and a DaemonSet's rollout inside the window too.
 func TestStatefulSetAndDaemonSetCrash(t *testing.T) {
-	ns := env.Namespace(t, "kinds", nil)
+	t.Parallel()
+	ns := lane(t, suiteFlags...).Namespace(t, "kinds", nil)
 	sts := framework.StatefulSet(ns, "sts", framework.OptIn, appSpec("shared", appOptions{}))
 	ds := framework.DaemonSet(ns, "ds", framework.OptIn, appSpec("shared", appOptions{}))
 	env.Apply(t, configMap(ns, "shared", "good"), sts, ds)
@@ -267,9 +272,9 @@ func failedNote(t *testing.T, obj client.Object) string {
 	return ""
 }
 
-func slotsInUse(t *testing.T) float64 {
+func slotsInUse(t *testing.T, l *framework.Lane) float64 {
 	t.Helper()
-	v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use")
+	v, err := l.Metrics("configstamp_rollout_slots_in_use")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +290,8 @@ func since(t time.Time) string { return time.Since(t).Round(100 * time.Milliseco
 // its change stays halted, and the other workload referencing the change is
 // never stamped with it.
 func TestUndoReturnsToTheLastVerifiedRevision(t *testing.T) {
-	ns := env.Namespace(t, "undo", nil)
+	t.Parallel()
+	ns := lane(t, suiteFlags...).Namespace(t, "undo", nil)
 	// A 10 s window: the verified revision the undo returns to is reached sooner.
 	u := deployment(ns, "u", "shared", appOptions{annotations: map[string]string{
 		pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo", rollout.AnnotationPriority: "10", rollout.AnnotationVerifyWindow: "10s"}})
@@ -357,9 +363,12 @@ func staysUnstamped(t *testing.T, obj client.Object, hash string) {
 // bad change rolls (kubectl set env) survives the failure: configstamp
 // does not undo over it, says so (UndoImpossible), and keeps the halt.
 func TestUndoNeverOverwritesAnEdit(t *testing.T) {
-	ns := env.Namespace(t, "undo-edit", nil)
+	t.Parallel()
+	ns := lane(t, suiteFlags...).Namespace(t, "undo-edit", nil)
+	// The bad value exits 8 s after start: inside a 20 s window even when a
+	// loaded node reports readiness late.
 	w := deployment(ns, "w", "shared", appOptions{probe: true, env: map[string]string{"APP_FAIL_AFTER": "8s"},
-		annotations: map[string]string{pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo", rollout.AnnotationVerifyWindow: "10s"}})
+		annotations: map[string]string{pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo", rollout.AnnotationVerifyWindow: "20s"}})
 	env.Apply(t, configMap(ns, "shared", "good"), w)
 	waitReady(t, w, 2*time.Minute)
 	env.Apply(t, configMap(ns, "shared", "better"))
