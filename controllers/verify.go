@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
@@ -95,10 +96,34 @@ func (r *kindReconciler) verification(ctx context.Context, obj client.Object) ro
 		return v
 	}
 	seen.Pods = ownPods(obj, pods.Items)
+	if (rule == rollout.RuleRolling || rule == rollout.RuleVerifying) && rollout.WaitsForVolumes(seen.Pods, seen.Hash) {
+		seen.Unmountable = r.unmountable(ctx, obj, tmpl, seen.Hash)
+	}
 	found := rollout.InspectPods(seen)
 	log.FromContext(ctx).V(1).Info("pods judged", "rule", rule, "pods", len(seen.Pods), "problem", found.Problem, "healthy", found.Healthy)
 	found.Window, found.PollScale = v.Window, r.Scheduler.PollScale()
 	return found
+}
+
+// unmountable is what the volumes of obj's template tmpl need that their
+// sources lack (rollout.Unmountable), read from the cache as the reconciler
+// reads them, and only when that is the data the template was stamped with
+// (hash): the pods of the stamp were made for it. Data changed since (a newer
+// change on its way, which will supersede the rollout) or unreadable says
+// nothing. Asked only while a pod of the revision waits for its volumes.
+func (r *kindReconciler) unmountable(ctx context.Context, obj client.Object, tmpl *corev1.PodTemplateSpec, hash string) []string {
+	if r.Resolver == nil || hash == "" {
+		return nil
+	}
+	comp, err := r.Resolver.Compute(ctx, obj.GetNamespace(), obj.GetAnnotations(), tmpl)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("sources unreadable: a pod waiting for its volumes is judged at the deadline", "error", err.Error())
+		return nil
+	}
+	if !comp.HashedAs(r.Resolver.Keys, obj.GetNamespace(), hash) {
+		return nil
+	}
+	return rollout.Unmountable(pin.SourceSpec(tmpl), comp.Data)
 }
 
 func latest(a, b time.Time) time.Time {

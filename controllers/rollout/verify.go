@@ -199,6 +199,11 @@ type PodsSeen struct {
 	From time.Time
 	// Now: the time of the judgement (a pod's probes' budget ends then).
 	Now time.Time
+	// Unmountable (RuleRolling, RuleVerifying): what the template's volumes
+	// need that their sources, as configstamp hashed them for Hash, lack
+	// (Unmountable); a pod that waits for its volumes past MountGrace then
+	// fails the rollout.
+	Unmountable []string
 }
 
 // InspectPods judges the pods of the new revision by seen.Rule (see Rule):
@@ -239,8 +244,10 @@ func InspectPods(seen PodsSeen) Verification {
 		if seen.Rule != RuleRolling && seen.Rule != RuleVerifying {
 			continue
 		}
-		if at := readyBy(p); !at.IsZero() && (v.JudgeAt.IsZero() || at.Before(v.JudgeAt)) {
-			v.JudgeAt = at
+		for _, at := range []time.Time{readyBy(p), mountBy(p, seen)} {
+			if !at.IsZero() && (v.JudgeAt.IsZero() || at.Before(v.JudgeAt)) {
+				v.JudgeAt = at
+			}
 		}
 	}
 	return v
@@ -268,6 +275,9 @@ func podProblem(p *corev1.Pod, seen PodsSeen) string {
 	}
 	if seen.Rule != RuleRolling && seen.Rule != RuleVerifying || restartedByTheNode(p) {
 		return ""
+	}
+	if problem := volumeProblem(p, seen); problem != "" {
+		return problem
 	}
 	ready, since := containersReady(p)
 	switch {
