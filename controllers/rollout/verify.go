@@ -204,6 +204,9 @@ type PodsSeen struct {
 	// (Unmountable); a pod that waits for its volumes past MountGrace then
 	// fails the rollout.
 	Unmountable []string
+	// NodesNotReady: NotReady nodes a DaemonSet's rollout does not wait for
+	// (workload.DaemonSetNotWaitedFor); their pods are passed over.
+	NodesNotReady []string
 }
 
 // InspectPods judges the pods of the new revision by seen.Rule (see Rule):
@@ -220,7 +223,7 @@ func InspectPods(seen PodsSeen) Verification {
 	v := Verification{Read: true, Healthy: true}
 	for i := range pods {
 		p := &pods[i]
-		if p.Annotations[stamp.AnnotationHash] != seen.Hash || p.DeletionTimestamp != nil {
+		if p.Annotations[stamp.AnnotationHash] != seen.Hash || p.DeletionTimestamp != nil || slices.Contains(seen.NodesNotReady, p.Spec.NodeName) {
 			continue
 		}
 		if problem := podProblem(p, seen); problem != "" && v.Problem == "" {
