@@ -75,8 +75,9 @@ const (
 	// RuleRolling: the rollout is under way. A sign the kubelet reports
 	// (a container that cannot be created or run, an init container or a
 	// container that exited or restarted, a failed pod), a Ready pod that
-	// lost its readiness, or a pod never Ready past its probes' budget
-	// fails it at once.
+	// lost its readiness, a pod never Ready past its probes' budget, or a
+	// pod waiting for volumes its sources cannot fill past MountGrace
+	// (PodsSeen.Unmountable) fails it at once.
 	RuleRolling Rule = iota + 1
 	// RuleVerifying: complete, and watched for the window: as RuleRolling,
 	// and a pod that existed when the window began (PodsSeen.From) and is
