@@ -2,16 +2,22 @@ package controllers
 
 import (
 	"context"
+	"maps"
+	"strings"
+	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // Pods are read, never cached: only the few workloads whose rollout is
@@ -94,10 +100,100 @@ func (r *kindReconciler) verification(ctx context.Context, obj client.Object) ro
 		return v
 	}
 	seen.Pods = rollout.OwnPods(obj, pods.Items)
+	if rule == rollout.RuleRolling || rule == rollout.RuleVerifying {
+		if rollout.WaitsForVolumes(seen.Pods, seen.Hash) {
+			seen.Unmountable = r.unmountable(ctx, obj, tmpl, seen.Hash)
+		}
+		seen.NodesNotReady = r.nodesNotReady(ctx, obj, seen)
+	}
 	found := rollout.InspectPods(seen)
 	log.FromContext(ctx).V(1).Info("pods judged", "rule", rule, "pods", len(seen.Pods), "problem", found.Problem, "healthy", found.Healthy)
 	found.Window, found.PollScale = v.Window, r.Scheduler.PollScale()
 	return found
+}
+
+// unmountable is what the volumes of obj's template tmpl need that their
+// sources lack (rollout.Unmountable), read from the cache as the reconciler
+// reads them, and only when that is the data the template was stamped with
+// (hash): the pods of the stamp were made for it. Data changed since (a newer
+// change on its way, which will supersede the rollout) or unreadable says
+// nothing. Asked only while a pod of the revision waits for its volumes.
+func (r *kindReconciler) unmountable(ctx context.Context, obj client.Object, tmpl *corev1.PodTemplateSpec, hash string) []string {
+	if r.Resolver == nil || hash == "" {
+		return nil
+	}
+	comp, err := r.Resolver.Compute(ctx, obj.GetNamespace(), obj.GetAnnotations(), tmpl)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("sources unreadable: a pod waiting for its volumes is judged at the deadline", "error", err.Error())
+		return nil
+	}
+	if !comp.HashedAs(r.Resolver.Keys, obj.GetNamespace(), hash) {
+		return nil
+	}
+	return rollout.Unmountable(pin.SourceSpec(tmpl), comp.Data)
+}
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+
+// ReasonNodesNotReady: a DaemonSet's rollout does not wait for its pods on
+// NotReady nodes.
+const ReasonNodesNotReady = "NodesNotReady"
+
+// maxNodeReads bounds the nodes read for one judgement of a DaemonSet: a
+// rollout with more nodes still to do is under way, not held by a few
+// NotReady nodes.
+const maxNodeReads = 8
+
+// nodesNotReadyTold: the DaemonSets (by UID) told, for their current stamp,
+// that their rollout does not wait for some nodes (once per stamp and
+// process; one entry per DaemonSet).
+var nodesNotReadyTold sync.Map
+
+// nodesNotReady returns the NotReady nodes that alone keep a DaemonSet's
+// rollout from complete (workload.DaemonSetNotWaitedFor) and marks obj with
+// them in memory (workload.AnnotationNodesNotReady), so its Status counts
+// it complete; nil for any other workload or rollout. Nodes are not cached:
+// only the few nodes (at most maxNodeReads) where the rollout is not done
+// are read, live from the API server's watch cache, and only while a
+// DaemonSet's status does not count it complete. Without `get` on nodes
+// (a namespaced installation) its rollout waits for every node, as before.
+func (r *kindReconciler) nodesNotReady(ctx context.Context, obj client.Object, seen rollout.PodsSeen) []string {
+	d, ok := obj.(*appsv1.DaemonSet)
+	if !ok || r.Kind.Status(obj).Complete {
+		return nil
+	}
+	unfinished := workload.DaemonSetUnfinished(d, seen.Pods, seen.Hash, seen.Now)
+	if len(unfinished) == 0 || len(unfinished) > maxNodeReads {
+		return nil
+	}
+	nodes := make(map[string]workload.NodeState, len(unfinished))
+	for _, name := range unfinished {
+		n := &corev1.Node{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, n, &client.GetOptions{Raw: &metav1.GetOptions{ResourceVersion: "0"}}); err != nil {
+			// Gone: the pod garbage collector removes its pods, and the
+			// status then counts without it. Forbidden: waits, as before.
+			log.FromContext(ctx).V(1).Info("node unread: the DaemonSet's rollout waits for it", "node", name, "error", err.Error())
+			return nil
+		}
+		nodes[name] = workload.NodeStateOf(n)
+	}
+	notReady := workload.DaemonSetNotWaitedFor(d, seen.Pods, seen.Hash, unfinished, nodes)
+	if len(notReady) == 0 {
+		return nil
+	}
+	a := maps.Clone(obj.GetAnnotations())
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[workload.AnnotationNodesNotReady] = strings.Join(notReady, ",")
+	obj.SetAnnotations(a)
+	if told, _ := nodesNotReadyTold.Swap(obj.GetUID(), seen.Hash); told != seen.Hash {
+		log.FromContext(ctx).Info("the DaemonSet's rollout does not wait for its pods on NotReady nodes", "nodes", notReady)
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonNodesNotReady, "Verify",
+			"the rollout does not wait for the pods on NotReady nodes %s: they cannot be replaced until the node is Ready again or deleted; "+
+				"it is complete once every pod on a Ready node is updated and available", strings.Join(notReady, ", "))
+	}
+	return notReady
 }
 
 func latest(a, b time.Time) time.Time {

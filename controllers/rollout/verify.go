@@ -78,8 +78,9 @@ const (
 	// RuleRolling: the rollout is under way. A sign the kubelet reports
 	// (a container that cannot be created or run, an init container or a
 	// container that exited or restarted, a failed pod), a Ready pod that
-	// lost its readiness, or a pod never Ready past its probes' budget
-	// fails it at once.
+	// lost its readiness, a pod never Ready past its probes' budget, or a
+	// pod waiting for volumes its sources cannot fill past MountGrace
+	// (PodsSeen.Unmountable) fails it at once.
 	RuleRolling Rule = iota + 1
 	// RuleVerifying: complete, and watched for the window: as RuleRolling,
 	// and a pod that existed when the window began (PodsSeen.From) and is
@@ -202,6 +203,14 @@ type PodsSeen struct {
 	From time.Time
 	// Now: the time of the judgement (a pod's probes' budget ends then).
 	Now time.Time
+	// Unmountable (RuleRolling, RuleVerifying): what the template's volumes
+	// need that their sources, as configstamp hashed them for Hash, lack
+	// (Unmountable); a pod that waits for its volumes past MountGrace then
+	// fails the rollout.
+	Unmountable []string
+	// NodesNotReady: NotReady nodes a DaemonSet's rollout does not wait for
+	// (workload.DaemonSetNotWaitedFor); their pods are passed over.
+	NodesNotReady []string
 }
 
 // InspectPods judges the pods of the new revision by seen.Rule (see Rule):
@@ -218,7 +227,7 @@ func InspectPods(seen PodsSeen) Verification {
 	v := Verification{Read: true, Healthy: true}
 	for i := range pods {
 		p := &pods[i]
-		if !OfRevision(p, seen.Hash) {
+		if !OfRevision(p, seen.Hash) || slices.Contains(seen.NodesNotReady, p.Spec.NodeName) {
 			continue
 		}
 		if problem := podProblem(p, seen); problem != "" && v.Problem == "" {
@@ -242,12 +251,14 @@ func InspectPods(seen PodsSeen) Verification {
 		if seen.Rule != RuleRolling && seen.Rule != RuleVerifying {
 			continue
 		}
-		at := readyBy(p)
+		judgeAt := readyBy(p)
 		if since, lost := unready(p, seen); lost {
-			at = relapseJudgedAt(p, since)
+			judgeAt = relapseJudgedAt(p, since)
 		}
-		if !at.IsZero() && (v.JudgeAt.IsZero() || at.Before(v.JudgeAt)) {
-			v.JudgeAt = at
+		for _, at := range []time.Time{judgeAt, mountBy(p, seen)} {
+			if !at.IsZero() && (v.JudgeAt.IsZero() || at.Before(v.JudgeAt)) {
+				v.JudgeAt = at
+			}
 		}
 	}
 	return v
@@ -303,6 +314,9 @@ func podProblem(p *corev1.Pod, seen PodsSeen) string {
 	}
 	if seen.Rule != RuleRolling && seen.Rule != RuleVerifying || restartedByTheNode(p) {
 		return ""
+	}
+	if problem := volumeProblem(p, seen); problem != "" {
+		return problem
 	}
 	if since, lost := unready(p, seen); lost {
 		// Ready once since its containers started, and not now, or not

@@ -33,7 +33,9 @@ func (daemonSet) Template(obj client.Object) *corev1.PodTemplateSpec {
 
 // Status: OnDelete has nothing to wait for (pods change only when someone
 // deletes them); else the latest generation observed and every scheduled
-// node updated and available.
+// node updated and available — or every one but the NotReady nodes the
+// judgement found alone in the way (AnnotationNodesNotReady): their pods
+// cannot be replaced until their node is back or gone.
 func (daemonSet) Status(obj client.Object) Status {
 	d, ok := obj.(*appsv1.DaemonSet)
 	if !ok {
@@ -42,8 +44,8 @@ func (daemonSet) Status(obj client.Object) Status {
 	st := d.Status
 	onDelete := d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
 	return Status{
-		Complete: onDelete || (st.ObservedGeneration >= d.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
-			st.NumberAvailable >= st.DesiredNumberScheduled),
+		Complete: onDelete || (st.ObservedGeneration >= d.Generation && ((st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
+			st.NumberAvailable >= st.DesiredNumberScheduled) || len(NodesNotReady(d)) > 0)),
 		NothingToWaitFor: onDelete,
 		Mark:             fmt.Sprint(st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberReady, st.NumberAvailable),
 		Ready:            int64(st.NumberReady),

@@ -409,6 +409,9 @@ var commonGrants = map[string]string{
 	"ClusterRole configstamp-manager-role core/namespaces": "get,list,watch",
 	// The pods of a rollout being verified, read live (never cached, never written).
 	"ClusterRole configstamp-manager-role core/pods": "list",
+	// The few nodes a DaemonSet's rollout is not done on, read live (never
+	// cached): a NotReady node's pods are not waited for.
+	"ClusterRole configstamp-manager-role core/nodes": "get",
 	// Workloads: the reconciler patches the template annotation.
 	"ClusterRole configstamp-manager-role apps/deployments":     "get,list,patch,watch",
 	"ClusterRole configstamp-manager-role apps/statefulsets":    "get,list,patch,watch",

@@ -43,7 +43,7 @@ const (
 var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 
 func TestMain(m *testing.M) {
-	held := []string{tenantHash("stuck")}
+	held := []string{tenantHash("stuck"), crashingAgentHash()}
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}

@@ -1,0 +1,103 @@
+package workload
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+)
+
+// TestDaemonSetNotWaitedFor: a DaemonSet's rollout is complete once every
+// pod on a Ready node is updated and available; pods on NotReady nodes
+// (which cannot be replaced there) are not waited for. A Ready node not done,
+// a node unread, or a status that still misses a Ready node is waited for.
+func TestDaemonSetNotWaitedFor(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pod := func(node, hash string, ready bool, mutate ...func(*corev1.Pod)) corev1.Pod {
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + node + "-" + hash, Annotations: map[string]string{stamp.AnnotationHash: hash},
+			CreationTimestamp: metav1.NewTime(now.Add(-time.Minute))},
+			Spec: corev1.PodSpec{NodeName: node, Tolerations: []corev1.Toleration{
+				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+				{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.NewTime(now.Add(-30 * time.Second))}}}}
+		for _, m := range mutate {
+			m(&p)
+		}
+		return p
+	}
+	toleratesAllTaints := func(p *corev1.Pod) { p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}} }
+	deleting := func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Minute)} }
+	notReadyTaints := []corev1.Taint{{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule}, {Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}}
+	nodes := map[string]NodeState{"a": {Ready: true}, "b": {Ready: true}, "down": {Taints: notReadyTaints}}
+	ds := func(desired, updated, available int32) *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}, Status: appsv1.DaemonSetStatus{ObservedGeneration: 2,
+			DesiredNumberScheduled: desired, UpdatedNumberScheduled: updated, NumberAvailable: available}}
+	}
+	tests := map[string]struct {
+		ds    *appsv1.DaemonSet
+		pods  []corev1.Pod
+		nodes map[string]NodeState
+		want  []string
+	}{
+		"its old pod on a NotReady node it does not count (not tolerated)": {ds(2, 2, 2),
+			[]corev1.Pod{pod("a", "new", true), pod("b", "new", true), pod("down", "old", false)}, nodes, []string{"down"}},
+		"its old pod stuck terminating on a NotReady node it counts": {ds(3, 2, 2),
+			[]corev1.Pod{pod("a", "new", true), pod("b", "new", true), pod("down", "old", true, toleratesAllTaints, deleting)}, nodes, []string{"down"}},
+		"a new pod that never ran on a NotReady node it counts": {ds(3, 3, 2),
+			[]corev1.Pod{pod("a", "new", true), pod("b", "new", true), pod("down", "new", false, toleratesAllTaints)}, nodes, []string{"down"}},
+		"a Ready node not updated yet": {ds(3, 1, 2),
+			[]corev1.Pod{pod("a", "new", true), pod("b", "old", true), pod("down", "old", false, toleratesAllTaints)}, nodes, nil},
+		"a Ready node's new pod not available": {ds(3, 2, 1),
+			[]corev1.Pod{pod("a", "new", true), pod("b", "new", false), pod("down", "old", false, toleratesAllTaints)}, nodes, nil},
+		"a Ready node with no pod yet (the status misses it)": {ds(3, 1, 1),
+			[]corev1.Pod{pod("a", "new", true), pod("down", "old", false)}, nodes, nil},
+		"the node unread": {ds(2, 1, 1),
+			[]corev1.Pod{pod("a", "new", true), pod("down", "old", false, toleratesAllTaints)}, map[string]NodeState{"a": {Ready: true}}, nil},
+		"the template not observed yet": {&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Status: appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 1, UpdatedNumberScheduled: 1, NumberAvailable: 1}},
+			[]corev1.Pod{pod("a", "new", true), pod("down", "old", false)}, nodes, nil},
+		"every node done: nothing to say": {ds(2, 2, 2), []corev1.Pod{pod("a", "new", true), pod("b", "new", true)}, nodes, nil},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			unfinished := DaemonSetUnfinished(tc.ds, tc.pods, "new", now)
+			got := DaemonSetNotWaitedFor(tc.ds, tc.pods, "new", unfinished, tc.nodes)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("DaemonSetNotWaitedFor = %v (unfinished %v), want %v", got, unfinished, tc.want)
+			}
+			d := tc.ds.DeepCopy()
+			if len(got) > 0 {
+				d.Annotations = map[string]string{AnnotationNodesNotReady: "down"}
+			}
+			plain := tc.ds.Status.UpdatedNumberScheduled >= tc.ds.Status.DesiredNumberScheduled && tc.ds.Status.NumberAvailable >= tc.ds.Status.DesiredNumberScheduled &&
+				tc.ds.Status.ObservedGeneration >= tc.ds.Generation
+			if complete := (daemonSet{}).Status(d).Complete; complete != (plain || len(got) > 0) {
+				t.Errorf("Status.Complete = %v", complete)
+			}
+		})
+	}
+}
+
+// TestDaemonSetUnfinishedMinReadySeconds: a new pod Ready for less than
+// minReadySeconds is not done yet.
+func TestDaemonSetUnfinishedMinReadySeconds(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := &appsv1.DaemonSet{Spec: appsv1.DaemonSetSpec{MinReadySeconds: 60}}
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{stamp.AnnotationHash: "new"}}, Spec: corev1.PodSpec{NodeName: "a"},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-30 * time.Second))}}}}
+	if got := DaemonSetUnfinished(d, []corev1.Pod{p}, "new", now); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("unfinished = %v, want [a]", got)
+	}
+	if got := DaemonSetUnfinished(d, []corev1.Pod{p}, "new", now.Add(time.Minute)); len(got) != 0 {
+		t.Errorf("unfinished a minute later = %v, want none", got)
+	}
+}
