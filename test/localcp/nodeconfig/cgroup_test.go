@@ -165,7 +165,7 @@ func (f *fakeV2) WriteFile(p, data string) error {
 		if !ok || !slices.Contains(strings.Fields(offered), c) {
 			return &os.PathError{Op: "write", Path: p, Err: syscall.ENOENT}
 		}
-		if f.procs[dir] && !(dir == fakeMount && f.realRoot) {
+		if f.procs[dir] && (dir != fakeMount || !f.realRoot) {
 			return &os.PathError{Op: "write", Path: p, Err: syscall.EBUSY}
 		}
 		if !slices.Contains(f.subtree[dir], c) {
