@@ -106,7 +106,7 @@ COMPAT_K8S_LDFLAGS := -s -w \
 controlplane-compat: $(COMPAT_K8S_BINS) $(CP_BIN)/etcd $(CP_BIN)/kwok $(CP_BIN)/kwok-stages.yaml ## Build the oldest supported Kubernetes' kube-apiserver, kube-controller-manager, kube-scheduler into ./bin/k8s-1.30, and etcd and kwok (cached).
 
 $(COMPAT_K8S_BINS) &: $(COMPAT_K8S_TOOLS)/go.mod $(COMPAT_K8S_TOOLS)/go.sum
-	@echo "==> building kube-apiserver, kube-controller-manager, kube-scheduler from k8s.io/kubernetes $(COMPAT_K8S_VERSION) into $(COMPAT_K8S_BIN) (first time: ~10 min on 2 cores)"
+	@echo "==> building kube-apiserver, kube-controller-manager, kube-scheduler from k8s.io/kubernetes $(COMPAT_K8S_VERSION) into $(COMPAT_K8S_BIN) (first time: ~17 min of CPU on 2 cores)"
 	@mkdir -p $(COMPAT_K8S_BIN)
 	cd $(COMPAT_K8S_TOOLS) && $(GO) build -trimpath -ldflags "$(COMPAT_K8S_LDFLAGS)" -o $(COMPAT_K8S_BIN)/ \
 		k8s.io/kubernetes/cmd/kube-apiserver \
