@@ -84,7 +84,35 @@ $(CP_BIN)/kwok-stages.yaml: $(CP_BIN)/kwok
 	mv $@.tmp $@
 
 clean-controlplane: ## Remove the control plane binaries.
-	rm -f $(CP_ALL) $(CP_NODE_BINS)
+	rm -f $(CP_ALL) $(CP_NODE_BINS) $(COMPAT_K8S_BINS)
+
+# The oldest Kubernetes the README promises, for make test-compat: its
+# kube-apiserver, kube-controller-manager and kube-scheduler, built the same
+# way from their own tools module (hack/tools/k8s-<minor>) into
+# bin/k8s-<minor>. etcd and kwok stay the ones above (kwok plays any
+# version's kubelet; the API server talks etcd's v3 API, which etcd 3.6
+# serves as 3.5 did).
+COMPAT_K8S_MINOR ?= 1.30
+COMPAT_K8S_TOOLS := $(CP_TOOLS)/k8s-$(COMPAT_K8S_MINOR)
+COMPAT_K8S_BIN := $(CP_BIN)/k8s-$(COMPAT_K8S_MINOR)
+COMPAT_K8S_VERSION := $(call cp_modver,k8s-$(COMPAT_K8S_MINOR),k8s.io/kubernetes)
+COMPAT_K8S_BINS := $(COMPAT_K8S_BIN)/kube-apiserver $(COMPAT_K8S_BIN)/kube-controller-manager $(COMPAT_K8S_BIN)/kube-scheduler
+COMPAT_K8S_LDFLAGS := -s -w \
+	-X k8s.io/component-base/version.gitVersion=$(COMPAT_K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=$(patsubst v%,%,$(word 1,$(subst ., ,$(COMPAT_K8S_VERSION)))) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(COMPAT_K8S_VERSION)))
+
+.PHONY: controlplane-compat
+controlplane-compat: $(COMPAT_K8S_BINS) $(CP_BIN)/etcd $(CP_BIN)/kwok $(CP_BIN)/kwok-stages.yaml ## Build the oldest supported Kubernetes' kube-apiserver, kube-controller-manager, kube-scheduler into ./bin/k8s-1.30, and etcd and kwok (cached).
+
+$(COMPAT_K8S_BINS) &: $(COMPAT_K8S_TOOLS)/go.mod $(COMPAT_K8S_TOOLS)/go.sum
+	@echo "==> building kube-apiserver, kube-controller-manager, kube-scheduler from k8s.io/kubernetes $(COMPAT_K8S_VERSION) into $(COMPAT_K8S_BIN) (first time: ~17 min of CPU on 2 cores)"
+	@mkdir -p $(COMPAT_K8S_BIN)
+	cd $(COMPAT_K8S_TOOLS) && $(GO) build -trimpath -ldflags "$(COMPAT_K8S_LDFLAGS)" -o $(COMPAT_K8S_BIN)/ \
+		k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler
+	@touch $(COMPAT_K8S_BINS)
 
 # A real node (test/localcp Options.RealNode, hack/localcp --real-node): kubelet
 # and kube-proxy from the same k8s.io/kubernetes, plus the host's containerd,

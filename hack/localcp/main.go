@@ -4,6 +4,7 @@
 //	localcp up   [--dir _output/localcp] [--full] [--real-node] [--bin DIR]   # prints: export KUBECONFIG=...
 //	localcp down [--dir _output/localcp]
 //	localcp status [--dir _output/localcp]
+//	localcp preflight [--bin DIR]   # can this host run --real-node? (root)
 //
 // `up` is idempotent: if a healthy control plane of the requested kind already
 // runs in --dir it only prints the export line again. Use it as
@@ -12,6 +13,15 @@
 // --real-node (root, Linux; `make realnode node-images`) runs a real node with
 // kubelet, kube-proxy and containerd instead of kwok's fake node; `down`
 // removes it with everything it made (mounts, bridge, iptables rules).
+//
+// `preflight` checks what --real-node checks before it starts anything (root,
+// the host's cgroup mode and what the kubelet needs of it, the host's
+// programs, the pause image) and prints the cgroup mode. It exits 0 when the
+// host can run the real node, 3 when it cannot for a known reason
+// (localcp.ErrRealNodeUnsupported, e.g. a cgroup v2 container whose root
+// holds processes), printing exactly why, and 1 otherwise (something to
+// install or build). make's real-node lane runs it first
+// (hack/realnode-preflight.sh).
 package main
 
 import (
@@ -25,15 +35,21 @@ import (
 	"github.com/configstamp/configstamp/test/localcp"
 )
 
+// exitUnsupported is preflight's exit code for localcp.ErrRealNodeUnsupported.
+const exitUnsupported = 3
+
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "localcp:", err)
+		if errors.Is(err, localcp.ErrRealNodeUnsupported) {
+			os.Exit(exitUnsupported)
+		}
 		os.Exit(1)
 	}
 }
 
 func usage() error {
-	return errors.New("usage: localcp up|down|status [--dir DIR] [--full] [--real-node] [--bin DIR]")
+	return errors.New("usage: localcp up|down|status|preflight [--dir DIR] [--full] [--real-node] [--bin DIR]")
 }
 
 func run(args []string) error {
@@ -87,6 +103,16 @@ func run(args []string) error {
 		}
 		logf("control plane running in %s (full=%v real-node=%v) at %s", cp.Dir, cp.Full, cp.RealNode, cp.APIServerURL)
 		fmt.Printf("export KUBECONFIG=%s\n", cp.KubeconfigPath)
+		return nil
+	case "preflight":
+		mode, err := localcp.CheckRealNodeHost(*bin)
+		if mode != "" {
+			fmt.Printf("host: %s\n", mode)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Println("real node: supported")
 		return nil
 	default:
 		return usage()

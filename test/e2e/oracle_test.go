@@ -74,7 +74,15 @@ func TestNoOracleForViewers(t *testing.T) {
 	}
 	var seen strings.Builder
 	read := func(list client.ObjectList) {
-		if err := viewer.List(t.Context(), list, client.InNamespace(ns)); err != nil {
+		err := viewer.List(t.Context(), list, client.InNamespace(ns))
+		if _, ok := list.(*eventsv1.EventList); ok && apierrors.IsForbidden(err) {
+			// Kubernetes 1.30's view role grants core/v1 Events only, 1.36's
+			// events.k8s.io too (make test-compat runs 1.30): the same
+			// Events, which the viewer then reads as core/v1 Events.
+			t.Logf("the viewer cannot list events.k8s.io Events here (%v); it reads them as core/v1 Events", err)
+			return
+		}
+		if err != nil {
 			t.Fatalf("the viewer lists %T: %v", list, err)
 		}
 		raw, err := json.Marshal(list)

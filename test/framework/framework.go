@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -191,6 +192,9 @@ func start(cfg Config) (*Env, error) {
 	if e.Config, err = e.CP.RESTConfig(); err != nil {
 		return e, err
 	}
+	if err := checkServerVersion(e.Config, os.Getenv("CONFIGSTAMP_K8S_VERSION")); err != nil {
+		return e, err
+	}
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	if e.Client, err = client.New(e.Config, client.Options{Scheme: scheme}); err != nil {
@@ -250,6 +254,27 @@ func start(cfg Config) (*Env, error) {
 		}
 	}
 	return e, nil
+}
+
+// checkServerVersion logs the API server's version and, when want is set
+// ($CONFIGSTAMP_K8S_VERSION, e.g. "v1.30.14" from make test-compat), fails
+// unless the API server reports exactly that version: a suite meant for an
+// older Kubernetes never passes against the default binaries by mistake.
+func checkServerVersion(cfg *rest.Config, want string) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	v, err := dc.ServerVersion()
+	if err != nil {
+		return fmt.Errorf("reading the API server's version: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "framework: Kubernetes %s\n", v.GitVersion)
+	if want != "" && v.GitVersion != want {
+		return fmt.Errorf("the API server is Kubernetes %s, not %s as CONFIGSTAMP_K8S_VERSION says (CONFIGSTAMP_K8S_BIN=%q)",
+			v.GitVersion, want, os.Getenv("CONFIGSTAMP_K8S_BIN"))
+	}
+	return nil
 }
 
 // Dir is the suite's directory: the binary, the control plane and the logs,

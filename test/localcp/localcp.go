@@ -60,6 +60,13 @@ type Options struct {
 	// the go.mod of github.com/configstamp/configstamp found from the working
 	// directory upwards.
 	BinDir string
+	// K8sBinDir holds the Kubernetes binaries (kube-apiserver,
+	// kube-controller-manager, kube-scheduler; kubelet and kube-proxy with
+	// RealNode) when they come from another Kubernetes version than BinDir's,
+	// as `make test-compat` runs the suites against the oldest supported one
+	// (bin/k8s-1.30). etcd, kwok and its stages stay BinDir's. Default:
+	// $CONFIGSTAMP_K8S_BIN, else BinDir.
+	K8sBinDir string
 	// Dir is the state directory (certificates, etcd data, kubeconfig, logs,
 	// pids). Default: a new temporary directory, removed by Stop. An existing
 	// directory is reused but the cluster is always fresh: components a
@@ -110,9 +117,11 @@ type ControlPlane struct {
 	Full           bool   // runs kube-controller-manager, kube-scheduler and kwok or a real node
 	RealNode       bool   // runs a real node (RealNodeName) instead of kwok
 
-	binDir   string
-	stages   string
-	auditLog bool
+	binDir string
+	// k8sBinDir holds the Kubernetes components (Options.K8sBinDir).
+	k8sBinDir string
+	stages    string
+	auditLog  bool
 	// profiling: kube-apiserver serves /debug/pprof.
 	profiling bool
 	detach    bool
@@ -220,6 +229,16 @@ func (c *ControlPlane) init(opts Options) error {
 	if c.binDir, err = filepath.Abs(c.binDir); err != nil { // components run in Dir
 		return err
 	}
+	c.k8sBinDir = opts.K8sBinDir
+	if c.k8sBinDir == "" {
+		c.k8sBinDir = os.Getenv("CONFIGSTAMP_K8S_BIN")
+	}
+	if c.k8sBinDir == "" {
+		c.k8sBinDir = c.binDir
+	}
+	if c.k8sBinDir, err = filepath.Abs(c.k8sBinDir); err != nil {
+		return err
+	}
 	bins := []string{etcdBin, apiserverBin}
 	switch {
 	case opts.RealNode:
@@ -227,19 +246,35 @@ func (c *ControlPlane) init(opts Options) error {
 	case opts.Full:
 		bins = append(bins, kcmBin, schedulerBin, kwokBin, kwokStages)
 	}
-	var missing []string
+	missing := map[string][]string{}
 	for _, b := range bins {
-		if _, err := os.Stat(filepath.Join(c.binDir, b)); err != nil {
-			missing = append(missing, b)
+		dir := c.binDir
+		if isK8sComponent(b) {
+			dir = c.k8sBinDir
+		}
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			missing[dir] = append(missing[dir], b)
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf(`%w: %s not in %s; run "make controlplane"`, ErrBinariesMissing, strings.Join(missing, ", "), c.binDir)
+		var msgs []string
+		for _, dir := range []string{c.binDir, c.k8sBinDir} {
+			if m := missing[dir]; len(m) > 0 {
+				msgs = append(msgs, fmt.Sprintf("%s not in %s", strings.Join(m, ", "), dir))
+				delete(missing, dir)
+			}
+		}
+		hint := "make controlplane"
+		if c.k8sBinDir != c.binDir {
+			hint += `" (and for the other Kubernetes version "make controlplane-compat`
+		}
+		return fmt.Errorf(`%w: %s; run "%s"`, ErrBinariesMissing, strings.Join(msgs, "; "), hint)
 	}
 	if opts.RealNode {
-		if err := checkNodeHost(c.binDir); err != nil {
+		if c.node.cgroupMode, err = checkNodeHost(c.binDir); err != nil {
 			return err
 		}
+		c.logf("real node on %s", c.node.cgroupMode)
 	}
 	c.Dir = opts.Dir
 	if c.Dir == "" {
@@ -741,6 +776,16 @@ func httpOK(ctx context.Context, method string, hc *http.Client, url, want strin
 		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(data))
 	}
 	return nil
+}
+
+// isK8sComponent reports whether the binary name comes from
+// k8s.io/kubernetes, and so from Options.K8sBinDir.
+func isK8sComponent(name string) bool {
+	switch name {
+	case apiserverBin, kcmBin, schedulerBin, kubeletBin, kubeProxyBin:
+		return true
+	}
+	return false
 }
 
 // defaultBinDir is $CONFIGSTAMP_BIN or <repo>/bin, the repo being the nearest

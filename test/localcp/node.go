@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/configstamp/configstamp/test/localcp/nodeconfig"
 )
 
 // A real node (Options.RealNode) runs beside the control plane:
@@ -22,7 +24,8 @@ import (
 //     config and IPAM state under Dir/node/cni; pod network namespaces are
 //     mounted under containerd's state directory.
 //   - kubelet with its own --root-dir (Dir/node/kubelet) and cgroup root
-//     (/configstamp-realnode in every cgroup v1 hierarchy).
+//     (/configstamp-realnode in every cgroup v1 hierarchy, or in the cgroup
+//     v2 one), cgroupfs driver on both (see package nodeconfig).
 //   - kube-proxy in iptables mode, which adds KUBE-* chains to the host's
 //     iptables.
 //
@@ -73,16 +76,21 @@ type nodeState struct {
 	// syncFrequency is the kubelet's (Options.KubeletSyncFrequency); 0
 	// leaves the kubelet's default.
 	syncFrequency time.Duration
+	// cgroupMode is the host's (nodeconfig.Detect), set by checkNodeHost.
+	cgroupMode nodeconfig.Mode
 }
 
-// binaryPath is where component name's executable is: BinDir, except for
-// containerd, which comes from the host's package.
+// binaryPath is where component name's executable is: BinDir, K8sBinDir for
+// the Kubernetes components, and the host's package for containerd.
 func (c *ControlPlane) binaryPath(name string) string {
 	if name == containerdBin {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
 		return "/usr/bin/containerd"
+	}
+	if isK8sComponent(name) && c.k8sBinDir != "" {
+		return filepath.Join(c.k8sBinDir, name)
 	}
 	return filepath.Join(c.binDir, name)
 }
@@ -162,4 +170,29 @@ func (c *ControlPlane) PodVolumeFile(podUID, volumeName, file string) string {
 		return filepath.Join(m[0], file)
 	}
 	return filepath.Join(vols, "kubernetes.io~configmap", volumeName, file)
+}
+
+// ErrRealNodeUnsupported is returned (wrapped) by Start with
+// Options.RealNode, and by CheckRealNodeHost, when the host cannot run the
+// real node for a known reason (its cgroups, see package nodeconfig); the
+// message says which and what would change it.
+var ErrRealNodeUnsupported = nodeconfig.ErrUnsupported
+
+// CheckRealNodeHost is the real node's preflight, what Start with
+// Options.RealNode checks before it starts anything: root, the host's
+// cgroups (on cgroup v2 it enables the kubelet's controllers at the root, as
+// Start would), the host's programs, and the pause image in binDir (default:
+// as Options.BinDir). It returns the host's cgroup mode, as a phrase.
+func CheckRealNodeHost(binDir string) (string, error) {
+	if binDir == "" {
+		var err error
+		if binDir, err = defaultBinDir(); err != nil {
+			return "", err
+		}
+	}
+	mode, err := checkNodeHost(binDir)
+	if mode == "" {
+		return "", err
+	}
+	return mode.String(), err
 }

@@ -16,6 +16,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/configstamp/configstamp/test/localcp/nodeconfig"
 )
 
 const (
@@ -25,17 +27,24 @@ const (
 	// /var/lib/cni/results/<network>-<container>-<ifname>.
 	cniNetwork = "configstamp-realnode"
 	// nodeCgroupRoot is the kubelet's cgroupRoot: its kubepods hierarchy and
-	// every pod's cgroups are created under it, in each cgroup v1 hierarchy.
+	// every pod's cgroups are created under it, in each cgroup v1 hierarchy
+	// or in the cgroup v2 one (nodeconfig).
 	nodeCgroupRoot = "/configstamp-realnode"
 	// unixPathMax is sun_path's size; containerd adds ".ttrpc" to its socket.
 	unixPathMax = 108
 )
 
 // checkNodeHost reports the host programs a real node needs and that are
-// missing, and whether the process may set it up at all.
-func checkNodeHost(binDir string) error {
+// missing, and whether the process may set it up at all: root, and the
+// host's cgroups (nodeconfig.CheckHost: on cgroup v2 that enables the
+// kubelet's controllers at the root). It returns the host's cgroup mode.
+func checkNodeHost(binDir string) (nodeconfig.Mode, error) {
 	if os.Geteuid() != 0 {
-		return errors.New("a real node (Options.RealNode) needs root")
+		return "", errors.New("a real node (Options.RealNode) needs root")
+	}
+	mode, err := nodeconfig.CheckHost(nodeCgroupRoot)
+	if err != nil {
+		return mode, err
 	}
 	var missing []string
 	for _, prog := range []string{containerdBin, "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip"} {
@@ -49,14 +58,14 @@ func checkNodeHost(binDir string) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf(`%w: %s not installed; run "make realnode" (installs containerd, runc, containernetworking-plugins, iptables and conntrack with apt-get)`,
+		return mode, fmt.Errorf(`%w: %s not installed; run "make realnode" (installs containerd, runc, containernetworking-plugins, iptables and conntrack with apt-get)`,
 			ErrBinariesMissing, strings.Join(missing, ", "))
 	}
 	if _, err := os.Stat(filepath.Join(binDir, "images", pauseArchive)); err != nil {
-		return fmt.Errorf(`%w: %s (the pod sandbox image %s; no registry is reachable); run "make node-images"`,
+		return mode, fmt.Errorf(`%w: %s (the pod sandbox image %s; no registry is reachable); run "make node-images"`,
 			ErrBinariesMissing, filepath.Join(binDir, "images", pauseArchive), pauseImage)
 	}
-	return nil
+	return mode, nil
 }
 
 // prepareRealNode takes the machine's real-node lock, removes what an earlier
@@ -154,61 +163,6 @@ func (c *ControlPlane) startRealNode(ctx context.Context, cs kubernetes.Interfac
 	return c.startKubeProxy()
 }
 
-// containerdConfig keeps containerd apart from any system one: its own root,
-// state, sockets and runc root, no debug or metrics listener, and the CRI
-// plugin's CNI config in our directory.
-const containerdConfig = `version = 2
-root = %[1]q
-state = %[2]q
-# containerd keeps its own OOM score; lowering it needs CAP_SYS_RESOURCE.
-oom_score = 0
-# /opt/containerd would be created by the "opt" plugin; the other snapshotters
-# probe the host.
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-]
-
-[grpc]
-  address = %[3]q
-
-[debug]
-  address = ""
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %[4]q
-  # The machine lacks CAP_SYS_RESOURCE, so runc cannot give a container an
-  # OOM score below its own (the sandbox asks for -998): every sandbox would
-  # fail with "can't get final child's PID from pipe: EOF". This clamps it.
-  restrict_oom_score_adj = true
-  # Pod network namespaces under our state directory, not /run/netns.
-  netns_mounts_under_state_dir = true
-  disable_apparmor = true
-  # kubectl exec/logs streams: loopback and a free port.
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_tls_streaming = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = %[5]q
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = %[6]q
-        Root = %[7]q
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %[8]q
-    conf_dir = %[9]q
-    max_conf_num = 1
-`
-
 // cniConfig: a bridge on RealNodeBridge (made beforehand, with the host
 // address, so the plugin neither assigns it nor enables IP forwarding as
 // isGateway would), no masquerading, and host-local IPAM that stores its
@@ -261,8 +215,9 @@ func (c *ControlPlane) startContainerd(ctx context.Context) error {
 		snapshotter = "native"
 		c.node.snapshotter = snapshotter
 	}
-	cfg := fmt.Sprintf(containerdConfig, filepath.Join(base, "root"), filepath.Join(base, "state"), containerdSocket(c.Dir),
-		pauseImage, snapshotter, runc, filepath.Join(base, "runc"), cniBinDir, cniConf)
+	cfg := nodeconfig.Containerd{Root: filepath.Join(base, "root"), State: filepath.Join(base, "state"), Socket: containerdSocket(c.Dir),
+		SandboxImage: pauseImage, Snapshotter: snapshotter, Runc: runc, RuncRoot: filepath.Join(base, "runc"),
+		CNIBinDir: cniBinDir, CNIConfDir: cniConf, Cgroups: nodeconfig.SettingsFor(c.node.cgroupMode)}.Render()
 	cfgPath := filepath.Join(base, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -320,65 +275,13 @@ func (c *ControlPlane) importImages(ctx context.Context) error {
 	return nil
 }
 
-// kubeletConfig: the settings that let a kubelet run on a shared test
-// machine beside others: cgroupfs on cgroup v1, swap tolerated, no eviction
-// or image GC on a shared disk, no local storage accounting, no static pods,
-// listeners on the bridge address or loopback only, and no attempt to lower
-// its own OOM score (no CAP_SYS_RESOURCE).
-const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://%[1]s
-cgroupDriver: cgroupfs
-cgroupRoot: %[2]s
-failCgroupV1: false
-failSwapOn: false
-localStorageCapacityIsolation: false
-evictionHard:
-  memory.available: "0%%"
-  nodefs.available: "0%%"
-  nodefs.inodesFree: "0%%"
-  imagefs.available: "0%%"
-  imagefs.inodesFree: "0%%"
-evictionPressureTransitionPeriod: 0s
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-staticPodPath: ""
-address: %[3]s
-port: 10250
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: 10248
-oomScoreAdj: 0
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: true
-  x509:
-    clientCAFile: %[4]s
-authorization:
-  mode: Webhook
-kubeAPIQPS: 50
-kubeAPIBurst: 100
-serializeImagePulls: false
-`
-
-// kubeletSyncFrequency is the kubeletConfig line of the kubelet's
-// syncFrequency, or "" for its default (1m).
-func (c *ControlPlane) kubeletSyncFrequency() string {
-	if c.node.syncFrequency <= 0 {
-		return ""
-	}
-	return fmt.Sprintf("syncFrequency: %s\n", c.node.syncFrequency)
-}
-
 func (c *ControlPlane) startKubelet() error {
 	dir := nodeDir(c.Dir)
 	root := kubeletRootDir(c.Dir)
 	if err := os.MkdirAll(root, 0o750); err != nil {
 		return err
 	}
-	if err := makeCgroupRoot(); err != nil {
+	if err := makeCgroupRoot(c.node.cgroupMode); err != nil {
 		return err
 	}
 	kubeconfig := filepath.Join(dir, "kubelet.kubeconfig")
@@ -386,7 +289,8 @@ func (c *ControlPlane) startKubelet() error {
 		return err
 	}
 	cfg := filepath.Join(dir, "kubelet.yaml")
-	data := fmt.Sprintf(kubeletConfig, containerdSocket(c.Dir), nodeCgroupRoot, RealNodeAPIAddress, c.pki.caCert) + c.kubeletSyncFrequency()
+	data := nodeconfig.Kubelet{ContainerdSocket: containerdSocket(c.Dir), CgroupRoot: nodeCgroupRoot, Address: RealNodeAPIAddress,
+		ClientCA: c.pki.caCert, SyncFrequency: c.node.syncFrequency, Cgroups: nodeconfig.SettingsFor(c.node.cgroupMode)}.Render()
 	if err := os.WriteFile(cfg, []byte(data), 0o644); err != nil {
 		return err
 	}
@@ -438,24 +342,31 @@ func (c *ControlPlane) startKubeProxy() error {
 	return c.start(kubeProxyBin, []string{"--config=" + cfg, "--v=1"})
 }
 
-// cgroupHierarchies returns the mounted cgroup hierarchies' directories.
+// cgroupHierarchies returns the directories of the cgroup hierarchies the
+// kubelet uses: /sys/fs/cgroup on cgroup v2, each mounted hierarchy on v1.
 func cgroupHierarchies() []string {
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*")
+	mode, err := nodeconfig.Detect()
+	if err == nil && mode.Unified() {
+		return []string{nodeconfig.Mountpoint}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(nodeconfig.Mountpoint, "*"))
 	var out []string
 	for _, d := range dirs {
 		if fi, err := os.Lstat(d); err == nil && fi.IsDir() { // cpu,cpuacct symlinks are duplicates
 			out = append(out, d)
 		}
 	}
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		out = []string{"/sys/fs/cgroup"} // cgroup v2 only
-	}
 	return out
 }
 
-// makeCgroupRoot creates the kubelet's cgroup root in every hierarchy: the
-// kubelet refuses a cgroupRoot that does not exist.
-func makeCgroupRoot() error {
+// makeCgroupRoot creates the kubelet's cgroup root: the kubelet refuses a
+// cgroupRoot that does not exist. On cgroup v2 it first enables the
+// kubelet's controllers at the root (nodeconfig.PrepareV2); on v1 it makes
+// the root in every hierarchy.
+func makeCgroupRoot(mode nodeconfig.Mode) error {
+	if mode.Unified() {
+		return nodeconfig.PrepareV2(nodeconfig.OSFS{}, nodeconfig.Mountpoint, nodeCgroupRoot, true)
+	}
 	for _, h := range cgroupHierarchies() {
 		d := filepath.Join(h, nodeCgroupRoot)
 		if err := os.MkdirAll(d, 0o755); err != nil {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/configstamp/configstamp/test/localcp"
+	"github.com/configstamp/configstamp/test/localcp/nodeconfig"
 )
 
 // TestRealNodeRunsAPod starts a control plane with a real node, runs a pod
@@ -170,8 +171,12 @@ func TestRealNodeRunsAPod(t *testing.T) {
 	if out, err := exec.Command("iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES").CombinedOutput(); err == nil {
 		t.Errorf("KUBE-SERVICES chain still exists:\n%s", out)
 	}
-	if _, err := os.Stat("/sys/fs/cgroup/memory/configstamp-realnode"); err == nil {
-		t.Error("cgroup /sys/fs/cgroup/memory/configstamp-realnode still exists")
+	leftCgroup := "/sys/fs/cgroup/memory/configstamp-realnode"
+	if mode, err := nodeconfig.Detect(); err == nil && mode.Unified() {
+		leftCgroup = "/sys/fs/cgroup/configstamp-realnode"
+	}
+	if _, err := os.Stat(leftCgroup); err == nil {
+		t.Errorf("cgroup %s still exists", leftCgroup)
 	}
 	if _, err := os.Stat(dir); err == nil {
 		t.Errorf("state directory %s still exists", dir)
