@@ -192,7 +192,7 @@ func TestGateRechecksHaltAfterAcquire(t *testing.T) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(w.failed), d); err != nil {
 				return err
 			}
-			rec, err := rollout.Verify(d, testKeys)
+			rec, err := rollout.Unseal(d, testKeys)
 			if err != nil {
 				return err
 			}

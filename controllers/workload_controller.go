@@ -96,8 +96,8 @@ type kindReconciler struct {
 	Kind workload.Kind
 }
 
-// plan is what the reconciler found a workload needs.
-type plan struct {
+// computed is what compute found of a workload: its data and its rollout settings.
+type computed struct {
 	comp         *workload.Computation
 	priority     int
 	window       time.Duration
@@ -241,7 +241,7 @@ func (r *kindReconciler) act(ctx context.Context, o *observed, d rollout.Decisio
 }
 
 // sealed is rec as annotations, sealed with the key it was made with (which
-// Verify found).
+// Unseal found).
 func (r *kindReconciler) sealed(obj client.Object, rec rollout.Record) map[string]any {
 	return rec.Annotations(obj.GetUID(), rec.Key())
 }
@@ -280,7 +280,7 @@ func (r *kindReconciler) reportFailure(ctx context.Context, obj client.Object, r
 }
 
 // compute resolves and hashes obj's references; nil when obj is not ours.
-func (r *kindReconciler) compute(ctx context.Context, obj client.Object) (*plan, error) {
+func (r *kindReconciler) compute(ctx context.Context, obj client.Object) (*computed, error) {
 	ns := &corev1.Namespace{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
 		return nil, fmt.Errorf("while reading namespace %s: %w", obj.GetNamespace(), err)
@@ -315,7 +315,7 @@ func (r *kindReconciler) compute(ctx context.Context, obj client.Object) (*plan,
 			problems = append(problems, p.Problem)
 		}
 	}
-	p := &plan{comp: comp}
+	p := &computed{comp: comp}
 	var pp, dp *stamp.Problem
 	p.priority, pp = rollout.Priority(obj.GetAnnotations())
 	p.window, dp = rollout.Debounce(obj.GetAnnotations(), r.Scheduler.Policy.Debounce)

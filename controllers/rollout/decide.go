@@ -32,7 +32,7 @@ type Observation struct {
 	// Kind is the workload's kind.
 	Kind workload.Kind
 	// Object is the workload as cached; nil when it is gone. Its rollout
-	// record is read (and its seal verified) by Decide.
+	// record is read (and its seal checked) by Decide.
 	Object client.Object
 	// Ours: opted in, or selected by a ConfigMap's rollout selector. The rest
 	// describe a workload of ours.
@@ -96,7 +96,7 @@ type Decision struct {
 	// Record: the record to write (Resume, Close; Stamp: the rollout's start,
 	// nil when rollouts are not followed).
 	Record *Record
-	// Judged: the workload's record as it was read (its seal verified), the
+	// Judged: the workload's record as it was read (its seal checked), the
 	// one Close ends.
 	Judged Record
 	// Causes: the changes a Stamp rolls out.
@@ -160,7 +160,7 @@ func (s *Scheduler) take(ctx context.Context, sit Situation, plan Plan) (Decisio
 	return d, nil
 }
 
-// situation is o with what the rules weigh besides: its record (verified),
+// situation is o with what the rules weigh besides: its record (unsealed),
 // the changes it would roll out, the time, and whether this process stamped
 // it without the cache showing that yet.
 func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
@@ -169,7 +169,7 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 		return sit
 	}
 	var err error
-	if sit.Record, err = Verify(o.Object, s.Keys); err != nil {
+	if sit.Record, err = Unseal(o.Object, s.Keys); err != nil {
 		// Written or altered by someone else (or sealed with a key long
 		// retired): it holds no slot and halts nothing. Removing the halted
 		// annotation, the documented resume, lands here too.

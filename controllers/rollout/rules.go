@@ -21,7 +21,7 @@ const (
 // moment: the observation, its record, and what this process alone knows.
 type Situation struct {
 	Observation
-	// Record is the workload's rollout record, its seal verified (the zero
+	// Record is the workload's rollout record, its seal checked (the zero
 	// Record when it is not sealed by configstamp: such a record counts for
 	// nothing).
 	Record Record
