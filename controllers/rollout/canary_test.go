@@ -32,24 +32,24 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	s.Halts = haltsFunc(func() string { return "" })
 	wants := func(name string) Observation {
 		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
-			Hash: "v1-new", Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
 	}
 	names := []string{"a", "b", "c", "d", "e", "f"}
 	for _, n := range names { // the change's event announces them all (the mapper)
 		s.Announce(dep(n), 0, ref)
 	}
 	for _, n := range names[1:] { // the others ask first: a comes first in the wave all the same
-		if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Verb == Stamp {
+		if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Transition == Stamp {
 			t.Fatalf("%s before the canary: %+v %v; want it to wait for a's canary", n, d, err)
 		}
 	}
 	d, err := s.Decide(t.Context(), wants("a"))
-	if err != nil || d.Verb != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || len(d.Hold) == 0 || d.Record.Hold != d.Hold.Encode() {
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || len(d.Hold) == 0 || d.Record.Hold != d.Hold.Encode() {
 		t.Fatalf("a: %+v %v; want a canary stamp with its hold", d, err)
 	}
 	waiting := func() {
 		for _, n := range names[1:] { // each asks again at its recheck
-			if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Verb == Stamp || d.After <= 0 || d.After > canaryWait {
+			if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Transition == Stamp || d.After <= 0 || d.After > canaryWait {
 				t.Fatalf("%s while the canary runs: %+v %v; want it to wait, and ask again soon", n, d, err)
 			}
 		}
@@ -63,14 +63,14 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	canary := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rec), Ours: true, Need: NeedNothing, Canary: true,
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true, Pods: 1, HealthySince: c.now().Add(-20 * time.Second), FirstHealthySince: c.now().Add(-20 * time.Second)}}
 	canary.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
-	if d, err := s.Decide(t.Context(), canary); err != nil || d.Verb != Idle || d.After <= 0 || d.After > 10*time.Second+time.Second {
+	if d, err := s.Decide(t.Context(), canary); err != nil || d.Transition != Follow || d.After <= 0 || d.After > 10*time.Second+time.Second {
 		t.Fatalf("canary healthy for 20 s of 30: %+v %v; want to look again when the window ends", d, err)
 	}
 	waiting()
 	c.advance(10 * time.Second)
 	waiting()
 	pass, err := s.Decide(t.Context(), canary)
-	if err != nil || pass.Verb != PassCanary || pass.Record.Canary != CanaryPassed || pass.Record.Hold != "" || pass.Record.State != Rolling {
+	if err != nil || pass.Transition != PassCanary || pass.Record.Canary != CanaryPassed || pass.Record.Hold != "" || pass.Record.State != Rolling {
 		t.Fatalf("canary healthy for the window: %+v %v; want it passed, its hold put back, still rolling", pass, err)
 	}
 	if len(pass.Wake) == 0 {
@@ -81,13 +81,13 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	// rest of the wave still waits, and the canary still passes.
 	waiting()
 	canary.Verification.Healthy, canary.Verification.Pods, canary.Verification.HealthySince = false, 2, time.Time{}
-	if again, err := s.Decide(t.Context(), canary); err != nil || again.Verb != PassCanary {
+	if again, err := s.Decide(t.Context(), canary); err != nil || again.Transition != PassCanary {
 		t.Fatalf("canary passed, a second pod not Ready yet, the pass not written: %+v %v; want it passed again", again, err)
 	}
 	s.CanaryWritten(dep("a"), rec, *pass.Record) // the reconciler wrote it
 	for _, n := range names[1:] {
 		d, err := s.Decide(t.Context(), wants(n))
-		if err != nil || d.Verb != Stamp || d.Record.Canary != NoCanary || len(d.Hold) != 0 {
+		if err != nil || d.Transition != Stamp || d.Record.Canary != NoCanary || len(d.Hold) != 0 {
 			t.Fatalf("%s after the canary passed: %+v %v; want a plain stamp", n, d, err)
 		}
 	}
@@ -102,13 +102,13 @@ func TestCanaryFailureKeepsItsHold(t *testing.T) {
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
 	s.Halts = haltsFunc(func() string { return "" })
 	d, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", nil), Ours: true, Need: NeedRollout,
-		Hash: "v1-new", Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
-	if err != nil || d.Verb != Stamp || d.Record.Canary != CanaryRunning {
+		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
+	if err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
 		t.Fatalf("a: %+v %v; want the canary", d, err)
 	}
 	optedOut := Observation{Key: dep("b"), Kind: deploymentKind, Object: threeReplicas("b", nil), Ours: true, Need: NeedRollout,
-		Hash: "v1-new", Sources: sourcesOf(cause), VerifyWindow: 30 * time.Second}
-	if d, err := s.Decide(t.Context(), optedOut); err != nil || d.Verb != Stamp || d.Record.Canary != NoCanary {
+		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), VerifyWindow: 30 * time.Second}
+	if d, err := s.Decide(t.Context(), optedOut); err != nil || d.Transition != Stamp || d.Record.Canary != NoCanary {
 		t.Fatalf("b, canary off: %+v %v; want a plain stamp at once", d, err)
 	}
 	rec := *d.Record
@@ -116,7 +116,7 @@ func TestCanaryFailureKeepsItsHold(t *testing.T) {
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Pods: 1, Problem: "pod a-x: container app restarted 1 times"}}
 	failing.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
 	f, err := s.Decide(t.Context(), failing)
-	if err != nil || f.Verb != Close || f.Failure == "" || f.Record.State != Failed || f.Record.Halted == "" || f.Record.Hold != rec.Hold {
+	if err != nil || f.Transition != CloseFailed || f.Failure == "" || f.Record.State != Failed || f.Record.Halted == "" || f.Record.Hold != rec.Hold {
 		t.Fatalf("failing canary: %+v %v; want it failed and halted, its hold kept", f, err)
 	}
 }

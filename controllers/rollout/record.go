@@ -77,11 +77,13 @@ const (
 	CanaryPassed Canary = "passed"
 )
 
-// State is where the rollout configstamp started on a workload stands.
+// State is where the rollout configstamp started on a workload stands: the
+// states of the lifecycle table (Lifecycle, which lists every transition
+// and its effects; these are the record's values).
 //
-//	(none) --StartRecord--> Rolling --Verify--> Verifying --Complete--> Completed
-//	                           |  \--Complete (no window)-------------^
-//	                           \--Fail-------------\--Fail----------> Failed (--Resume: halt lifted)
+//	(none) --StartRecord--> Rolling --StartVerifying--> Verifying --Complete--> Completed
+//	                           |  \--Complete (no window)----------------------^
+//	                           \--Fail-------------------\--Fail----------> Failed (--Resume: halt lifted)
 //
 // A new rollout (StartRecord) may follow Completed or Failed. Rolling and
 // Verifying hold a slot of the budget, from the stamp until the record is
