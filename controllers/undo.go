@@ -28,6 +28,26 @@ const (
 	ReasonUndoNeedsPodDelete = rollout.ReasonUndoNeedsPodDelete
 )
 
+// undoFacts is what the undo of obj's rollout needs, read only when a
+// failure may be judged now (rollout.MayFail, its pods read as v): whether
+// it asks for undo (rollout.OnFailure, from the workload and its
+// Namespace; a bad value is told if it fails) and, when an undo could
+// help, the revision it would return to (a cache read of its pinned
+// revisions). A Namespace that cannot be read asks for nothing.
+func (r *kindReconciler) undoFacts(ctx context.Context, obj client.Object, v rollout.Verification) rollout.UndoFacts {
+	rec := rollout.Read(obj.GetAnnotations())
+	ns := &corev1.Namespace{}
+	if !rollout.MayFail(rec, v) || r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns) != nil {
+		return rollout.UndoFacts{}
+	}
+	f := rollout.UndoFacts{Pin: r.Pin}
+	f.Wanted, f.Problems = rollout.OnFailure(obj.GetAnnotations(), ns.Annotations, r.Scheduler.Policy.UndoOnFailure)
+	if rollout.UndoWanted(r.Kind, r.Kind.PodTemplate(obj), f, rec) {
+		f.Revision, f.Number, f.Err = r.verifiedRevision(ctx, obj, rec.Verified)
+	}
+	return f
+}
+
 // verifiedRevision is the newest pinned revision of obj (from the cache,
 // which holds the pinned ReplicaSets and ControllerRevisions) whose template
 // is stamped verified: the last one that passed verification. Its kind says

@@ -102,7 +102,6 @@ type computed struct {
 	window       time.Duration
 	verifyWindow time.Duration
 	canary       bool
-	undo         rollout.UndoFacts
 }
 
 // Reconcile finds the key's kind, observes the workload (the workload, its
@@ -160,17 +159,15 @@ func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*rollout
 	}
 	o.Object = obj
 	o.Verification = r.verification(ctx, obj)
+	o.Undo = r.undoFacts(ctx, obj, o.Verification)
 	p, err := r.compute(ctx, obj)
 	if p == nil || err != nil { // neither opted in nor matched by a rollout selector: not ours
 		return o, err
 	}
 	o.Data, o.Ours, o.Hash, o.Sources, o.Priority, o.Window = p.comp, true, p.comp.Hash, p.comp.Sources, p.priority, p.window
-	o.VerifyWindow, o.Canary, o.Undo = p.verifyWindow, p.canary, p.undo
+	o.VerifyWindow, o.Canary = p.verifyWindow, p.canary
 	if o.Need, o.CacheBehind, err = r.need(ctx, obj, p.comp); err != nil {
 		return nil, err
-	}
-	if rollout.UndoWanted(r.Kind, r.Kind.PodTemplate(obj), o.Undo, rollout.Read(obj.GetAnnotations()), o.Verification) {
-		o.Undo.Revision, o.Undo.Number, o.Undo.Err = r.verifiedRevision(ctx, obj, rollout.Read(obj.GetAnnotations()).Verified)
 	}
 	return o, nil
 }
@@ -301,8 +298,6 @@ func (r *kindReconciler) compute(ctx context.Context, obj client.Object) (*compu
 	var vp *stamp.Problem
 	p.verifyWindow, vp = rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow)
 	p.canary, problems = canaryWanted(obj, ns, r.Scheduler.Policy.Canary, problems)
-	p.undo.Wanted, p.undo.Problems = rollout.OnFailure(obj.GetAnnotations(), ns.Annotations, r.Scheduler.Policy.UndoOnFailure) // told if it fails
-	p.undo.Pin = r.Pin
 	for _, problem := range append(problems, deref(pp, dp, vp)...) {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", problem.String())
 	}

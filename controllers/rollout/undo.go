@@ -140,14 +140,19 @@ func (u *Undo) Done(err error, now *corev1.PodTemplateSpec) Effects {
 	return e
 }
 
-// UndoWanted says whether observing a workload's revisions for an undo is
+// MayFail reports whether a rollout whose record (as written, rec: Decide
+// checks its seal) is rec may be judged failed now, its pods read as v:
+// it is open, or completed and crashing while its change still rolls.
+func MayFail(rec Record, v Verification) bool {
+	return rec.Open() || rec.State == Completed && v.Problem != ""
+}
+
+// UndoWanted says whether reading a workload's revisions for an undo is
 // worth it: it asks for undo, is pinned where pinning is installed, is of
-// a kind configstamp returns, and its record (as written, rec: the seal is
-// checked by Decide) may fail now with a verified revision other than the
-// current one to return to.
-func UndoWanted(kind workload.Kind, tmpl *corev1.PodTemplateSpec, f UndoFacts, rec Record, v Verification) bool {
-	mayFail := rec.Open() || rec.State == Completed && v.Problem != ""
-	return f.Wanted && f.Pin && mayFail && !kind.Unstructured() && tmpl != nil && len(pin.Pinned(tmpl)) > 0 &&
+// a kind configstamp returns, and its record (rec, as written) names a
+// verified revision other than the current one to return to.
+func UndoWanted(kind workload.Kind, tmpl *corev1.PodTemplateSpec, f UndoFacts, rec Record) bool {
+	return f.Wanted && f.Pin && !kind.Unstructured() && tmpl != nil && len(pin.Pinned(tmpl)) > 0 &&
 		rec.Verified != "" && rec.Verified != tmpl.Annotations[stamp.AnnotationHash]
 }
 
