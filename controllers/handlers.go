@@ -170,10 +170,15 @@ func liveVersion(ctx context.Context, live client.Reader, namespace string, ref 
 
 // haltLifted wakes the workloads waiting on a halted change when the workload
 // that halted it no longer does: deleted, recovered, or its halted annotation
-// removed by a user (the documented way to resume a wave).
-func haltLifted(s *rollout.Scheduler) handler.TypedEventHandler[client.Object, rollout.Key] {
+// removed by a user (the documented way to resume a wave). A workload
+// outside this installation's scope (inScope of its namespace) halts
+// nothing of it: another installation's, passed over.
+func haltLifted(s *rollout.Scheduler, inScope func(ctx context.Context, namespace string) bool) handler.TypedEventHandler[client.Object, rollout.Key] {
 	lifted := func(ctx context.Context, q queue, before, after client.Object) {
 		was := rollout.ParseChanges(before.GetAnnotations()[rollout.AnnotationHalted])
+		if len(was) == 0 || !inScope(ctx, before.GetNamespace()) {
+			return
+		}
 		var still []rollout.Change
 		if after != nil {
 			still = rollout.ParseChanges(after.GetAnnotations()[rollout.AnnotationHalted])

@@ -1,9 +1,11 @@
 package controllers
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,7 +78,8 @@ func TestHaltLiftedQueuesWaitersOfEveryKind(t *testing.T) {
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[rollout.Key]())
 	defer q.ShutDown()
 
-	haltLifted(s).Delete(t.Context(), event.DeleteEvent{Object: failed}, q)
+	everywhere := func(context.Context, string) bool { return true }
+	haltLifted(s, everywhere).Delete(t.Context(), event.DeleteEvent{Object: failed}, q)
 	queued := map[rollout.Key]bool{}
 	for q.Len() > 0 {
 		k, _ := q.Get()
@@ -87,5 +90,37 @@ func TestHaltLiftedQueuesWaitersOfEveryKind(t *testing.T) {
 		if !queued[k] {
 			t.Errorf("%s not queued when the halt lifted; queued %v", k, queued)
 		}
+	}
+}
+
+// Another installation's workload (a namespace outside this one's scope)
+// lifts no halt here: nothing is queued, nothing counted as resumed.
+func TestHaltLiftedOutOfScopeIsPassedOver(t *testing.T) {
+	s := rollout.NewScheduler(rollout.Policy{HaltOnFailure: true, ProgressDeadline: time.Hour}, fake.NewClientBuilder().Build(), testKeys, nil)
+	change := rollout.Change{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "c1"}
+	waiter := rollout.Key{Kind: "Deployment", Namespace: "mine", Name: "a"}
+	s.NoteHalted(waiter, change.String(), 0)
+	scope, err := workload.NewScope("configstamp-system", nil, nil, "team=mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithObjects(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "mine", Labels: map[string]string{"team": "mine"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "theirs", Labels: map[string]string{"team": "theirs"}}}).Build()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[rollout.Key]())
+	defer q.ShutDown()
+	lifted := func(ns string) {
+		failed := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "failed",
+			Annotations: map[string]string{rollout.AnnotationHalted: change.String()}}}
+		haltLifted(s, namespaceInScope(c, scope)).Delete(t.Context(), event.DeleteEvent{Object: failed}, q)
+	}
+	before := testutil.ToFloat64(rollout.Resumed)
+	lifted("theirs")
+	if q.Len() != 0 || testutil.ToFloat64(rollout.Resumed) != before {
+		t.Fatalf("a halt lifted in another installation's namespace queued %d, resumed %v times; want nothing", q.Len(), testutil.ToFloat64(rollout.Resumed)-before)
+	}
+	lifted("mine")
+	if q.Len() != 1 || testutil.ToFloat64(rollout.Resumed) != before+1 {
+		t.Fatalf("a halt lifted in scope queued %d, resumed %v times; want its waiter, once", q.Len(), testutil.ToFloat64(rollout.Resumed)-before)
 	}
 }

@@ -395,7 +395,7 @@ func (r *WorkloadReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})
 	for _, kind := range r.Kinds.All() {
 		b = b.Watches(kind.New(), workloadKey(kind), builder.WithPredicates(workloadChanged(kind))).
-			Watches(kind.New(), haltLifted(r.Scheduler))
+			Watches(kind.New(), haltLifted(r.Scheduler, namespaceInScope(mgr.GetClient(), r.Scope)))
 	}
 	return b.
 		Watches(&corev1.ConfigMap{}, m.sourceHandler(stamp.KindConfigMap), builder.WithPredicates(sourceChanged())).

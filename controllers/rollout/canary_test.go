@@ -140,3 +140,26 @@ func TestCanaryPassesOnItsFirstPod(t *testing.T) {
 		t.Fatal("no pod Ready: want no pass")
 	}
 }
+
+// A canary held longer than the progress deadline (a workload's window of
+// 15 minutes, the default 10-minute deadline): its healthy pod waits for
+// the window by configstamp's hold, which is no stall, so it does not fail
+// by the deadline; it passes when the window ends.
+func TestCanaryHeldPastTheProgressDeadlineDoesNotFail(t *testing.T) {
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	rec := StartRecord(t0.Add(-12*time.Minute), cause, false).AsCanary("hold")
+	healthy := t0.Add(-11 * time.Minute)
+	d := threeReplicas("a", &rec)
+	d.Status.UpdatedReplicas, d.Status.AvailableReplicas = 1, 3
+	sit := Situation{Observation: Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Canary: true, VerifyWindow: 15 * time.Minute,
+		Verification: Verification{Read: true, Healthy: true, Pods: 1, HealthySince: healthy, FirstHealthySince: healthy}},
+		Record: rec, Now: t0, Progressed: healthy}
+	pol := Policy{ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true}
+	if p := Rules(sit, pol); p.Step == StepClose || p.Failure != "" {
+		t.Fatalf("plan %+v: a healthy canary held 11 minutes of its 15-minute window failed by the 10-minute deadline", p)
+	}
+	sit.Now = healthy.Add(15 * time.Minute)
+	if p := Rules(sit, pol); p.Step != StepPassCanary {
+		t.Fatalf("plan %+v: want the canary passed when its window ended", p)
+	}
+}

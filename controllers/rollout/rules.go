@@ -121,6 +121,10 @@ func Rules(sit Situation, p Policy) Ruling {
 			return Ruling{Transition: PassCanary, On: CanaryHealthy, Record: &passed}
 		} else if ok {
 			recheck = at.Sub(sit.Now) + 100*time.Millisecond
+			// Until then configstamp holds it: its status stands still by
+			// configstamp's hold, not a stall, and a window longer than
+			// the progress deadline must not fail a healthy canary.
+			sit.Progressed = later(sit.Progressed, at)
 		}
 	}
 	ruling := judged(sit, p)
@@ -134,6 +138,14 @@ func Rules(sit Situation, p Policy) Ruling {
 	}
 	ruling.Suspect = suspect
 	return ruling
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // recovered: whether a failed workload is complete again with its pods

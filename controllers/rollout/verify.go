@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -239,7 +240,11 @@ func InspectPods(seen PodsSeen) Verification {
 		if seen.Rule != RuleRolling && seen.Rule != RuleVerifying {
 			continue
 		}
-		if at := readyBy(p); !at.IsZero() && (v.JudgeAt.IsZero() || at.Before(v.JudgeAt)) {
+		at := readyBy(p)
+		if since, lost := unready(p, seen); lost {
+			at = relapseJudgedAt(p, since)
+		}
+		if !at.IsZero() && (v.JudgeAt.IsZero() || at.Before(v.JudgeAt)) {
 			v.JudgeAt = at
 		}
 	}
@@ -269,15 +274,15 @@ func podProblem(p *corev1.Pod, seen PodsSeen) string {
 	if seen.Rule != RuleRolling && seen.Rule != RuleVerifying || restartedByTheNode(p) {
 		return ""
 	}
-	ready, since := containersReady(p)
-	switch {
-	case ready:
-		return ""
-	case lostReadiness(p, since), seen.Rule == RuleVerifying && !seen.From.IsZero() && existedAt(p, seen.From, since):
+	if since, lost := unready(p, seen); lost {
 		// Ready once since its containers started, and not now, or not
 		// Ready although it was when the window began: the config it runs
 		// with made it unready (its node's loss leaves ContainersReady as
-		// it was).
+		// it was) — once that lasted past a probe the kubelet makes again
+		// (relapseJudgedAt).
+		if seen.Now.Before(relapseJudgedAt(p, since)) {
+			return ""
+		}
 		return fmt.Sprintf("lost its readiness at %s (%s)", since.UTC().Format(time.RFC3339), readyReason(p))
 	}
 	if at := readyBy(p); !at.IsZero() && !seen.Now.Before(at) {
@@ -347,6 +352,37 @@ func exitOf(t *corev1.ContainerStateTerminated) string {
 		out += ", " + t.Reason
 	}
 	return out + ")"
+}
+
+// unready reports whether p, Ready once, is not ready now, and since when:
+// it lost its readiness after its containers started, or (RuleVerifying)
+// it is not Ready although it was when the window began.
+func unready(p *corev1.Pod, seen PodsSeen) (time.Time, bool) {
+	ready, since := containersReady(p)
+	if ready {
+		return since, false
+	}
+	return since, lostReadiness(p, since) || seen.Rule == RuleVerifying && !seen.From.IsZero() && existedAt(p, seen.From, since)
+}
+
+// relapseMargin is how long past its readiness probe's period a pod that
+// lost its readiness may stay not ready before it fails its rollout
+// (relapseJudgedAt).
+const relapseMargin = 5 * time.Second
+
+// relapseJudgedAt is when p, not ready since since after it was Ready, is
+// judged: one period of its readiness probe (the kubelet's default 10 s)
+// and relapseMargin later. A restarted kubelet forgets every probe's result
+// and reports its pods not ready until their next probe passes, within
+// one period; an app the config makes unready stays so longer.
+func relapseJudgedAt(p *corev1.Pod, since time.Time) time.Time {
+	var period time.Duration
+	for _, c := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+		if c.ReadinessProbe != nil {
+			period = max(period, time.Duration(cmp.Or(c.ReadinessProbe.PeriodSeconds, 10))*time.Second)
+		}
+	}
+	return since.Add(period + relapseMargin)
 }
 
 // existedAt reports whether p, not ready since since, was one of the pods

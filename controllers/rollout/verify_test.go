@@ -94,11 +94,37 @@ func TestInspectPods(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := InspectPods(PodsSeen{Rule: RuleVerifying, Pods: tc.pods, Hash: "v1-new", Started: started, From: from}).Problem
+			got := InspectPods(PodsSeen{Rule: RuleVerifying, Pods: tc.pods, Hash: "v1-new", Started: started, From: from, Now: from.Add(time.Minute)}).Problem
 			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 				t.Fatalf("InspectPods = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A restarted kubelet reports its pods not ready until their next probe
+// passes: a pod that lost its readiness is judged one period of its
+// readiness probe and relapseMargin later, not at once, and looked at again
+// then (JudgeAt).
+func TestLostReadinessIsJudgedAfterAProbe(t *testing.T) {
+	lost := t0.Add(time.Minute)
+	p := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "a", CreationTimestamp: metav1.NewTime(t0), Annotations: map[string]string{stamp.AnnotationHash: "v1-new"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", ReadinessProbe: &corev1.Probe{PeriodSeconds: 2}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady", LastTransitionTime: metav1.NewTime(lost)}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}}}},
+	}
+	judged := lost.Add(2*time.Second + relapseMargin)
+	for _, rule := range []Rule{RuleRolling, RuleVerifying} {
+		seen := PodsSeen{Rule: rule, Pods: []corev1.Pod{p}, Hash: "v1-new", Started: t0, From: t0, Now: lost.Add(time.Second)}
+		if v := InspectPods(seen); v.Problem != "" || !v.JudgeAt.Equal(judged) {
+			t.Errorf("%v, a second after it lost its readiness: problem %q, judged at %v; want none yet, judged at %v", rule, v.Problem, v.JudgeAt, judged)
+		}
+		seen.Now = judged
+		if v := InspectPods(seen); !strings.Contains(v.Problem, "lost its readiness") {
+			t.Errorf("%v, still not ready a period and a margin later: problem %q, want it lost its readiness", rule, v.Problem)
+		}
 	}
 }
 

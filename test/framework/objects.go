@@ -194,7 +194,7 @@ func (e *Env) WaitTemplateHash(t testing.TB, obj client.Object, not string) stri
 func (e *Env) WaitEvent(t testing.TB, obj client.Object, reason string, fragments ...string) string {
 	t.Helper()
 	var note string
-	Eventually(t, 30*time.Second, func() (bool, string) {
+	Eventually(t, 90*time.Second, func() (bool, string) {
 		list := &eventsv1.EventList{}
 		if err := e.Client.List(t.Context(), list, client.InNamespace(obj.GetNamespace())); err != nil {
 			return false, err.Error()
