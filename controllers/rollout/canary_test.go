@@ -155,11 +155,11 @@ func TestCanaryHeldPastTheProgressDeadlineDoesNotFail(t *testing.T) {
 		Verification: Verification{Read: true, Healthy: true, Pods: 1, HealthySince: healthy, FirstHealthySince: healthy}},
 		Record: rec, Now: t0, Progressed: healthy}
 	pol := Policy{ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true}
-	if p := Rules(sit, pol); p.Step == StepClose || p.Failure != "" {
+	if p := Rules(sit, pol); p.Transition.closes() || p.Failure != "" {
 		t.Fatalf("plan %+v: a healthy canary held 11 minutes of its 15-minute window failed by the 10-minute deadline", p)
 	}
 	sit.Now = healthy.Add(15 * time.Minute)
-	if p := Rules(sit, pol); p.Step != StepPassCanary {
+	if p := Rules(sit, pol); p.Transition != PassCanary {
 		t.Fatalf("plan %+v: want the canary passed when its window ended", p)
 	}
 }
