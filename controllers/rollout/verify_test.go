@@ -110,9 +110,9 @@ func TestLostReadinessIsJudgedAfterAProbe(t *testing.T) {
 	lost := t0.Add(time.Minute)
 	p := corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "a", CreationTimestamp: metav1.NewTime(t0), Annotations: map[string]string{stamp.AnnotationHash: "v1-new"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", ReadinessProbe: &corev1.Probe{PeriodSeconds: 2}}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", ReadinessProbe: &corev1.Probe{PeriodSeconds: 2}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning,
-			Conditions: []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady", LastTransitionTime: metav1.NewTime(lost)}},
+			Conditions:        []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady", LastTransitionTime: metav1.NewTime(lost)}},
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}}}},
 	}
 	judged := lost.Add(2*time.Second + relapseMargin)
