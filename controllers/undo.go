@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,37 +17,142 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-// Event reasons of the automatic undo (rollout's undo decides it).
+// Event reasons of the automatic undo.
 const (
-	ReasonRolloutUndone      = rollout.ReasonRolloutUndone
-	ReasonUndoImpossible     = rollout.ReasonUndoImpossible
-	ReasonUndoNeedsPodDelete = rollout.ReasonUndoNeedsPodDelete
+	// ReasonRolloutUndone: a failed pinned workload was returned to its
+	// previous revision (configstamp.io/on-failure: undo).
+	ReasonRolloutUndone = "RolloutUndone"
+	// ReasonUndoImpossible: undo was asked for a workload it cannot help.
+	ReasonUndoImpossible = "UndoImpossible"
+	// ReasonUndoNeedsPodDelete: a StatefulSet returned to its previous
+	// revision keeps a broken pod until someone deletes it.
+	ReasonUndoNeedsPodDelete = "UndoNeedsPodDelete"
 )
 
-// undoFacts is what the undo of obj's rollout needs, read only when a
-// failure may be judged now (rollout.MayFail, its pods read as v): whether
-// it asks for undo (rollout.OnFailure, from the workload and its
-// Namespace; a bad value is told if it fails) and, when an undo could
-// help, the revision it would return to (a cache read of its pinned
-// revisions). A Namespace that cannot be read asks for nothing.
-func (r *kindReconciler) undoFacts(ctx context.Context, obj client.Object, v rollout.Verification) rollout.UndoFacts {
-	rec := rollout.Read(obj.GetAnnotations())
+// undoFailed returns a workload whose rollout just failed (its record rec)
+// to the last revision whose rollout passed verification (rec.Verified),
+// when it asks for it (rollout.OnFailure): a pinned workload's revision
+// mounts the snapshots it ran with, so its pods get that config back while
+// the halt stays (a rolled-back pinned workload recovers nothing:
+// pin.RolledBack). Never to a revision that did not pass (a change
+// superseded while it rolled, an earlier failure), never over a user's
+// edit. An unpinned workload's previous revision mounts the same objects,
+// which hold the failed data now: undo could not help it, and a Warning
+// says so.
+func (r *kindReconciler) undoFailed(ctx context.Context, obj client.Object, rec rollout.Record) {
+	if !r.wantsUndo(ctx, obj) {
+		return
+	}
+	tmpl := r.Kind.PodTemplate(obj)
+	if r.Kind.Unstructured() {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but configstamp returns only Deployments, StatefulSets and DaemonSets to a previous revision", rollout.AnnotationOnFailure)
+		return
+	}
+	if len(pin.Pinned(tmpl)) == 0 || !r.Pin {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but the workload is not pinned: its previous revision mounts the same ConfigMaps and Secrets, which hold the failed data now; "+
+				"pin it (%s: \"true\", with pinning installed: --pin) so that its revisions keep their own snapshots", rollout.AnnotationOnFailure, pin.AnnotationPin)
+		return
+	}
+	switch rec.Verified {
+	case "":
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but no earlier revision of this workload passed configstamp's verification: configstamp returns only to a verified one",
+			rollout.AnnotationOnFailure)
+		return
+	case tmpl.Annotations[stamp.AnnotationHash]:
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but the revision that failed is the one that last passed verification (it crashed after its window, "+
+				"while its change still rolled to other workloads); configstamp keeps no earlier verified revision to return to", rollout.AnnotationOnFailure)
+		return
+	}
+	prev, revision, err := r.verifiedRevision(ctx, obj, rec.Verified)
+	if err != nil || prev == nil {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but the last verified revision of this workload (stamp %s) is no longer kept (revisionHistoryLimit) (%v)",
+			rollout.AnnotationOnFailure, rec.Verified, err)
+		return
+	}
+	if edit := editedSince(tmpl, prev); edit != "" {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but the pod template differs from revision %d in more than configstamp's stamp and snapshots (%s): "+
+				"configstamp never overwrites an edit; the change stays halted (fix it, or undo by hand)", rollout.AnnotationOnFailure, revision, edit)
+		return
+	}
+	err = r.restoreTemplate(ctx, obj, tmpl.DeepCopy(), prev)
+	if errors.Is(err, errEditedMeanwhile) {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
+			"%s: undo is asked, but %v; the change stays halted", rollout.AnnotationOnFailure, err)
+		return
+	}
+	if now := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]; err == nil && now != prev.Annotations[stamp.AnnotationHash] {
+		// The webhook kept the template: the revision's snapshots no longer
+		// hold what its stamp says (its PinFailed event says why).
+		err = fmt.Errorf("the webhook kept the template stamped %s", now)
+	}
+	if err != nil {
+		log.FromContext(ctx).Error(err, "undo of the failed rollout")
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo", "the undo to revision %d failed: %v", revision, err)
+		return
+	}
+	log.FromContext(ctx).Info("failed rollout undone", "revision", revision, "stamp", prev.Annotations[stamp.AnnotationHash])
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonRolloutUndone, "Undo",
+		"the rollout failed: the workload is returned to its revision %d (stamp %s), whose snapshots hold the config it ran before; "+
+			"the change stays halted until it is fixed", revision, prev.Annotations[stamp.AnnotationHash])
+	if s, ok := obj.(*appsv1.StatefulSet); ok && s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		// kubernetes/kubernetes#67250: with OrderedReady the controller waits
+		// for the broken pod to become Ready before it replaces it, forever.
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoNeedsPodDelete, "Undo",
+			"the StatefulSet is returned to revision %d, but with podManagementPolicy OrderedReady its controller does not replace a pod of the failed "+
+				"revision that never becomes Ready (kubernetes/kubernetes#67250): delete that pod (kubectl delete pod) for the undo to reach it; "+
+				"configstamp never deletes pods", revision)
+	}
+}
+
+// editedSince says how failed, the template whose rollout failed, differs
+// from prev, the revision an undo would return to, beyond what configstamp
+// itself changed between them (its stamp and its snapshots): "" when it
+// does not. A user's edit during the failing rollout (an image, resources,
+// a restart annotation) is never overwritten by an undo.
+func editedSince(failed, prev *corev1.PodTemplateSpec) string {
+	own := func(a map[string]string) map[string]string {
+		out := maps.Clone(a)
+		delete(out, stamp.AnnotationHash)
+		delete(out, pin.AnnotationPinned)
+		return out
+	}
+	switch {
+	case !equality.Semantic.DeepEqual(failed.Labels, prev.Labels):
+		return "its labels"
+	case !equality.Semantic.DeepEqual(own(failed.Annotations), own(prev.Annotations)):
+		return "its annotations"
+	case !equality.Semantic.DeepEqual(pin.SourceSpec(failed), pin.SourceSpec(prev)):
+		return "its pod spec"
+	}
+	return ""
+}
+
+// wantsUndo reads rollout.OnFailure from the workload and its Namespace;
+// a bad value is a Warning event.
+func (r *kindReconciler) wantsUndo(ctx context.Context, obj client.Object) bool {
 	ns := &corev1.Namespace{}
-	if !rollout.MayFail(rec, v) || r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns) != nil {
-		return rollout.UndoFacts{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
+		return false
 	}
-	f := rollout.UndoFacts{Pin: r.Pin}
-	f.Wanted, f.Problems = rollout.OnFailure(obj.GetAnnotations(), ns.Annotations, r.Scheduler.Policy.UndoOnFailure)
-	if rollout.UndoWanted(r.Kind, r.Kind.PodTemplate(obj), f, rec) {
-		f.Revision, f.Number, f.Err = r.verifiedRevision(ctx, obj, rec.Verified)
+	undo, problems := rollout.OnFailure(obj.GetAnnotations(), ns.Annotations, r.Scheduler.Policy.UndoOnFailure)
+	for _, p := range problems {
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", p.String())
 	}
-	return f
+	return undo
 }
 
 // verifiedRevision is the newest pinned revision of obj (from the cache,
@@ -87,11 +194,14 @@ func (r *kindReconciler) verifiedRevision(ctx context.Context, obj client.Object
 	return best, bestRev, nil
 }
 
+// errEditedMeanwhile: the template changed since the failure was judged.
+var errEditedMeanwhile = errors.New("the pod template was changed since the failure was judged (a fix or an edit): configstamp does not overwrite it")
+
 // restoreTemplate replaces obj's pod template by t, only while the template
 // is still exactly the failed one judged: it reads the workload live,
 // compares its template with failed, and patches that version only (its
 // resourceVersion), again on a conflict (a status update in between). A
-// fix or a user's edit since wins (rollout.ErrEditedMeanwhile). No JSON "test" of
+// fix or a user's edit since wins (errEditedMeanwhile). No JSON "test" of
 // the template: API servers before 1.33 write fields this client omits
 // (creationTimestamp: null), which no test would match.
 func (r *kindReconciler) restoreTemplate(ctx context.Context, obj client.Object, failed, t *corev1.PodTemplateSpec) error {
@@ -105,7 +215,7 @@ func (r *kindReconciler) restoreTemplate(ctx context.Context, obj client.Object,
 			return fmt.Errorf("while reading %s/%s before the undo: %w", obj.GetNamespace(), obj.GetName(), err)
 		}
 		if !equality.Semantic.DeepEqual(r.Kind.PodTemplate(live), failed) {
-			return rollout.ErrEditedMeanwhile
+			return errEditedMeanwhile
 		}
 		raw, err := json.Marshal([]map[string]any{
 			{"op": "replace", "path": "/metadata/resourceVersion", "value": live.GetResourceVersion()},

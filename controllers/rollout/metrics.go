@@ -15,53 +15,24 @@ import (
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-// Names of the rollout counters a Decision increments (Count).
-const (
-	MetricStarted            = "configstamp_rollouts_started_total"
-	MetricCompleted          = "configstamp_rollouts_completed_total"
-	MetricFailed             = "configstamp_rollouts_failed_total"
-	MetricFailedVerification = "configstamp_rollouts_failed_verification_total"
-	MetricCanaries           = "configstamp_canaries_total"
-)
-
-// Count is one increment of a rollout counter, by its name and label values.
-type Count struct {
-	Metric string
-	Labels []string
-}
-
-// Inc increments the counter.
-func (c Count) Inc() { counters[c.Metric].WithLabelValues(c.Labels...).Inc() }
-
-// String is the counter's name with its label values other than the kind.
-func (c Count) String() string {
-	if len(c.Labels) > 1 {
-		return c.Metric + "{" + c.Labels[0] + "}"
-	}
-	return c.Metric
-}
-
-var counters = map[string]*prometheus.CounterVec{MetricStarted: StartedTotal, MetricCompleted: CompletedTotal, MetricFailed: FailedTotal,
-	MetricFailedVerification: FailedVerificationTotal, MetricCanaries: CanariesTotal}
-
 var (
 	// StartedTotal counts rollouts configstamp started by stamping a pod template, by kind.
 	StartedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: MetricStarted, Help: "Rollouts configstamp started by stamping a pod template.",
+		Name: "configstamp_rollouts_started_total", Help: "Rollouts configstamp started by stamping a pod template.",
 	}, []string{"kind"})
 	// Completed counts rollouts configstamp started that completed, by kind.
 	CompletedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: MetricCompleted, Help: "Rollouts configstamp started that completed.",
+		Name: "configstamp_rollouts_completed_total", Help: "Rollouts configstamp started that completed.",
 	}, []string{"kind"})
 	// FailedTotal counts rollouts configstamp started that failed, by kind.
 	FailedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: MetricFailed, Help: "Rollouts configstamp started that failed (progress deadline, or in their verification window).",
+		Name: "configstamp_rollouts_failed_total", Help: "Rollouts configstamp started that failed (progress deadline, or in their verification window).",
 	}, []string{"kind"})
 	// FailedVerificationTotal counts the failed rollouts that had completed as
 	// `kubectl rollout status` says and then failed in their verification
 	// window (a container restarted, a pod lost its readiness), by kind.
 	FailedVerificationTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: MetricFailedVerification,
+		Name: "configstamp_rollouts_failed_verification_total",
 		Help: "Rollouts configstamp started that completed and then failed in their verification window (a container restarted or crashed, a pod lost its readiness).",
 	}, []string{"kind"})
 	// ReconcilesTotal counts the workload controller's reconciles by kind:
@@ -72,7 +43,7 @@ var (
 	}, []string{"kind"})
 	// CanariesTotal counts canaries by how they ended (passed, failed) and kind.
 	CanariesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: MetricCanaries,
+		Name: "configstamp_canaries_total",
 		Help: "Canaries of a change (its first workload, held at one new pod where its kind allows), by result (passed, failed) and kind.",
 	}, []string{"result", "kind"})
 	// Resumed counts halts lifted (the failed workload deleted, recovered, or its halted annotation removed).

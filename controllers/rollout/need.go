@@ -32,7 +32,7 @@ type Facts struct {
 //   - The known hash differs from computed: referenced data changed since the
 //     pods were made: roll.
 //   - Otherwise at most bookkeeping.
-func NeedOf(f Facts) Trigger {
+func NeedOf(f Facts) Need {
 	known := f.Recorded
 	if known == "" {
 		known = f.Stamped

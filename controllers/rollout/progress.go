@@ -9,13 +9,27 @@ import (
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
+// Verdict is the judgement of an open rollout.
+type Verdict int
+
+const (
+	// Pending: still rolling or verifying; judge again on the next status
+	// change or at Recheck.
+	Pending Verdict = iota
+	// ToVerify: complete as `kubectl rollout status` says; verify it for the window.
+	ToVerify
+	// Done: the rollout completed (and, with a window, stayed healthy through it).
+	Done
+	// Failure: the rollout failed (Judgement.Reason says why).
+	Failure
+)
+
 // Judgement is what Judge found.
 type Judgement struct {
-	// Trigger: Progressing, RolloutComplete, RolloutVerified or RolloutFailed.
-	Trigger Trigger
+	Verdict Verdict
 	// Reason says why a rollout failed, for events and logs.
 	Reason string
-	// Recheck is when a Progressing rollout fails by the deadline unless it
+	// Recheck is when a Pending rollout fails by the deadline unless it
 	// completes first (nothing else may wake its reconcile).
 	Recheck time.Duration
 }
@@ -25,7 +39,7 @@ type Judgement struct {
 //   - any state: a sign of failure among the new revision's pods (v.Problem,
 //     see InspectPods) fails it at once, from the moment the pod exists.
 //   - Rolling: complete as `kubectl rollout status` understands it for the
-//     kind and update strategy (see Complete) gives RolloutComplete, or RolloutVerified when there
+//     kind and update strategy (see Complete) gives Verify, or Done when there
 //     is no window to verify (v.Window 0, a paused Deployment, nothing to wait
 //     for); failed when a Deployment reports ProgressDeadlineExceeded or when
 //     its status made no progress for deadline (since the later of its start
@@ -34,7 +48,7 @@ type Judgement struct {
 //     judged again at the next status change, the next poll of its pods
 //     (PodPoll) or the deadline, whichever comes first.
 //   - Verifying: failed as above or when a Deployment's deadline is
-//     exceeded; RolloutVerified once it stayed healthy until rec.Until (its pods read
+//     exceeded; Done once it stayed healthy until rec.Until (its pods read
 //     then); else pending. A Deployment's Available condition alone decides
 //     nothing: a scale-up turns it False.
 func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, deadline time.Duration, progressed, now time.Time) Judgement {
@@ -42,18 +56,18 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 		return judgeVerifying(kind, obj, rec, v, now)
 	}
 	if v.Problem != "" {
-		return Judgement{Trigger: RolloutFailed, Reason: "its new pods failed: " + v.Problem}
+		return Judgement{Verdict: Failure, Reason: "its new pods failed: " + v.Problem}
 	}
 	st := kind.Status(obj)
 	switch {
 	case st.Complete && v.Window > 0 && !st.Paused && !st.NothingToWaitFor:
-		return Judgement{Trigger: RolloutComplete}
+		return Judgement{Verdict: ToVerify}
 	case st.Complete && v.Unread: // not completed unseen
-		return Judgement{Trigger: Progressing, Recheck: unreadRecheck}
+		return Judgement{Verdict: Pending, Recheck: unreadRecheck}
 	case st.Complete:
-		return Judgement{Trigger: RolloutVerified}
+		return Judgement{Verdict: Done}
 	case st.Exceeded:
-		return Judgement{Trigger: RolloutFailed, Reason: st.FailedReason}
+		return Judgement{Verdict: Failure, Reason: st.FailedReason}
 	}
 	from := rec.Started
 	if progressed.After(from) {
@@ -61,9 +75,9 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 	}
 	left := from.Add(deadline).Sub(now)
 	if left < 0 {
-		return Judgement{Trigger: RolloutFailed, Reason: fmt.Sprintf("it made no progress for the progress deadline of %v", deadline)}
+		return Judgement{Verdict: Failure, Reason: fmt.Sprintf("it made no progress for the progress deadline of %v", deadline)}
 	}
-	return Judgement{Trigger: Progressing, Recheck: recheck(left+time.Second, rec, v, now)}
+	return Judgement{Verdict: Pending, Recheck: recheck(left+time.Second, rec, v, now)}
 }
 
 // PodPoll is how soon the pods of an open rollout are read again when
@@ -105,7 +119,7 @@ const unreadRecheck = 5 * time.Second
 // judgeVerifying judges a rollout in its verification window.
 func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verification, now time.Time) Judgement {
 	fail := func(why string) Judgement {
-		return Judgement{Trigger: RolloutFailed, Reason: "it failed verification: " + why}
+		return Judgement{Verdict: Failure, Reason: "it failed verification: " + why}
 	}
 	if v.Problem != "" {
 		return fail(v.Problem)
@@ -116,14 +130,14 @@ func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verific
 	left := rec.Until.Sub(now)
 	switch {
 	case left <= 0 && v.Unread: // not completed unseen; the slot's bound still holds
-		return Judgement{Trigger: Progressing, Recheck: unreadRecheck}
+		return Judgement{Verdict: Pending, Recheck: unreadRecheck}
 	case left <= 0:
-		return Judgement{Trigger: RolloutVerified}
+		return Judgement{Verdict: Done}
 	}
 	// Judged again at the window's end, whenever the workload's status
 	// changes before (a pod that crashes or loses its readiness changes its
 	// ready and available counts), and at each poll of its pods.
-	return Judgement{Trigger: Progressing, Recheck: recheck(left+100*time.Millisecond, rec, v, now)}
+	return Judgement{Verdict: Pending, Recheck: recheck(left+100*time.Millisecond, rec, v, now)}
 }
 
 // Complete reports whether obj's rollout is complete, with the semantics of
