@@ -181,7 +181,7 @@ func firstCrash(ps []corev1.Pod) time.Time {
 }
 
 // TestCrashAfterCompletionHaltsTheRestOfTheWave: a container that crashes
-// 30 s after start, past its 10 s verification window, while its change
+// 20 s after start, past its 10 s verification window, while its change
 // still rolls to other workloads (one slot: the wave goes one workload at a
 // time). The first workload completed; its crash fails it then and halts
 // the change, so the third workload is never stamped.
@@ -192,8 +192,9 @@ func TestCrashAfterCompletionHaltsTheRestOfTheWave(t *testing.T) {
 	with := func(priority string) map[string]string {
 		return map[string]string{rollout.AnnotationVerifyWindow: "10s", rollout.AnnotationPriority: priority}
 	}
-	// 20 s past the window: a loaded node's slower readiness stays inside.
-	crashLate := map[string]string{"APP_FAIL_AFTER": "30s"}
+	// Not later: the crash must come while the change still rolls to
+	// second (a crash after the whole wave completed fails nothing).
+	crashLate := map[string]string{"APP_FAIL_AFTER": "20s"}
 	first := deployment(ns, "first", "shared", appOptions{probe: true, env: crashLate, annotations: with("10")})
 	second := deployment(ns, "second", "shared", appOptions{probe: true, env: crashLate, annotations: with("5")})
 	third := deployment(ns, "third", "shared", appOptions{probe: true, annotations: window})
