@@ -77,9 +77,6 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 # [rest] or [race], and in $(TEST_OUT)/<lane>.log; a summary ends the run.
 REALNODE_PKGS := ./test/realnode ./test/install ./test/localcp
 GOTEST_P ?= 2
-# How many tests of one package the rest lane runs side by side: the suites
-# whose tests each run a configstamp of their own (framework.Env.Lane).
-GOTEST_PARALLEL ?= 8
 TEST_OUT ?= $(CURDIR)/_output/test
 # Every package but the real-node ones, as import paths.
 REST_PKGS = $(filter-out $(shell $(GO) list $(REALNODE_PKGS)),$(shell $(GO) list ./...))
@@ -109,7 +106,7 @@ test-realnode: $(TEST_REALNODE_DEPS)
 # The rest lane (see test).
 test-rest: build controlplane argo-rollouts controller-gen lint release-check-host bench-smoke
 	@hack/test-lanes.sh run rest $(TEST_OUT)/rest.log \
-		$(GO) test -count=1 -timeout 40m -p $(GOTEST_P) -parallel $(GOTEST_PARALLEL) $(GOTEST_FLAGS) $(REST_PKGS)
+		$(GO) test -count=1 -timeout 40m -p $(GOTEST_P) $(GOTEST_FLAGS) $(REST_PKGS)
 	@hack/test-lanes.sh run race $(TEST_OUT)/race.log $(GO) test -race -count=1 ./webhook/live/
 
 # make test-compat: test/e2e against the oldest Kubernetes the README promises
