@@ -70,5 +70,11 @@ func (e *Env) ApplyCRDs(ctx context.Context, established string, args ...string)
 	if err != nil {
 		return fmt.Errorf("waiting for the CRD %s to be Established: %w", established, err)
 	}
-	return nil
+	// Established comes a moment before discovery serves the kind.
+	version, _, err := e.KubectlErr("", "get", "crd", established, "-o", `jsonpath={.spec.versions[?(@.storage==true)].name}`)
+	if err != nil {
+		return fmt.Errorf("reading the CRD %s: %w", established, err)
+	}
+	plural, group, _ := strings.Cut(established, ".")
+	return e.CP.WaitServed(ctx, group+"/"+strings.TrimSpace(version), plural)
 }

@@ -657,6 +657,45 @@ func (c *ControlPlane) clientset() (*kubernetes.Clientset, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// WaitServed waits until the API server's discovery lists every named
+// resource (plural names) of groupVersion, e.g. "cert-manager.io/v1",
+// "certificates", "issuers". A CRD is Established before discovery serves
+// it (the server adds its group a moment later), and kubectl, which maps a
+// manifest's kind through discovery, fails on that moment with "no matches
+// for kind": wait for this before applying objects of a new CRD.
+func (c *ControlPlane) WaitServed(ctx context.Context, groupVersion string, resources ...string) error {
+	cs, err := c.clientset()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var missing []string
+	for {
+		missing = missing[:0]
+		list, err := cs.Discovery().ServerResourcesForGroupVersion(groupVersion)
+		served := map[string]bool{}
+		if err == nil {
+			for _, r := range list.APIResources {
+				served[r.Name] = true
+			}
+		}
+		for _, r := range resources {
+			if !served[r] {
+				missing = append(missing, r)
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("discovery of %s does not list %s: %w", groupVersion, strings.Join(missing, ", "), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // LogPath returns the log file of a component ("etcd", "kube-apiserver",
 // "kube-controller-manager", "kube-scheduler", "kwok"; with a real node
 // "containerd", "kubelet", "kube-proxy").

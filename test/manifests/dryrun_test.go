@@ -57,6 +57,9 @@ func TestServerSideDryRun(t *testing.T) {
 	kubectl(t, "apply", "--server-side", "--field-manager=configstamp-test", "-f", crds)
 	kubectl(t, "wait", "--for=condition=Established", "--timeout=60s",
 		"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io")
+	if err := cp.WaitServed(t.Context(), "cert-manager.io/v1", "certificates", "issuers"); err != nil {
+		t.Fatal(err)
+	}
 
 	for name, tc := range overlays {
 		t.Run(name, func(t *testing.T) {
