@@ -47,7 +47,11 @@ const (
 // edit. An unpinned workload's previous revision mounts the same objects,
 // which hold the failed data now: undo could not help it, and a Warning
 // says so.
-func (r *kindReconciler) undoFailed(ctx context.Context, obj client.Object, rec rollout.Record) {
+//
+// freeze is what the failure paused (a held canary's spec.paused): the undo
+// puts it back in the same write, or the workload's controller would never
+// roll the restored revision.
+func (r *kindReconciler) undoFailed(ctx context.Context, obj client.Object, rec rollout.Record, freeze workload.Hold) {
 	if !r.wantsUndo(ctx, obj) {
 		return
 	}
@@ -88,7 +92,7 @@ func (r *kindReconciler) undoFailed(ctx context.Context, obj client.Object, rec 
 				"configstamp never overwrites an edit; the change stays halted (fix it, or undo by hand)", rollout.AnnotationOnFailure, revision, edit)
 		return
 	}
-	err = r.restoreTemplate(ctx, obj, tmpl.DeepCopy(), prev)
+	thawed, err := r.restoreTemplate(ctx, obj, tmpl.DeepCopy(), prev, freeze)
 	if errors.Is(err, errEditedMeanwhile) {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoImpossible, "Undo",
 			"%s: undo is asked, but %v; the change stays halted", rollout.AnnotationOnFailure, err)
@@ -105,9 +109,13 @@ func (r *kindReconciler) undoFailed(ctx context.Context, obj client.Object, rec 
 		return
 	}
 	log.FromContext(ctx).Info("failed rollout undone", "revision", revision, "stamp", prev.Annotations[stamp.AnnotationHash])
+	resumed := ""
+	if thawed {
+		resumed = " (its rollout, paused at the failed canary, is resumed for it)"
+	}
 	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonRolloutUndone, "Undo",
-		"the rollout failed: the workload is returned to its revision %d (stamp %s), whose snapshots hold the config it ran before; "+
-			"the change stays halted until it is fixed", revision, prev.Annotations[stamp.AnnotationHash])
+		"the rollout failed: the workload is returned to its revision %d (stamp %s), whose snapshots hold the config it ran before%s; "+
+			"the change stays halted until it is fixed", revision, prev.Annotations[stamp.AnnotationHash], resumed)
 	if s, ok := obj.(*appsv1.StatefulSet); ok && s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		// kubernetes/kubernetes#67250: with OrderedReady the controller waits
 		// for the broken pod to become Ready before it replaces it, forever.
@@ -203,8 +211,10 @@ var errEditedMeanwhile = errors.New("the pod template was changed since the fail
 // resourceVersion), again on a conflict (a status update in between). A
 // fix or a user's edit since wins (errEditedMeanwhile). No JSON "test" of
 // the template: API servers before 1.33 write fields this client omits
-// (creationTimestamp: null), which no test would match.
-func (r *kindReconciler) restoreTemplate(ctx context.Context, obj client.Object, failed, t *corev1.PodTemplateSpec) error {
+// (creationTimestamp: null), which no test would match. The fields of
+// freeze the workload still has at their frozen value are put back in the
+// same write (thawed).
+func (r *kindReconciler) restoreTemplate(ctx context.Context, obj client.Object, failed, t *corev1.PodTemplateSpec, freeze workload.Hold) (thawed bool, err error) {
 	var reader client.Reader = r.Client
 	if r.APIReader != nil {
 		reader = r.APIReader
@@ -212,27 +222,28 @@ func (r *kindReconciler) restoreTemplate(ctx context.Context, obj client.Object,
 	for attempt := 0; ; attempt++ {
 		live := r.Kind.New()
 		if err := reader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
-			return fmt.Errorf("while reading %s/%s before the undo: %w", obj.GetNamespace(), obj.GetName(), err)
+			return false, fmt.Errorf("while reading %s/%s before the undo: %w", obj.GetNamespace(), obj.GetName(), err)
 		}
 		if !equality.Semantic.DeepEqual(r.Kind.PodTemplate(live), failed) {
-			return errEditedMeanwhile
+			return false, errEditedMeanwhile
 		}
-		raw, err := json.Marshal([]map[string]any{
+		thaw := freeze.ThawOps(live)
+		raw, err := json.Marshal(append([]map[string]any{
 			{"op": "replace", "path": "/metadata/resourceVersion", "value": live.GetResourceVersion()},
 			{"op": "replace", "path": "/spec/template", "value": t},
 			// The webhook takes configstamp's own UPDATE for a rollback only with it.
 			{"op": "add", "path": "/metadata/annotations/" + strings.ReplaceAll(pin.AnnotationUndoTo, "/", "~1"), "value": t.Annotations[stamp.AnnotationHash]},
-		})
+		}, thaw...))
 		if err != nil {
-			return err
+			return false, err
 		}
 		err = r.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, raw), client.FieldOwner(FieldManager))
 		if apierrors.IsConflict(err) && attempt < 3 {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("while restoring the verified template of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+			return false, fmt.Errorf("while restoring the verified template of %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 		}
-		return nil
+		return len(thaw) > 0, nil
 	}
 }

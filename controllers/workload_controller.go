@@ -215,7 +215,7 @@ func (r *kindReconciler) act(ctx context.Context, o *observed, d rollout.Decisio
 				rollout.CanariesTotal.WithLabelValues("failed", r.Kind.Name).Inc()
 			}
 			r.reportFailure(ctx, obj, d.Judged, d.Failure)
-			r.undoFailed(ctx, obj, d.Judged)
+			r.undoFailed(ctx, obj, d.Judged, d.Hold)
 		} else {
 			if d.Judged.Canary == rollout.CanaryRunning {
 				rollout.CanariesTotal.WithLabelValues("passed", r.Kind.Name).Inc()

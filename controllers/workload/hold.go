@@ -181,6 +181,31 @@ func (h Hold) Freezes(obj client.Object) bool {
 	return false
 }
 
+// ThawOps are the JSON patch operations that put back each freeze field of
+// h (a failed canary's spec.paused) that obj still has at h's value: an
+// undo returns the workload to its verified revision, which its controller
+// rolls only once it is no longer paused. A user's edit since stands.
+func (h Hold) ThawOps(obj client.Object) []map[string]any {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil
+	}
+	var ops []map[string]any
+	for _, f := range h {
+		now, found, _ := unstructured.NestedFieldNoCopy(u, strings.Split(f.Path, ".")...)
+		if !isFreeze(f.Path) || !found || !sameValue(now, f.Set) {
+			continue
+		}
+		path := "/" + strings.ReplaceAll(f.Path, ".", "/")
+		if f.Was == nil {
+			ops = append(ops, map[string]any{"op": "remove", "path": path})
+		} else {
+			ops = append(ops, map[string]any{"op": "add", "path": path, "value": f.Was})
+		}
+	}
+	return ops
+}
+
 // With is h and the fields of more h does not set.
 func (h Hold) With(more Hold) Hold {
 	out := append(Hold(nil), h...)

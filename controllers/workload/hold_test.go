@@ -87,3 +87,29 @@ func TestHoldPerKind(t *testing.T) {
 		t.Errorf("StatefulSet hold %s, want %s", got, want)
 	}
 }
+
+// A failed canary's freeze (spec.paused) is what an undo puts back, in the
+// same JSON patch: removed when the user had no value, kept when the user
+// paused the Deployment since (it is theirs then); the hold's other fields
+// are not the undo's to put back.
+func TestThawOps(t *testing.T) {
+	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(3))}}
+	freeze := NewRegistry().All()[0].Freeze(d)
+	hold := Hold{{Path: "spec.minReadySeconds", Set: int64(30), Was: nil}}.With(freeze)
+	back, err := DecodeHold(hold.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Paused, d.Spec.MinReadySeconds = true, 30
+	got, _ := json.Marshal(back.ThawOps(d))
+	if want := `[{"op":"remove","path":"/spec/paused"}]`; string(got) != want {
+		t.Fatalf("thaw %s, want %s", got, want)
+	}
+	d.Spec.Paused = false // the user resumed it meanwhile
+	if ops := back.ThawOps(d); len(ops) != 0 {
+		t.Fatalf("thaw %v of a Deployment no longer paused, want none", ops)
+	}
+	if ops := (Hold{{Path: "spec.paused", Set: true, Was: false}}).ThawOps(&appsv1.Deployment{Spec: appsv1.DeploymentSpec{Paused: true}}); len(ops) != 1 || ops[0]["op"] != "add" || ops[0]["value"] != false {
+		t.Fatalf("thaw %v, want spec.paused put back to false", ops)
+	}
+}

@@ -149,6 +149,11 @@ func TestSlowRolloutThatProgressesDoesNotFail(t *testing.T) {
 	ns := lane(t, append(suiteFlags, "--progress-deadline="+deadline.String())...).Namespace(t, "slow", nil)
 	spec := appSpec("shared", appOptions{probe: true})
 	spec.Containers[0].ReadinessProbe.InitialDelaySeconds = 15
+	// The test is about the deadline, not readiness: a probe answered late
+	// on a loaded node (the suite's is 1 s, once) must not look like a pod
+	// that lost its readiness.
+	spec.Containers[0].ReadinessProbe.TimeoutSeconds = 5
+	spec.Containers[0].ReadinessProbe.FailureThreshold = 3
 	sts := framework.StatefulSet(ns, "slow", framework.OptIn, spec)
 	sts.Spec.Replicas = ptr.To[int32](6)
 	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement // only the first start in parallel

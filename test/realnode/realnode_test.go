@@ -87,11 +87,14 @@ func appSpec(cm string, o appOptions) corev1.PodSpec {
 		VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/config"}},
 	}
 	ready := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8080)}}
+	// The app answers /ready at once, with 503 when it rejects its config; a
+	// 5 s timeout keeps a probe answered late on a loaded node (2 cores, the
+	// suites side by side) from reading as a failure.
 	if o.probe {
-		c.ReadinessProbe = &corev1.Probe{ProbeHandler: ready, PeriodSeconds: 1, FailureThreshold: 1}
+		c.ReadinessProbe = &corev1.Probe{ProbeHandler: ready, PeriodSeconds: 1, FailureThreshold: 1, TimeoutSeconds: 5}
 	}
 	if o.liveness {
-		c.LivenessProbe = &corev1.Probe{ProbeHandler: ready, PeriodSeconds: 1, FailureThreshold: 2}
+		c.LivenessProbe = &corev1.Probe{ProbeHandler: ready, PeriodSeconds: 1, FailureThreshold: 2, TimeoutSeconds: 5}
 	}
 	if o.envKey {
 		c.Env = append(c.Env, corev1.EnvVar{Name: "APP_VALUE_MODE", ValueFrom: &corev1.EnvVarSource{

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers"
@@ -295,6 +296,9 @@ func TestUndoReturnsToTheLastVerifiedRevision(t *testing.T) {
 	// A 10 s window: the verified revision the undo returns to is reached sooner.
 	u := deployment(ns, "u", "shared", appOptions{annotations: map[string]string{
 		pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo", rollout.AnnotationPriority: "10", rollout.AnnotationVerifyWindow: "10s"}})
+	// Three replicas: its canary is held at one new pod, and its rollout
+	// paused when that pod fails; the undo must resume it.
+	u.Spec.Replicas = ptr.To[int32](3)
 	v := deployment(ns, "v", "shared", appOptions{annotations: map[string]string{pin.AnnotationPin: "true", rollout.AnnotationVerifyWindow: "10s"}})
 	env.Apply(t, configMap(ns, "shared", "good"), u, v)
 	waitReady(t, u, 2*time.Minute)
@@ -333,7 +337,7 @@ func TestUndoReturnsToTheLastVerifiedRevision(t *testing.T) {
 				return false, fmt.Sprintf("pod %s read %v at its start (err %v)", p.Name, got.Files, err)
 			}
 		}
-		return len(ps) == 1, fmt.Sprintf("%d pods", len(ps))
+		return len(ps) == 3 && !u.Spec.Paused, fmt.Sprintf("%d pods, paused %v", len(ps), u.Spec.Paused)
 	})
 	t.Logf("u failed and was undone %s after the change; it served its last verified config (mode=better, not the superseded interim) %s after the change",
 		undone, since(changed))
