@@ -159,6 +159,26 @@ func Main(m *testing.M, env **Env, cfg Config) int {
 	return code
 }
 
+// managerBinary is the configstamp binary the suite runs: the one named by
+// $CONFIGSTAMP_TEST_MANAGER (make test builds bin/configstamp once for every
+// suite: a link per suite cost each run minutes of CPU on two cores), or
+// else one built from the working tree into dir.
+func managerBinary(root, dir string) (string, error) {
+	if bin := os.Getenv("CONFIGSTAMP_TEST_MANAGER"); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", fmt.Errorf("$CONFIGSTAMP_TEST_MANAGER: %w", err)
+		}
+		return bin, nil
+	}
+	bin := filepath.Join(dir, "configstamp")
+	build := exec.Command("go", "build", "-o", bin, "./cmd")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building configstamp: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
 func start(cfg Config) (*Env, error) {
 	root, err := repoRoot()
 	if err != nil {
@@ -171,11 +191,8 @@ func start(cfg Config) (*Env, error) {
 		return nil, err
 	}
 	e.dir = dir
-	e.Binary = filepath.Join(dir, "configstamp")
-	build := exec.Command("go", "build", "-o", e.Binary, "./cmd")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building configstamp: %w\n%s", err, out)
+	if e.Binary, err = managerBinary(root, dir); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
