@@ -26,6 +26,10 @@ type failureForm struct {
 	bad func(ns string) *corev1.ConfigMap
 	// watch: how long after the failure the halt must still hold.
 	watch time.Duration
+	// fromChange bounds the failure from the change, for a form the pod's
+	// status shows no sign of (a volume that cannot be mounted: the
+	// container stays ContainerCreating; the sign is a FailedMount event).
+	fromChange time.Duration
 }
 
 // TestEveryFailureFormIsCaughtAtTheDefaults: at configstamp's defaults,
@@ -45,7 +49,11 @@ func TestEveryFailureFormIsCaughtAtTheDefaults(t *testing.T) {
 			bad: func(ns string) *corev1.ConfigMap {
 				return framework.ConfigMap(ns, "shared", map[string]string{"other": "x"}, nil)
 			}, watch: holds},
-		"an init container rejects the value":         {o: appOptions{initCheck: true}, watch: holds},
+		"an init container rejects the value": {o: appOptions{initCheck: true}, watch: holds},
+		"a key a volume's items need is removed (FailedMount)": {o: appOptions{itemsKey: true},
+			bad: func(ns string) *corev1.ConfigMap {
+				return framework.ConfigMap(ns, "shared", map[string]string{"other": "x"}, nil)
+			}, watch: holds, fromChange: 30 * time.Second},
 		"a crash at start":                            {o: appOptions{}, watch: holds},
 		"Ready, then it exits 20 s later":             {o: appOptions{probe: true, env: map[string]string{"APP_FAIL_AFTER": "20s"}}, watch: holds},
 		"a liveness probe fails on the value":         {o: appOptions{liveness: true, env: map[string]string{"APP_FAIL_MODE": "unready"}}, watch: holds},
@@ -95,6 +103,9 @@ func TestEveryFailureFormIsCaughtAtTheDefaults(t *testing.T) {
 				failed.Sub(sign).Round(100*time.Millisecond), note)
 			if d := failed.Sub(sign); d > 15*time.Second {
 				t.Errorf("first failed %s after the first sign, want within 15 s", d.Round(100*time.Millisecond))
+			}
+			if d := failed.Sub(changed); form.fromChange > 0 && d > form.fromChange {
+				t.Errorf("first failed %s after the change, want within %v", d.Round(100*time.Millisecond), form.fromChange)
 			}
 			haltHolds(t, first, second, form.watch)
 			var ran []string

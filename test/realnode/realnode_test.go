@@ -73,6 +73,10 @@ type appOptions struct {
 	// liveness: a liveness probe on the app's /ready (1 s period, 2
 	// failures): an app unready on the value is killed and restarted.
 	liveness bool
+	// itemsKey: the ConfigMap volume projects only its key "mode"
+	// (items:); a removed key: the volume cannot be mounted and the pod
+	// stays ContainerCreating.
+	itemsKey bool
 }
 
 // appSpec is a pod of the test app reading ConfigMap cm, mounted at /config,
@@ -107,11 +111,14 @@ func appSpec(cm string, o appOptions) corev1.PodSpec {
 		check.Env = append(slices.Clone(c.Env), corev1.EnvVar{Name: "APP_ONCE", Value: "true"})
 		inits = append(inits, check)
 	}
+	volume := &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}
+	if o.itemsKey {
+		volume.Items = []corev1.KeyToPath{{Key: "mode", Path: "mode"}}
+	}
 	return corev1.PodSpec{
 		InitContainers: inits,
 		Containers:     []corev1.Container{c},
-		Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
-			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}}},
+		Volumes:        []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: volume}}},
 		TerminationGracePeriodSeconds: ptr.To[int64](1),
 	}
 }
