@@ -116,9 +116,9 @@ func appSpec(cm string, o appOptions) corev1.PodSpec {
 		volume.Items = []corev1.KeyToPath{{Key: "mode", Path: "mode"}}
 	}
 	return corev1.PodSpec{
-		InitContainers: inits,
-		Containers:     []corev1.Container{c},
-		Volumes:        []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: volume}}},
+		InitContainers:                inits,
+		Containers:                    []corev1.Container{c},
+		Volumes:                       []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: volume}}},
 		TerminationGracePeriodSeconds: ptr.To[int64](1),
 	}
 }
