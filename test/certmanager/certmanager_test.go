@@ -178,8 +178,6 @@ func TestCertManagerServesTheWebhook(t *testing.T) {
 			t.Fatal(err)
 		}
 		env.Kubectl(t, "", "apply", "--server-side", "--field-manager="+fieldManager, "-f", crds)
-		env.Kubectl(t, "", "wait", "--for=condition=Established", "--timeout=60s",
-			"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io", "crd/certificaterequests.cert-manager.io")
 		if err := env.CP.WaitServed(t.Context(), "cert-manager.io/v1", "certificates", "issuers", "certificaterequests"); err != nil {
 			t.Fatal(err)
 		}

@@ -57,8 +57,6 @@ func startCertManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.Kubectl(t, "", "apply", "--server-side", "-f", crds)
-	env.Kubectl(t, "", "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io", "crd/certificaterequests.cert-manager.io")
 	if err := env.CP.WaitServed(t.Context(), "cert-manager.io/v1", "certificates", "issuers", "certificaterequests"); err != nil {
 		t.Fatal(err)
 	}

@@ -659,10 +659,12 @@ func (c *ControlPlane) clientset() (*kubernetes.Clientset, error) {
 
 // WaitServed waits until the API server's discovery lists every named
 // resource (plural names) of groupVersion, e.g. "cert-manager.io/v1",
-// "certificates", "issuers". A CRD is Established before discovery serves
-// it (the server adds its group a moment later), and kubectl, which maps a
+// "certificates", "issuers": after applying CRDs, before applying objects
+// of their kinds. A CRD is Established before discovery serves it (the
+// server adds its group a moment later), and kubectl, which maps a
 // manifest's kind through discovery, fails on that moment with "no matches
-// for kind": wait for this before applying objects of a new CRD.
+// for kind". (Nor is `kubectl wait --for=condition=Established` the wait:
+// it fails on a CRD that has no conditions yet.)
 func (c *ControlPlane) WaitServed(ctx context.Context, groupVersion string, resources ...string) error {
 	cs, err := c.clientset()
 	if err != nil {
