@@ -13,6 +13,24 @@
 #                                            "skipped") prints its reason
 set -uo pipefail
 
+# failures LOG: LOG's --- FAIL lines, each with the last two file.go:N:
+# lines printed under it (go test prints a failed test's t.Error and t.Log
+# lines after its --- FAIL line, in order: a failure's message is mostly
+# last), cut to 240 characters; a panic and its first lines; the FAIL
+# lines of packages.
+failures() {
+	awk '
+		function flush() { if (n > 1) print b[n-1]; if (n > 0) print b[n]; n = 0 }
+		/^[[:space:]]*--- FAIL/ { flush(); print; under = 1; next }
+		/^[[:space:]]*--- (PASS|SKIP)/ { flush(); under = 0; next }
+		/^panic:/ { flush(); print; p = 8; next }
+		p > 0 { print; p--; next }
+		/^FAIL[[:space:]]/ { flush(); print; under = 0; next }
+		under && /^[[:space:]]+[[:alnum:]_]+\.go:[0-9]+:/ { b[++n] = substr($0, 1, 240) }
+		END { flush() }
+	' "$1"
+}
+
 case "${1:-}" in
 run)
 	[ $# -ge 4 ] || { echo "usage: $0 run NAME LOG CMD..." >&2; exit 2; }
@@ -44,6 +62,15 @@ summary)
 		[ "$rc" = 0 ] || outcome="FAIL (exit $rc)"
 		echo "--- $name: $outcome; output in $log"
 		grep -E '^(ok|FAIL|--- FAIL|panic:)' "$log" | sed 's/^/    /'
+	done
+	# Last, where a CI page that keeps only the output's tail shows it:
+	# every failed test, at every level, with the lines its failure
+	# printed (go test prints a failed test's t.Error and t.Log lines
+	# after its --- FAIL line, indented).
+	for log in "$@"; do
+		[ -f "$log.rc" ] && [ "$(cat "$log.rc")" != 0 ] && [ "$(cat "$log.rc")" != skipped ] || continue
+		echo "==> $(basename "$log" .log): what failed"
+		failures "$log" | tail -n "${SUMMARY_FAILURE_LINES:-40}"
 	done
 	;;
 *)
