@@ -250,7 +250,9 @@ func (r *kindReconciler) sealed(obj client.Object, rec rollout.Record) map[strin
 // again; its update wakes the workloads that waited (haltLifted).
 func (r *kindReconciler) recovered(ctx context.Context, obj client.Object, d rollout.Decision) error {
 	rec := *d.Record
-	if err := patchAnnotations(ctx, r.Client, obj, "", r.sealed(obj, rec.Resume()), r.holdPatch(ctx, obj, d)); err != nil {
+	meta := r.sealed(obj, rec.Resume())
+	err := patchAnnotations(ctx, r.Client, obj, "", meta, r.holdPatch(ctx, obj, d))
+	if _, err = r.landed(ctx, obj, meta, err); err != nil {
 		return err
 	}
 	log.FromContext(ctx).Info("failed workload recovered; halt lifted", "halted", rec.Halted)
@@ -441,15 +443,18 @@ func (r *kindReconciler) roll(ctx context.Context, o *observed, d rollout.Decisi
 		maps.Copy(meta, d.Record.Annotations(obj.GetUID(), comp.Hasher))
 	}
 	spec := mergePatches(stampPatch(r.Kind.TemplateFields(), comp.Hash), r.holdPatch(ctx, obj, d))
-	if err := patchAnnotations(ctx, r.Client, obj, obj.GetResourceVersion(), meta, spec); err != nil {
+	err := patchAnnotations(ctx, r.Client, obj, obj.GetResourceVersion(), meta, spec)
+	if live, lerr := r.landed(ctx, obj, meta, err); live != nil {
+		o.Object, obj = live, live
+	} else if lerr != nil {
 		if !d.Supersedes {
 			r.Scheduler.Release(o.Key)
 		}
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(lerr) {
 			log.FromContext(ctx).V(1).Info("workload changed since it was read; asking again", "hash", comp.Hash)
 			return true, nil
 		}
-		return false, err
+		return false, lerr
 	}
 	stamped, rolled, err := r.kept(ctx, o, previous)
 	if !rolled {
@@ -534,6 +539,11 @@ func (r *kindReconciler) closeRecord(ctx context.Context, obj client.Object, met
 		return false, err
 	}
 	err = r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager))
+	if live, lerr := r.landed(ctx, obj, meta, err); live != nil {
+		err = nil
+	} else {
+		err = lerr
+	}
 	switch {
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
 		return true, nil
