@@ -284,3 +284,37 @@ func TestCanariesAreTheSchedulersOwn(t *testing.T) {
 		t.Errorf("canaries %v, want 4, f the canary of the Secret's change only", canaries)
 	}
 }
+
+// The change's debounce runs from the change, the same for every workload
+// it concerns: a workload whose first reconcile comes late (a loaded
+// manager, seen on the real node in CI) keeps its place in the wave, and
+// the one first in wave order is still the canary. Before, each debounce
+// ran from the workload's own first reconcile, and a workload of lower
+// priority whose debounce ended first took the canary.
+func TestLateReconcileKeepsItsPlaceInTheWave(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	wants := func(name string, priority int) Observation {
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
+			Hash: "v1-new", Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second, Priority: priority, Window: 2 * time.Second}
+	}
+	s.Announce(dep("first"), 10, ref)
+	s.Announce(dep("second"), 0, ref)
+	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Verb == Stamp {
+		t.Fatalf("second within the debounce: %+v %v; want it to wait", d, err)
+	}
+	c.advance(1500 * time.Millisecond) // first's reconcile comes late
+	if d, err := s.Decide(t.Context(), wants("first", 10)); err != nil || d.Verb == Stamp {
+		t.Fatalf("first within the debounce: %+v %v; want it to wait", d, err)
+	}
+	c.advance(600 * time.Millisecond) // second's debounce is over
+	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Verb == Stamp {
+		t.Fatalf("second, after its debounce, with first (priority 10) about to ask: %+v %v; want it to wait for first's canary", d, err)
+	}
+	d, err := s.Decide(t.Context(), wants("first", 10))
+	if err != nil || d.Verb != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
+		t.Fatalf("first, after the change's debounce: %+v %v; want the canary's stamp", d, err)
+	}
+}

@@ -306,16 +306,23 @@ func (s *Scheduler) Ongoing(ctx context.Context, k Key, causes []Change) bool {
 }
 
 // Debounce records that k needs hash and returns how long to wait before
-// rolling: until window has passed since the last different hash, at most
-// MaxWait after the first.
+// rolling: until window has passed since the last different hash (the
+// first: since the change was announced, when it was), at most MaxWait
+// after the first.
 func (s *Scheduler) Debounce(k Key, hash string, window time.Duration, priority int) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	p := s.entry(k, now)
 	switch {
-	case p == nil || p.announced:
+	case p == nil:
 		p = &pending{hash: hash, first: now, last: now}
+		s.pending[k] = p
+	case p.announced:
+		// The change was seen when it was announced: its debounce runs from
+		// then, the same for every workload it concerns, so that one whose
+		// reconcile comes late keeps its place in the wave order.
+		p = &pending{hash: hash, first: p.seen, last: p.seen}
 		s.pending[k] = p
 	case p.hash != hash:
 		debouncedChanges.Inc()
