@@ -11,7 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -90,5 +92,46 @@ func TestStampWhoseWriteTimedOut(t *testing.T) {
 					"want the error, no event, no count, no slot", err, changed, count, slots)
 			}
 		})
+	}
+}
+
+// landed reads the workload only after an error that may follow an applied
+// write, and calls the write done only when every annotation it wrote (a
+// nil one: removed) is there as written.
+func TestLanded(t *testing.T) {
+	app := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app",
+		Annotations: map[string]string{"a": "1", "b": "2"}}}
+	reads := 0
+	c := indexedBuilder(app).WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		reads++
+		return c.Get(ctx, key, obj, opts...)
+	}}).Build()
+	r := &kindReconciler{WorkloadReconciler: &WorkloadReconciler{Client: c, APIReader: c}, Kind: workload.NewRegistry().All()[0]}
+	timeout := fmt.Errorf("while patching ns/app: %w", context.DeadlineExceeded)
+	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "deployments"}, "app", errors.New("changed"))
+	for _, tc := range []struct {
+		name   string
+		meta   map[string]any
+		err    error
+		landed bool
+		reads  int
+	}{
+		{"no error", map[string]any{"a": "1"}, nil, false, 0},
+		{"a conflict: nothing was written", map[string]any{"a": "1"}, conflict, false, 0},
+		{"every annotation as written", map[string]any{"a": "1", "b": "2", "c": nil}, timeout, true, 1},
+		{"a value that differs", map[string]any{"a": "1", "b": "3"}, timeout, false, 1},
+		{"one to remove is still there", map[string]any{"a": "1", "b": nil}, timeout, false, 1},
+	} {
+		reads = 0
+		live, err := r.landed(t.Context(), app, tc.meta, tc.err)
+		if (live != nil) != tc.landed || reads != tc.reads {
+			t.Errorf("%s: landed %v (%d reads), want %v (%d)", tc.name, live != nil, reads, tc.landed, tc.reads)
+		}
+		if !tc.landed && !errors.Is(err, tc.err) {
+			t.Errorf("%s: error %v, want %v", tc.name, err, tc.err)
+		}
+		if tc.landed && err != nil {
+			t.Errorf("%s: error %v, want none", tc.name, err)
+		}
 	}
 }

@@ -318,3 +318,16 @@ func TestLateReconcileKeepsItsPlaceInTheWave(t *testing.T) {
 		t.Fatalf("first, after the change's debounce: %+v %v; want the canary's stamp", d, err)
 	}
 }
+
+// A workload announced again before its reconcile asked (a second change
+// to its source) debounces from the newer change, not the first.
+func TestAnnouncedAgainDebouncesFromTheNewerChange(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute})
+	s.Announce(dep("a"), 0, ref)
+	c.advance(8 * time.Second)
+	s.Announce(dep("a"), 0, ref)
+	if wait := s.Debounce(dep("a"), "v1-new", 2*time.Second, 0); wait != 2*time.Second {
+		t.Fatalf("debounce after a change announced 8 s after the first: wait %v, want the whole window (2s) from the newer change", wait)
+	}
+}

@@ -232,6 +232,9 @@ func (s *Scheduler) Announce(k Key, priority int, refs ...stamp.ObjectRef) {
 	now := s.now()
 	if p := s.entry(k, now); p != nil {
 		p.refs = appendNew(p.refs, refs...)
+		if p.announced { // a newer change, its reconcile still to ask: the debounce runs from this one
+			p.seen, p.readyAt = now, now
+		}
 		return
 	}
 	s.pending[k] = &pending{priority: priority, announced: true, readyAt: now, seen: now, refs: refs}
