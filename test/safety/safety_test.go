@@ -406,6 +406,15 @@ func waitHaltedRoll(t *testing.T, ns string, initial map[string]string, began ti
 	return resumed
 }
 
+// haltedRecheck is how often a halted workload looks again by itself
+// (rollout's haltedRecheck); resumeBound is well under it: a wave that
+// resumed within it was woken by the lift, not found by the recheck. It
+// took 11.7 s once under make test's load in a fresh clone (.ci/run).
+const (
+	haltedRecheck = 30 * time.Second
+	resumeBound   = 20 * time.Second
+)
+
 func TestDeletingTheFailedWorkloadResumesTheWave(t *testing.T) {
 	ns := "halt-delete"
 	initial := haltTheWave(t, ns)
@@ -414,8 +423,8 @@ func TestDeletingTheFailedWorkloadResumesTheWave(t *testing.T) {
 	resumed := waitHaltedRoll(t, ns, initial, began)
 	t.Logf("wave resumed %v after the failed workload was deleted; all %d waiting workloads rolled in %v",
 		resumed.Round(time.Millisecond), len(haltNames[3:]), time.Since(began).Round(time.Millisecond))
-	if resumed > 10*time.Second {
-		t.Errorf("the wave resumed %v after the delete, want within seconds", resumed)
+	if resumed > resumeBound {
+		t.Errorf("the wave resumed %v after the delete, want within %v (the wake, not the halted workloads' %v recheck)", resumed, resumeBound, haltedRecheck)
 	}
 }
 
@@ -427,8 +436,8 @@ func TestRemovingTheHaltedAnnotationResumesTheWave(t *testing.T) {
 	resumed := waitHaltedRoll(t, ns, initial, began)
 	t.Logf("wave resumed %v after the halted annotation was removed; all %d waiting workloads rolled in %v",
 		resumed.Round(time.Millisecond), len(haltNames[3:]), time.Since(began).Round(time.Millisecond))
-	if resumed > 10*time.Second {
-		t.Errorf("the wave resumed %v after the annotation was removed, want within seconds", resumed)
+	if resumed > resumeBound {
+		t.Errorf("the wave resumed %v after the annotation was removed, want within %v (the wake, not the halted workloads' %v recheck)", resumed, resumeBound, haltedRecheck)
 	}
 	// The failed workload itself does not roll again for the same change.
 	if got := replicaSets(t, ns, haltNames[2]); got != 2 {
