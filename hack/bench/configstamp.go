@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,11 +42,28 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startConfigstamp starts the binary and waits for /readyz 200 (caches synced,
+// errPortTaken: a port freePort gave was bound by another process before
+// configstamp bound it (freePort closes its listener; make test's other
+// lane starts servers at the same time).
+var errPortTaken = errors.New("a port given to configstamp was taken meanwhile")
+
+// startConfigstamp is startConfigstampOnce, again on other ports (three
+// tries) when a port it was given was taken meanwhile.
+func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extra []string) (*configstampProcess, error) {
+	for try := 1; ; try++ {
+		p, err := startConfigstampOnce(ctx, bin, kubeconfig, logPath, extra)
+		if err == nil || try == 3 || !errors.Is(err, errPortTaken) {
+			return p, err
+		}
+		logf("%v; starting configstamp again on other ports", err)
+	}
+}
+
+// startConfigstampOnce starts the binary and waits for /readyz 200 (caches synced,
 // webhook serving), then until it holds the leader lease: a predecessor
 // stopped while it was taking the lease may hold it for the lease duration,
 // and a scenario measured before the reconcilers run would time that wait.
-func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extra []string) (*configstampProcess, error) {
+func startConfigstampOnce(ctx context.Context, bin, kubeconfig, logPath string, extra []string) (*configstampProcess, error) {
 	var ports [3]int
 	for i := range ports {
 		p, err := freePort()
@@ -63,6 +81,10 @@ func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extr
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
+	}
+	var logStart int64 // this start's part of the log: an earlier try's lines stay above it
+	if fi, err := logFile.Stat(); err == nil {
+		logStart = fi.Size()
 	}
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig, "--namespace=" + ownNamespace,
@@ -87,6 +109,9 @@ func startConfigstamp(ctx context.Context, bin, kubeconfig, logPath string, extr
 
 	if err := waitReadyz(ctx, "configstamp", p.http, p.probeAddr, 10*time.Millisecond, p.done, logPath); err != nil {
 		_ = p.stop()
+		if logged, rerr := os.ReadFile(logPath); rerr == nil && bytes.Contains(logged[min(logStart, int64(len(logged))):], []byte("bind: address already in use")) {
+			return nil, fmt.Errorf("%w: %v", errPortTaken, err)
+		}
 		return nil, err
 	}
 	p.readyAfter = time.Since(p.started)
