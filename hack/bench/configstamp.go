@@ -110,7 +110,7 @@ func startConfigstampOnce(ctx context.Context, bin, kubeconfig, logPath string, 
 	if err := waitReadyz(ctx, "configstamp", p.http, p.probeAddr, 10*time.Millisecond, p.done, logPath); err != nil {
 		_ = p.stop()
 		if logged, rerr := os.ReadFile(logPath); rerr == nil && bytes.Contains(logged[min(logStart, int64(len(logged))):], []byte("bind: address already in use")) {
-			return nil, fmt.Errorf("%w: %v", errPortTaken, err)
+			return nil, fmt.Errorf("%w: %w", errPortTaken, err)
 		}
 		return nil, err
 	}
