@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -35,10 +36,15 @@ const (
 	// ReasonUndoNeedsPodDelete: a StatefulSet returned to its previous
 	// revision keeps a broken pod until someone deletes it.
 	ReasonUndoNeedsPodDelete = "UndoNeedsPodDelete"
+	// ReasonUndoVerified: the undo's own rollout passed verification.
+	ReasonUndoVerified = "UndoVerified"
+	// ReasonUndoFailed: the undo's own rollout failed too; it is not undone.
+	ReasonUndoFailed = "UndoFailed"
 )
 
-// undoFailed returns a workload whose rollout just failed (its record rec)
-// to the last revision whose rollout passed verification (rec.Verified),
+// undoFailed returns a workload whose rollout just failed (rec, the failed
+// record just written) to the last revision whose rollout passed
+// verification (rec.Verified),
 // when it asks for it (rollout.OnFailure): a pinned workload's revision
 // mounts the snapshots it ran with, so its pods get that config back while
 // the halt stays (a rolled-back pinned workload recovers nothing:
@@ -46,7 +52,8 @@ const (
 // superseded while it rolled, an earlier failure), never over a user's
 // edit. An unpinned workload's previous revision mounts the same objects,
 // which hold the failed data now: undo could not help it, and a Warning
-// says so.
+// says so. The undo's own rollout is followed like any other
+// (Record.StartUndo): reportUndo tells how it ended, and it is never undone.
 //
 // freeze is what the failure paused (a held canary's spec.paused): the undo
 // puts it back in the same write, or the workload's controller would never
@@ -109,6 +116,8 @@ func (r *kindReconciler) undoFailed(ctx context.Context, obj client.Object, rec 
 		return
 	}
 	log.FromContext(ctx).Info("failed rollout undone", "revision", revision, "stamp", prev.Annotations[stamp.AnnotationHash])
+	rollout.UndosTotal.WithLabelValues("undone", r.Kind.Name).Inc()
+	r.followUndo(ctx, obj, rec, prev.Annotations[stamp.AnnotationHash])
 	resumed := ""
 	if thawed {
 		resumed = " (its rollout, paused at the failed canary, is resumed for it)"
@@ -124,6 +133,38 @@ func (r *kindReconciler) undoFailed(ctx context.Context, obj client.Object, rec 
 				"revision that never becomes Ready (kubernetes/kubernetes#67250): delete that pod (kubectl delete pod) for the undo to reach it; "+
 				"configstamp never deletes pods", revision)
 	}
+}
+
+// followUndo writes the record of the undo's own rollout to the revision
+// stamped to, after the failure rec: followed, verified and closed back
+// into that failure like any rollout (Record.StartUndo). Not written (an
+// error): the undo stands, unfollowed, and the log says so.
+func (r *kindReconciler) followUndo(ctx context.Context, obj client.Object, rec rollout.Record, to string) {
+	meta := r.sealed(obj, rec.StartUndo(time.Now(), to))
+	err := patchAnnotations(ctx, r.Client, obj, "", meta, nil)
+	if _, err = r.landed(ctx, obj, meta, err); err != nil {
+		log.FromContext(ctx).Error(err, "the undo's rollout is not followed: its record could not be written")
+	}
+}
+
+// reportUndo tells how the undo's own rollout, closed by d, ended: verified
+// (its revision runs healthy again), or failed too, which is not undone
+// again: the change's halt stays either way.
+func (r *kindReconciler) reportUndo(ctx context.Context, obj client.Object, d rollout.Decision) {
+	to := d.Judged.Undo
+	if d.Failure == "" {
+		rollout.UndosTotal.WithLabelValues("verified", r.Kind.Name).Inc()
+		log.FromContext(ctx).Info("the undo's rollout passed verification", "stamp", to, "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonUndoVerified, "Undo",
+			"the undo's rollout to the revision stamped %s completed and stayed healthy: the workload runs the config it ran before %s; "+
+				"that change stays halted until it is fixed", to, d.Judged.Cause)
+		return
+	}
+	rollout.UndosTotal.WithLabelValues("failed", r.Kind.Name).Inc()
+	log.FromContext(ctx).Info("the undo's rollout failed", "stamp", to, "reason", d.Failure)
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonUndoFailed, "Undo",
+		"the undo's rollout to the revision stamped %s failed too: %s; configstamp does not undo it again: the workload needs a look "+
+			"(the change %s stays halted)", to, d.Failure, d.Judged.Cause)
 }
 
 // editedSince says how failed, the template whose rollout failed, differs

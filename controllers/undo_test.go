@@ -4,15 +4,20 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -102,5 +107,48 @@ func TestVerifiedRevision(t *testing.T) {
 		if _, has := got.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; has != tc.hashLabel {
 			t.Fatalf("%s: the revision's %s label kept: %v, want %v", kind.Name, appsv1.DefaultDeploymentUniqueLabelKey, has, tc.hashLabel)
 		}
+	}
+}
+
+// The undo's own rollout is judged like any other; when it fails too, that
+// is told (UndoFailed) and not undone again (no second RolloutUndone nor
+// UndoImpossible, no RolloutFailed of the change as if it failed anew), and
+// the record closes back into the change's failure, its halt kept.
+func TestUndoThatFailsIsReportedNotUndone(t *testing.T) {
+	w := newHaltWorld(t, rollout.Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}, interceptor.Funcs{})
+	failed := rollout.StartRecord(time.Now().Add(-5*time.Minute), []rollout.Change{w.change}, false)
+	failed.Verified = "v1-good"
+	undoing := failed.Fail(true).StartUndo(time.Now().Add(-2*time.Minute), "v1-good")
+	w.setFailed(t, func(d *appsv1.Deployment) {
+		withRecord(d, undoing, testKeys.Current())
+		d.Spec.Replicas = ptr.To[int32](1)
+	})
+	live := &appsv1.Deployment{}
+	if err := w.c.Get(t.Context(), client.ObjectKeyFromObject(w.failed), live); err != nil {
+		t.Fatal(err)
+	}
+	o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "failed"}, Kind: w.r.Kind, Object: live,
+		Ours: true, Need: rollout.NeedNothing, Verification: rollout.Verification{Read: true, Pods: 1,
+			Problem: "pod failed-x: container app restarted 1 times (exit code 1, Error)"}}}
+	d, err := w.r.Scheduler.Decide(t.Context(), o.Observation)
+	if err != nil || d.Verb != rollout.Close || d.Failure == "" {
+		t.Fatalf("decision %+v %v: want the undo's rollout closed as failed", d, err)
+	}
+	if _, err := w.r.act(t.Context(), o, d); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rec := w.r.Recorder.(*events.FakeRecorder); len(rec.Events) > 0; {
+		got = append(got, <-rec.Events)
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+ReasonUndoFailed) || !strings.Contains(got[0], "v1-good") {
+		t.Fatalf("events %q: want one %s naming the revision, nothing else", got, ReasonUndoFailed)
+	}
+	if err := w.c.Get(t.Context(), client.ObjectKeyFromObject(w.failed), live); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := rollout.Verify(live, testKeys)
+	if err != nil || rec.State != rollout.Failed || rec.Halted != failed.Cause || rec.Undo != "" {
+		t.Fatalf("record %+v (%v): want failed again, halting its change, the undo over", rec, err)
 	}
 }

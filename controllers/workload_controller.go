@@ -206,7 +206,10 @@ func (r *kindReconciler) act(ctx context.Context, o *observed, d rollout.Decisio
 			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
 		}
 		r.Scheduler.CanaryWritten(o.Key, d.Judged, *d.Record)
-		if d.Failure != "" {
+		switch {
+		case d.Judged.Undo != "":
+			r.reportUndo(ctx, obj, d)
+		case d.Failure != "":
 			rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
 			if d.Judged.State == rollout.Verifying {
 				rollout.FailedVerificationTotal.WithLabelValues(r.Kind.Name).Inc()
@@ -215,8 +218,8 @@ func (r *kindReconciler) act(ctx context.Context, o *observed, d rollout.Decisio
 				rollout.CanariesTotal.WithLabelValues("failed", r.Kind.Name).Inc()
 			}
 			r.reportFailure(ctx, obj, d.Judged, d.Failure)
-			r.undoFailed(ctx, obj, d.Judged, d.Hold)
-		} else {
+			r.undoFailed(ctx, obj, *d.Record, d.Hold)
+		default:
 			if d.Judged.Canary == rollout.CanaryRunning {
 				rollout.CanariesTotal.WithLabelValues("passed", r.Kind.Name).Inc()
 			}

@@ -124,6 +124,8 @@ Output (-o json|yaml), one object:
                    it at configstamp's next judgement; absent: none
   pinned[]         the snapshots it reads instead of its sources (Kind/source=snapshot)
   rolledBackTo     the stamp a user rolled it back to, while pinned to it
+  undoTo           the stamp configstamp's undo returned it to, while the
+                   undo's own rollout is followed (absent: none)
   waitingOn        the halt it waits on (absent: none):
     change         Kind/name@content
     haltedBy[]     the workloads halting it (kind/name)

@@ -126,10 +126,13 @@ type whyResult struct {
 	Pinned []string `json:"pinned"`
 	// RolledBackTo is the stamp of the earlier revision a user rolled the
 	// pinned workload back to, while it runs that revision.
-	RolledBackTo string      `json:"rolledBackTo,omitempty"`
-	WaitingOn    *waiting    `json:"waitingOn,omitempty"`
-	Summary      string      `json:"summary"`
-	Events       []eventView `json:"events"`
+	RolledBackTo string `json:"rolledBackTo,omitempty"`
+	// UndoTo is the stamp of the revision configstamp's undo returned the
+	// failed workload to, while the undo's own rollout is followed.
+	UndoTo    string      `json:"undoTo,omitempty"`
+	WaitingOn *waiting    `json:"waitingOn,omitempty"`
+	Summary   string      `json:"summary"`
+	Events    []eventView `json:"events"`
 }
 
 // heldField is one field of a canary's hold: where, the value configstamp
@@ -323,6 +326,9 @@ func explain(ctx context.Context, o *options, w workload, ns string) (whyResult,
 	slices.Sort(res.Pinned)
 	if pin.RolledBack(w.meta.Annotations, w.template) {
 		res.RolledBackTo = res.Stamp
+	}
+	if rec.Open() {
+		res.UndoTo = rec.Undo
 	}
 	selectors, err := o.selectorSources(ctx, ns)
 	if err != nil {
@@ -560,6 +566,10 @@ func (o *options) waitingOn(ctx context.Context, ns string, rec rollout.Record, 
 
 func summary(r whyResult) string {
 	switch {
+	case r.UndoTo != "":
+		return "undoing: its rollout failed and configstamp returned it to its last verified revision (stamp " + r.UndoTo + "); " +
+			"that rollout is followed like any other (it holds a slot until it passes its verification window or fails: " +
+			"a failure is reported, never undone again), and the change stays halted"
 	case r.RolledBackTo != "":
 		return "rolled back by a user to the revision stamped " + r.RolledBackTo + ", pinned to " + strings.Join(r.Pinned, ", ") +
 			"; configstamp keeps it until a source changes"

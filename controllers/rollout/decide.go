@@ -152,7 +152,7 @@ func (s *Scheduler) take(ctx context.Context, sit Situation, plan Plan) (Decisio
 		// is known before the next in the wave may take the slot.
 		s.Release(o.Key)
 		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
-		if plan.Failure != "" && plan.Record != nil && plan.Record.Hold != "" {
+		if plan.Failure != "" && plan.Record != nil && plan.Record.Hold != "" && sit.Record.Undo == "" {
 			d.Record, d.Hold = frozen(o, *plan.Record)
 			if len(d.Hold) > 0 {
 				d.Failure += "; its rollout is paused (spec.paused) so that no other pod gets the change, and put back when the halt lifts"

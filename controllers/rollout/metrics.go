@@ -46,6 +46,13 @@ var (
 		Name: "configstamp_canaries_total",
 		Help: "Canaries of a change (its first workload, held at one new pod where its kind allows), by result (passed, failed) and kind.",
 	}, []string{"result", "kind"})
+	// UndosTotal counts configstamp's undos of failed rollouts by result:
+	// undone (the template returned to its last verified revision), then
+	// verified or failed (how the undo's own rollout ended).
+	UndosTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "configstamp_undos_total",
+		Help: "Undos of failed rollouts (configstamp.io/on-failure: undo), by result: undone (returned to the last verified revision), then verified or failed (the undo's own rollout).",
+	}, []string{"result", "kind"})
 	// Resumed counts halts lifted (the failed workload deleted, recovered, or its halted annotation removed).
 	Resumed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "configstamp_halts_lifted_total", Help: "Halts lifted: the failed workload was deleted, recovered, or its halted annotation removed.",
@@ -107,7 +114,7 @@ var current atomic.Pointer[Scheduler]
 // registers nothing (the kubectl plugin reads records with it).
 func RegisterMetrics(kinds *workload.Registry) {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(StartedTotal, ReconcilesTotal, CompletedTotal, CanariesTotal, FailedTotal, FailedVerificationTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
+		metrics.Registry.MustRegister(StartedTotal, ReconcilesTotal, CompletedTotal, CanariesTotal, UndosTotal, FailedTotal, FailedVerificationTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
 			waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
 	})
 	// Every kind's series from the start, at 0: increase() and rate() see the
@@ -129,6 +136,9 @@ func InitSeries(kind string) {
 	}
 	CanariesTotal.WithLabelValues("passed", kind)
 	CanariesTotal.WithLabelValues("failed", kind)
+	for _, result := range []string{"undone", "verified", "failed"} {
+		UndosTotal.WithLabelValues(result, kind)
+	}
 }
 
 // CountWarnings is rec counting each Warning event it emits in

@@ -59,6 +59,10 @@ const (
 	// to hold a canary at one new pod, with the values to put back (see
 	// workload.Hold): present while they are set.
 	AnnotationHold = "configstamp.io/rollout-hold"
+	// AnnotationUndo is the stamp of the revision configstamp's undo returned
+	// a failed workload to (configstamp.io/on-failure: undo): present while
+	// the undo's own rollout is followed (see Record.StartUndo).
+	AnnotationUndo = "configstamp.io/rollout-undo"
 )
 
 // Canary is where a rollout stands as its change's canary.
@@ -120,7 +124,7 @@ const AnnotationSeal = "configstamp.io/rollout-seal"
 // RecordAnnotations are the record's annotations: configstamp writes them,
 // and only the reconciler reads them (webhook.MayRestamp).
 var RecordAnnotations = []string{AnnotationState, AnnotationStarted, AnnotationCause, AnnotationSeal, AnnotationHalted, AnnotationVerifyUntil, AnnotationVerified,
-	AnnotationCanary, AnnotationHold}
+	AnnotationCanary, AnnotationHold, AnnotationUndo}
 
 // domainRecord separates the record's seal from every other keyed value.
 const domainRecord = "configstamp.io/rollout-record"
@@ -144,6 +148,9 @@ type Record struct {
 	// without it; carried while they stay set (a failed canary keeps its
 	// hold: no second pod gets the failed change).
 	Hold string
+	// Undo: the rollout is configstamp's undo of the failure this record
+	// closed before, to the revision stamped so ("" for any other rollout).
+	Undo string
 	// KeyID is the installation key the record is sealed with; the content
 	// ids of its changes (Cause, Halted) are made with the same key.
 	KeyID string
@@ -166,7 +173,7 @@ type Keys interface {
 // for display only. An unknown state reads as None.
 func Read(annotations map[string]string) Record {
 	r := Record{Cause: annotations[AnnotationCause], Halted: annotations[AnnotationHalted], Verified: annotations[AnnotationVerified],
-		Hold: annotations[AnnotationHold]}
+		Hold: annotations[AnnotationHold], Undo: annotations[AnnotationUndo]}
 	switch c := Canary(annotations[AnnotationCanary]); c {
 	case CanaryRunning, CanaryPassed:
 		r.Canary = c
@@ -220,7 +227,7 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// seal is the record's MAC. Until, Verified, Canary and Hold are sealed only when set, so
+// seal is the record's MAC. Until, Verified, Canary, Hold and Undo are sealed only when set, so
 // records sealed before they existed (an upgrade) still verify.
 func (r Record) seal(uid types.UID, h *stamp.Hasher) string {
 	fields := []string{string(uid), string(r.State), formatTime(r.Started), r.Cause, r.Halted}
@@ -235,6 +242,9 @@ func (r Record) seal(uid types.UID, h *stamp.Hasher) string {
 	}
 	if r.Hold != "" {
 		fields = append(fields, "hold="+r.Hold)
+	}
+	if r.Undo != "" {
+		fields = append(fields, "undo="+r.Undo)
 	}
 	return h.KeyID() + "." + h.Seal(domainRecord, fields...)
 }
@@ -259,6 +269,7 @@ func (r Record) Annotations(uid types.UID, h *stamp.Hasher) map[string]any {
 		AnnotationVerified:    orNil(r.Verified),
 		AnnotationCanary:      orNil(string(r.Canary)),
 		AnnotationHold:        orNil(r.Hold),
+		AnnotationUndo:        orNil(r.Undo),
 		AnnotationSeal:        r.seal(uid, h),
 	}
 }
@@ -307,8 +318,12 @@ func (r Record) StartVerifying(until time.Time) Record {
 
 // Complete closes a rollout that completed (verified); its revision,
 // stamped stamp, is the last verified one ("" keeps the one before: a
-// rollout with nothing to verify).
+// rollout with nothing to verify). An undo's rollout closes back into the
+// failure it undid (undone).
 func (r Record) Complete(stamp string) Record {
+	if r.Undo != "" {
+		return r.undone()
+	}
 	r.State, r.Halted, r.Until, r.Hold = Completed, "", time.Time{}, ""
 	if stamp != "" {
 		r.Verified = stamp
@@ -318,14 +333,34 @@ func (r Record) Complete(stamp string) Record {
 
 // Fail closes a rollout that failed; halt records its cause as halted. A
 // halting canary keeps its hold (no second pod gets the halted change);
-// without a halt the hold is put back.
+// without a halt the hold is put back. An undo's rollout closes back into
+// the failure it undid (undone): an undo is never undone, nor halts more.
 func (r Record) Fail(halt bool) Record {
+	if r.Undo != "" {
+		return r.undone()
+	}
 	r.State, r.Halted, r.Until = Failed, "", time.Time{}
 	if halt {
 		r.Halted = r.Cause
 	} else {
 		r.Hold = ""
 	}
+	return r
+}
+
+// StartUndo is the rollout of configstamp's undo, at now, of the failure r
+// closed, to the revision stamped to: followed and verified like any
+// rollout (it holds a slot until it closes), while the failure's halt and
+// hold stay as they were. No canary: the revision is one that passed.
+func (r Record) StartUndo(now time.Time, to string) Record {
+	r.State, r.Started, r.Until, r.Canary, r.Undo = Rolling, now.Truncate(time.Second), time.Time{}, NoCanary, to
+	return r
+}
+
+// undone closes an undo's rollout, passed or failed, back into the failure
+// it undid: failed, its halt and hold as they were.
+func (r Record) undone() Record {
+	r.State, r.Until, r.Undo = Failed, time.Time{}, ""
 	return r
 }
 

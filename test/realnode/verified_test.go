@@ -341,7 +341,14 @@ func TestUndoReturnsToTheLastVerifiedRevision(t *testing.T) {
 	})
 	t.Logf("u failed and was undone %s after the change; it served its last verified config (mode=better, not the superseded interim) %s after the change",
 		undone, since(changed))
-	if rec := record(t, u); rec.State != rollout.Failed || rec.Halted == "" {
+	// The undo's own rollout is followed and verified like any other, the
+	// change's halt held all along; then the record is the failure again.
+	if rec := record(t, u); rec.Halted == "" {
+		t.Fatalf("u's record %+v: the halt must stay while the undo rolls", rec)
+	}
+	env.WaitEvent(t, u, controllers.ReasonUndoVerified, "stayed healthy", verified)
+	t.Logf("the undo's rollout was verified %s after the change", since(changed))
+	if rec := record(t, u); rec.State != rollout.Failed || rec.Halted == "" || rec.Undo != "" {
 		t.Fatalf("u's record %+v: the halt must stay after the undo", rec)
 	}
 	staysUnstamped(t, v, vHash)

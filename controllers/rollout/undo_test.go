@@ -1,0 +1,77 @@
+package rollout
+
+import (
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+// The undo's own rollout is followed like any rollout (it is open, holds a
+// slot) and, however it ends, closes back into the failure it undid: failed,
+// the change's halt and the canary's hold as they were, never undone again.
+func TestUndoIsFollowedThenClosedIntoItsFailure(t *testing.T) {
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	hold := workload.Hold{{Path: "spec.strategy.rollingUpdate.maxSurge", Set: float64(1)}, {Path: "spec.paused", Set: true}}
+	failed := StartRecord(t0.Add(-5*time.Minute), cause, false).AsCanary(hold.Encode())
+	failed.Verified = "v1-good"
+	failed = failed.Fail(true)
+	undoing := failed.StartUndo(t0.Add(-10*time.Second), "v1-good")
+	if !undoing.Open() || undoing.Canary != NoCanary || undoing.Halted != failed.Halted || undoing.Hold != failed.Hold || undoing.Undo != "v1-good" {
+		t.Fatalf("undo's record %+v: want it open, no canary, the halt and hold kept", undoing)
+	}
+	// What ends it (whatever the policy's halting) is the failure it undid.
+	want := failed
+	want.Started, want.Canary = undoing.Started, NoCanary
+	for _, policy := range []Policy{{ProgressDeadline: time.Minute, HaltOnFailure: true}, {ProgressDeadline: time.Minute}} {
+		ended := map[string]struct {
+			rec      Record
+			complete bool
+			failure  bool
+		}{
+			"verified":               {undoing, true, false},
+			"failed at its deadline": {failed.StartUndo(t0.Add(-2*time.Minute), "v1-good"), false, true},
+		}
+		for name, tc := range ended {
+			sit := Situation{Observation: Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", tc.complete, nil), Ours: true,
+				Need: NeedRollout}, Record: tc.rec, Now: t0}
+			p := Rules(sit, policy)
+			w := want
+			w.Started = tc.rec.Started
+			if p.Step != StepClose || p.Record == nil || *p.Record != w || (p.Failure != "") != tc.failure {
+				t.Fatalf("%s (halting %v): plan %+v, want closed as %+v, failure %v", name, policy.HaltOnFailure, p, w, tc.failure)
+			}
+		}
+	}
+	// Still rolling: followed by its deadline, not superseded by the halted
+	// change (the gate holds it) nor judged as a canary.
+	sit := Situation{Observation: Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", false, nil), Ours: true, Need: NeedNothing},
+		Record: undoing, Now: t0}
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepFollow {
+		t.Fatalf("rolling undo: plan %+v, want it followed", p)
+	}
+}
+
+// An undo whose rollout fails freezes nothing: its canary's freeze was put
+// back by the undo, and pausing the verified revision's rollout would leave
+// the workload half way.
+func TestFailedUndoFreezesNothing(t *testing.T) {
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	hold := workload.Hold{{Path: "spec.strategy.rollingUpdate.maxSurge", Set: float64(1)}}
+	undoing := StartRecord(t0.Add(-5*time.Minute), cause, false).AsCanary(hold.Encode()).Fail(true).StartUndo(t0.Add(-10*time.Second), "v1-good")
+	o := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &undoing), Ours: true, Need: NeedNothing, VerifyWindow: 30 * time.Second,
+		Verification: Verification{Read: true, Pods: 3, Problem: "pod a-x: container app restarted 1 times"}}
+	o.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
+	d, err := s.Decide(t.Context(), o)
+	if err != nil || d.Verb != Close || d.Failure == "" || d.Record.State != Failed || d.Record.Undo != "" {
+		t.Fatalf("failing undo: %+v %v; want it closed failed", d, err)
+	}
+	if len(d.Hold) != 0 || d.Record.Hold != undoing.Hold {
+		t.Fatalf("failing undo writes the freeze %+v (record hold %s), want nothing more than its hold %s", d.Hold, d.Record.Hold, undoing.Hold)
+	}
+}
