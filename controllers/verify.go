@@ -100,13 +100,15 @@ func (r *kindReconciler) verification(ctx context.Context, obj client.Object) ro
 		return v
 	}
 	seen.Pods = rollout.OwnPods(obj, pods.Items)
+	var stalled []string
 	if rule == rollout.RuleRolling || rule == rollout.RuleVerifying {
 		if rollout.WaitsForVolumes(seen.Pods, seen.Hash) {
 			seen.Unmountable = r.unmountable(ctx, obj, tmpl, seen.Hash)
 		}
-		seen.NodesNotReady = r.nodesNotReady(ctx, obj, seen)
+		seen.NodesNotReady, stalled = r.nodesNotReady(ctx, obj, rec, seen)
 	}
 	found := rollout.InspectPods(seen)
+	found.StalledBy = stalled
 	log.FromContext(ctx).V(1).Info("pods judged", "rule", rule, "pods", len(seen.Pods), "problem", found.Problem, "healthy", found.Healthy)
 	found.Window, found.PollScale = v.Window, r.Scheduler.PollScale()
 	return found
@@ -139,6 +141,10 @@ func (r *kindReconciler) unmountable(ctx context.Context, obj client.Object, tmp
 // NotReady nodes.
 const ReasonNodesNotReady = "NodesNotReady"
 
+// ReasonStalledByNodes: a DaemonSet's own controller updates no further node
+// while its pods on NotReady nodes use up its maxUnavailable.
+const ReasonStalledByNodes = "RolloutStalledByNodes"
+
 // maxNodeReads bounds the nodes read for one judgement of a DaemonSet: a
 // rollout with more nodes still to do is under way, not held by a few
 // NotReady nodes.
@@ -152,19 +158,22 @@ var nodesNotReadyTold sync.Map
 // nodesNotReady returns the NotReady nodes that alone keep a DaemonSet's
 // rollout from complete (workload.DaemonSetNotWaitedFor) and marks obj with
 // them in memory (workload.AnnotationNodesNotReady), so its Status counts
-// it complete; nil for any other workload or rollout. Nodes are not cached:
+// it complete; nil for any other workload or rollout. stalled are the
+// NotReady nodes that stall its rolling update in its own controller
+// (workload.DaemonSetStalledBy): its rollout is then not failed at the
+// deadline, and once it has run that long a Warning says why. Nodes are not cached:
 // only the few nodes (at most maxNodeReads) where the rollout is not done
 // are read, live from the API server's watch cache, and only while a
 // DaemonSet's status does not count it complete. Without `get` on nodes
 // (a namespaced installation) its rollout waits for every node, as before.
-func (r *kindReconciler) nodesNotReady(ctx context.Context, obj client.Object, seen rollout.PodsSeen) []string {
+func (r *kindReconciler) nodesNotReady(ctx context.Context, obj client.Object, rec rollout.Record, seen rollout.PodsSeen) (notReady, stalled []string) {
 	d, ok := obj.(*appsv1.DaemonSet)
 	if !ok || r.Kind.Status(obj).Complete {
-		return nil
+		return nil, nil
 	}
 	unfinished := workload.DaemonSetUnfinished(d, seen.Pods, seen.Hash, seen.Now)
 	if len(unfinished) == 0 || len(unfinished) > maxNodeReads {
-		return nil
+		return nil, nil
 	}
 	nodes := make(map[string]workload.NodeState, len(unfinished))
 	for _, name := range unfinished {
@@ -173,13 +182,15 @@ func (r *kindReconciler) nodesNotReady(ctx context.Context, obj client.Object, s
 			// Gone: the pod garbage collector removes its pods, and the
 			// status then counts without it. Forbidden: waits, as before.
 			log.FromContext(ctx).V(1).Info("node unread: the DaemonSet's rollout waits for it", "node", name, "error", err.Error())
-			return nil
+			return nil, nil
 		}
 		nodes[name] = workload.NodeStateOf(n)
 	}
-	notReady := workload.DaemonSetNotWaitedFor(d, seen.Pods, seen.Hash, unfinished, nodes)
+	notReady = workload.DaemonSetNotWaitedFor(d, seen.Pods, seen.Hash, unfinished, nodes)
 	if len(notReady) == 0 {
-		return nil
+		stalled = workload.DaemonSetStalledBy(d, unfinished, nodes)
+		r.tellStalled(ctx, obj, rec, seen, stalled)
+		return nil, stalled
 	}
 	a := maps.Clone(obj.GetAnnotations())
 	if a == nil {
@@ -193,7 +204,28 @@ func (r *kindReconciler) nodesNotReady(ctx context.Context, obj client.Object, s
 			"the rollout does not wait for the pods on NotReady nodes %s: they cannot be replaced until the node is Ready again or deleted; "+
 				"it is complete once every pod on a Ready node is updated and available", strings.Join(notReady, ", "))
 	}
-	return notReady
+	return notReady, nil
+}
+
+// stalledTold: the DaemonSets (by UID) told, for their current stamp, that
+// NotReady nodes stall their rolling update (once per stamp and process).
+var stalledTold sync.Map
+
+// tellStalled says, once per stamp, that a DaemonSet's rollout stalled by
+// NotReady nodes (stalled) is not failed, once it has run for the progress
+// deadline (before then, it may still be under way).
+func (r *kindReconciler) tellStalled(ctx context.Context, obj client.Object, rec rollout.Record, seen rollout.PodsSeen, stalled []string) {
+	if len(stalled) == 0 || seen.Now.Sub(rec.Started) < r.Scheduler.Policy.ProgressDeadline {
+		return
+	}
+	if told, _ := stalledTold.Swap(obj.GetUID(), seen.Hash); told == seen.Hash {
+		return
+	}
+	log.FromContext(ctx).Info("the DaemonSet's own controller waits for NotReady nodes; its rollout is not failed", "nodes", stalled)
+	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonStalledByNodes, "Verify",
+		"the DaemonSet's controller updates no further node while its pods on NotReady nodes %s use up its maxUnavailable (kubernetes/kubernetes#117204): "+
+			"configstamp does not fail the change for it; the rollout goes on once those nodes are Ready again or deleted. "+
+			"Give node agents a maxUnavailable above the number of nodes that may be down at once", strings.Join(stalled, ", "))
 }
 
 func latest(a, b time.Time) time.Time {

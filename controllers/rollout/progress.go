@@ -74,7 +74,12 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 		from = progressed
 	}
 	left := from.Add(deadline).Sub(now)
-	if left < 0 {
+	switch {
+	case left < 0 && len(v.StalledBy) > 0:
+		// Its own controller waits for NotReady nodes: followed, not failed
+		// (its slot is given back at its bound, SlotBound).
+		return Judgement{Verdict: Pending, Recheck: v.poll(now.Sub(rec.Started))}
+	case left < 0:
 		return Judgement{Verdict: Failure, Reason: fmt.Sprintf("it made no progress for the progress deadline of %v", deadline)}
 	}
 	return Judgement{Verdict: Pending, Recheck: recheck(left+time.Second, rec, v, now)}

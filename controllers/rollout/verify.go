@@ -68,6 +68,10 @@ type Verification struct {
 	// PollScale multiplies PodPoll for this rollout (Scheduler.PollScale;
 	// 0 or 1: as it is).
 	PollScale int
+	// StalledBy: NotReady nodes that stall a DaemonSet's rolling update in
+	// its own controller (workload.DaemonSetStalledBy): no progress then is
+	// no failure of the change.
+	StalledBy []string
 }
 
 // Rule says which signs of failure among a revision's pods count, by where

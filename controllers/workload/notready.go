@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/klog/v2"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -97,6 +98,56 @@ func DaemonSetNotWaitedFor(d *appsv1.DaemonSet, pods []corev1.Pod, hash string, 
 		return nil
 	}
 	return unfinished
+}
+
+// DaemonSetStalledBy returns the NotReady nodes that stall d's rolling
+// update in its own controller, or nil. unfinished are DaemonSetUnfinished's
+// nodes, nodes their states. Without surge, the DaemonSet controller counts
+// a node whose pod is not available (a NotReady node's, old or new) against
+// maxUnavailable, and updates no further node while that budget is used up
+// (kubernetes/kubernetes#117204): with maxUnavailable 1 (the default) and a
+// node down, the Ready nodes not updated yet keep their old pods until the
+// node is Ready again or deleted. So: the status is of the template, some
+// unfinished nodes are Ready (left waiting) and the NotReady ones are at
+// least maxUnavailable (scaled on desiredNumberScheduled, rounded up, as the
+// controller does). Nothing configstamp can do (it deletes no pods), and no
+// failure of the change.
+func DaemonSetStalledBy(d *appsv1.DaemonSet, unfinished []string, nodes map[string]NodeState) []string {
+	if d.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || d.Status.ObservedGeneration < d.Generation {
+		return nil
+	}
+	surge, unavailable := intstr.FromInt32(0), intstr.FromInt32(1)
+	if ru := d.Spec.UpdateStrategy.RollingUpdate; ru != nil {
+		if ru.MaxSurge != nil {
+			surge = *ru.MaxSurge
+		}
+		if ru.MaxUnavailable != nil {
+			unavailable = *ru.MaxUnavailable
+		}
+	}
+	desired := int(d.Status.DesiredNumberScheduled)
+	s, errS := intstr.GetScaledValueFromIntOrPercent(&surge, desired, true)
+	u, errU := intstr.GetScaledValueFromIntOrPercent(&unavailable, desired, true)
+	if errS != nil || errU != nil || s > 0 || u <= 0 {
+		return nil
+	}
+	var down []string
+	waiting := false
+	for _, name := range unfinished {
+		n, ok := nodes[name]
+		switch {
+		case !ok:
+			return nil
+		case n.Ready:
+			waiting = true
+		default:
+			down = append(down, name)
+		}
+	}
+	if !waiting || len(down) < u {
+		return nil
+	}
+	return down
 }
 
 // NodesNotReady reads AnnotationNodesNotReady of a DaemonSet.

@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
@@ -99,5 +100,56 @@ func TestDaemonSetUnfinishedMinReadySeconds(t *testing.T) {
 	}
 	if got := DaemonSetUnfinished(d, []corev1.Pod{p}, "new", now.Add(time.Minute)); len(got) != 0 {
 		t.Errorf("unfinished a minute later = %v, want none", got)
+	}
+}
+
+// TestDaemonSetStalledBy: without surge, NotReady nodes that use up
+// maxUnavailable stall the DaemonSet controller while Ready nodes still wait
+// (kubernetes/kubernetes#117204); more budget, a surge, no Ready node left
+// waiting, an unread node or a status of an older template stall nothing.
+func TestDaemonSetStalledBy(t *testing.T) {
+	ds := func(mutate func(*appsv1.DaemonSet)) *appsv1.DaemonSet {
+		d := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: 2},
+			Spec:   appsv1.DaemonSetSpec{UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: appsv1.RollingUpdateDaemonSetStrategyType}},
+			Status: appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 3}}
+		if mutate != nil {
+			mutate(d)
+		}
+		return d
+	}
+	two, pct, surge := intstr.FromInt32(2), intstr.FromString("10%"), intstr.FromInt32(1)
+	nodes := map[string]NodeState{"down": {}, "down2": {}, "up": {Ready: true}}
+	tests := []struct {
+		name       string
+		d          *appsv1.DaemonSet
+		unfinished []string
+		want       []string
+	}{
+		{"maxUnavailable 1 (default), one node down, one Ready left: stalled", ds(nil), []string{"down", "up"}, []string{"down"}},
+		{"10% of 3 rounds up to 1: stalled", ds(func(d *appsv1.DaemonSet) {
+			d.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{MaxUnavailable: &pct}
+		}), []string{"down", "up"}, []string{"down"}},
+		{"maxUnavailable 2, one node down: the controller goes on", ds(func(d *appsv1.DaemonSet) {
+			d.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{MaxUnavailable: &two}
+		}), []string{"down", "up"}, nil},
+		{"maxUnavailable 2, two nodes down: stalled", ds(func(d *appsv1.DaemonSet) {
+			d.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{MaxUnavailable: &two}
+		}), []string{"down", "down2", "up"}, []string{"down", "down2"}},
+		{"a surge: new pods come first, nothing stalls", ds(func(d *appsv1.DaemonSet) {
+			zero := intstr.FromInt32(0)
+			d.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateDaemonSet{MaxSurge: &surge, MaxUnavailable: &zero}
+		}), []string{"down", "up"}, nil},
+		{"no Ready node left waiting: not a stall (DaemonSetNotWaitedFor)", ds(nil), []string{"down"}, nil},
+		{"a node unread: not known", ds(nil), []string{"gone", "up"}, nil},
+		{"status of an older template", ds(func(d *appsv1.DaemonSet) { d.Status.ObservedGeneration = 1 }), []string{"down", "up"}, nil},
+		{"OnDelete: nothing to stall", ds(func(d *appsv1.DaemonSet) { d.Spec.UpdateStrategy.Type = appsv1.OnDeleteDaemonSetStrategyType }),
+			[]string{"down", "up"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DaemonSetStalledBy(tc.d, tc.unfinished, nodes); !slices.Equal(got, tc.want) {
+				t.Fatalf("stalled by %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/test/framework"
 	"github.com/configstamp/configstamp/test/localcp"
@@ -23,18 +24,22 @@ import (
 const (
 	notReadyNamespace = "ds-notready"
 	downNode          = slowNode
+	// agentNode: a third node, Ready, tainted so that only the node agents
+	// (which tolerate every taint) run there: with two Ready nodes and one
+	// down, maxUnavailable 1 stalls the DaemonSet controller itself.
+	agentNode = "kwok-agents"
 )
 
 // agentSpec is a node agent's pod spec mounting ConfigMap cm: it tolerates
 // every taint (so it keeps running on a NotReady node, which its DaemonSet
 // counts as one it should run on) and runs on the suite's two nodes only.
-func agentSpec(cm string) corev1.PodSpec {
+func agentSpec(cm string, extraNodes ...string) corev1.PodSpec {
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, cm)
 	spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-			Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{localcp.NodeName, downNode}}}}}}}}
+			Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: append([]string{localcp.NodeName, downNode}, extraNodes...)}}}}}}}
 	return spec
 }
 
@@ -63,6 +68,10 @@ func TestDaemonSetDoesNotWaitForANotReadyNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _, _ = env.KubectlErr("", "delete", "node", downNode, "--wait=false") })
+	if err := env.CP.AddNode(t.Context(), agentNode, corev1.Taint{Key: "configstamp.test/agents-only", Effect: corev1.TaintEffectNoSchedule}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = env.KubectlErr("", "delete", "node", agentNode, "--wait=false") })
 	ns := notReadyNamespace
 	if err := env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
@@ -79,13 +88,20 @@ func TestDaemonSetDoesNotWaitForANotReadyNode(t *testing.T) {
 		return ds
 	}
 	good, crashing := agent("agent", "agent-cfg"), agent("crashing", "crash-cfg")
+	// The stalled agent runs on three nodes at its default maxUnavailable 1.
+	stalled := framework.DaemonSet(ns, "stalled", framework.OptIn, agentSpec("stall-cfg", agentNode))
+	stalled.Annotations = map[string]string{rollout.AnnotationCanaryOpt: "false"}
 	env.Apply(t, framework.ConfigMap(ns, "agent-cfg", map[string]string{"v": "1"}, nil), framework.ConfigMap(ns, "crash-cfg", map[string]string{"v": "1"}, nil),
-		good, crashing)
-	for _, ds := range []*appsv1.DaemonSet{good, crashing} {
+		framework.ConfigMap(ns, "stall-cfg", map[string]string{"v": "1"}, nil), good, crashing, stalled)
+	for _, ds := range []*appsv1.DaemonSet{good, crashing, stalled} {
+		want := int32(2)
+		if ds == stalled {
+			want = 3
+		}
 		framework.Eventually(t, 2*time.Minute, func() (bool, string) {
 			s := get(t, ds).Status
 			// Its pod on the slow node never becomes ready.
-			return s.DesiredNumberScheduled == 2 && s.NumberAvailable == 1 && s.UpdatedNumberScheduled == 2, fmt.Sprintf("%s: %+v", ds.Name, s)
+			return s.DesiredNumberScheduled == want && s.NumberAvailable == want-1 && s.UpdatedNumberScheduled == want, fmt.Sprintf("%s: %+v", ds.Name, s)
 		})
 	}
 
@@ -119,7 +135,8 @@ func TestDaemonSetDoesNotWaitForANotReadyNode(t *testing.T) {
 	})
 
 	changed := time.Now()
-	env.Apply(t, framework.ConfigMap(ns, "agent-cfg", map[string]string{"v": "2"}, nil), framework.ConfigMap(ns, "crash-cfg", map[string]string{"v": "bad"}, nil))
+	env.Apply(t, framework.ConfigMap(ns, "agent-cfg", map[string]string{"v": "2"}, nil), framework.ConfigMap(ns, "crash-cfg", map[string]string{"v": "bad"}, nil),
+		framework.ConfigMap(ns, "stall-cfg", map[string]string{"v": "2"}, nil))
 
 	// The crashing agent's new pod on the Ready node crashes (kwok holds it;
 	// the test writes what a kubelet would).
@@ -175,4 +192,26 @@ func TestDaemonSetDoesNotWaitForANotReadyNode(t *testing.T) {
 		on = append(on, p.Spec.NodeName+":"+strings.TrimPrefix(p.Annotations["configstamp.io/config-hash"], "v1-")[:8]+":"+string(p.Status.Phase))
 	}
 	t.Logf("agent pods: %v", on)
+
+	// The stalled agent: its controller updated one Ready node and waits for
+	// the NotReady one (kubernetes/kubernetes#117204), so one Ready node
+	// keeps its old pod. configstamp says so once its deadline passed, and
+	// fails nothing: no RolloutFailed, no halt, still followed.
+	note = env.WaitEvent(t, stalled, controllers.ReasonStalledByNodes, downNode)
+	told := time.Now()
+	t.Logf("stalled: told %v after the change: %s (status %+v)", told.Sub(changed).Round(time.Millisecond), note, get(t, stalled).Status)
+	// Nothing fails it afterwards: watched past another deadline from the
+	// tell (which came no sooner than its deadline from the stamp).
+	framework.Eventually(t, 2*progressDeadline, func() (bool, string) {
+		if n := env.CountEvents(t, stalled, "RolloutFailed"); n != 0 {
+			t.Fatalf("stalled: %d RolloutFailed events: a rollout its own controller stalls at a NotReady node failed the change", n)
+		}
+		if r := state(t, stalled); r.State != rollout.Rolling || r.Halted != "" {
+			t.Fatalf("stalled: record %+v, want still rolling, no halt", r)
+		}
+		return time.Since(told) > progressDeadline+5*time.Second, "watching"
+	})
+	if s := get(t, stalled).Status; s.UpdatedNumberScheduled >= s.DesiredNumberScheduled {
+		t.Errorf("stalled: status %+v: the controller did not stall; the test shows nothing", s)
+	}
 }
