@@ -23,9 +23,11 @@ import (
 var env *framework.Env
 
 func TestMain(m *testing.M) {
-	// No controller-manager runs here, so no rollout ever completes: follow none.
+	// No controller-manager runs here, so no rollout ever completes: follow
+	// none. The audit log counts configstamp's GETs (bounds_test.go).
 	os.Exit(framework.Main(m, &env, framework.Config{
-		Args: []string{"--max-concurrent-rollouts=0", "--halt-on-failure=false", "--debounce=0"},
+		AuditLog: true,
+		Args:     []string{"--max-concurrent-rollouts=0", "--halt-on-failure=false", "--debounce=0"},
 	}))
 }
 

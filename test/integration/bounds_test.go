@@ -1,14 +1,15 @@
-// Package bounds checks configstamp's cost bounds against a real kube-apiserver:
-// what one admission may read (kube-apiserver's audit log counts configstamp's
-// GETs) and that hostile ConfigMaps (100,000s of keys, 1 MiB of data under a
-// user-set "digested" annotation) neither take the process down nor make the
-// webhook and the reconciler disagree.
-package bounds
+package integration
+
+// The cost bounds against a real kube-apiserver: what one admission may read
+// (kube-apiserver's audit log counts configstamp's GETs) and that hostile
+// ConfigMaps (100,000s of keys, 1 MiB of data under a user-set "digested"
+// annotation) neither take the process down nor make the webhook and the
+// reconciler disagree. They share the suite's control plane (TestMain in
+// stamp_test.go): the same kind, etcd and kube-apiserver only.
 
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,16 +23,6 @@ import (
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/test/framework"
 )
-
-var env *framework.Env
-
-func TestMain(m *testing.M) {
-	// The audit log counts configstamp's GETs. etcd and kube-apiserver only.
-	os.Exit(framework.Main(m, &env, framework.Config{
-		AuditLog: true,
-		Args:     []string{"--max-concurrent-rollouts=0", "--halt-on-failure=false", "--debounce=0"},
-	}))
-}
 
 // auditGets returns the names of the ConfigMaps in namespace that configstamp
 // read with GET, one entry a request.
