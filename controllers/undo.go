@@ -47,8 +47,23 @@ func (r *kindReconciler) undoFacts(ctx context.Context, obj client.Object, v rol
 	f.Wanted, f.Problems = rollout.OnFailure(obj.GetAnnotations(), ns.Annotations, r.Scheduler.Policy.UndoOnFailure)
 	if rollout.UndoWanted(r.Kind, r.Kind.PodTemplate(obj), f, rec) {
 		f.Revision, f.Number, f.Err = r.verifiedRevision(ctx, obj, rec.Verified)
+		f.Template, f.Err = r.liveTemplate(ctx, obj, f.Err)
 	}
 	return f
+}
+
+// liveTemplate is obj's pod template read live, whole (the cache keeps a
+// slim copy), when err (reading its revisions) is nil; an error reading it
+// is the undo's.
+func (r *kindReconciler) liveTemplate(ctx context.Context, obj client.Object, err error) (*corev1.PodTemplateSpec, error) {
+	if err != nil || r.APIReader == nil {
+		return nil, err
+	}
+	live := r.Kind.New()
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		return nil, fmt.Errorf("while reading %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+	}
+	return r.Kind.PodTemplate(live), nil
 }
 
 // verifiedRevision is the newest pinned revision of obj (from the cache,

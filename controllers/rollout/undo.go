@@ -48,6 +48,11 @@ type UndoFacts struct {
 	Revision *corev1.PodTemplateSpec
 	Number   int64
 	Err      error
+	// Template is the workload's pod template read live, whole, when
+	// Revision was looked for (nil: the observed one): the cache keeps a
+	// slim copy (no images, resources, probes), which no revision equals,
+	// and an edit of those would go unseen.
+	Template *corev1.PodTemplateSpec
 }
 
 // Undo is the undo of a failed rollout a decision asks for: replace the
@@ -113,6 +118,9 @@ func undo(o Observation, rec Record) (Effects, *Undo) {
 	case f.Err != nil || f.Revision == nil || f.Revision.Annotations[stamp.AnnotationHash] != rec.Verified:
 		return impossible("%s: undo is asked, but the last verified revision of this workload (stamp %s) is no longer kept (revisionHistoryLimit) (%v)",
 			AnnotationOnFailure, rec.Verified, f.Err)
+	}
+	if f.Template != nil {
+		tmpl = f.Template
 	}
 	if edit := editedSince(tmpl, f.Revision); edit != "" {
 		return impossible("%s: undo is asked, but the pod template differs from revision %d in more than configstamp's stamp and snapshots (%s): "+
