@@ -187,7 +187,7 @@ func TestAdopterSealsLegacyRecords(t *testing.T) {
 	verify := func(t *testing.T, name string) (rollout.Record, *appsv1.Deployment) {
 		t.Helper()
 		d := w.get(t, "ns", name)
-		rec, err := rollout.Verify(d, testKeys)
+		rec, err := rollout.Unseal(d, testKeys)
 		if err != nil {
 			t.Fatalf("%s: the adopted record does not verify: %v (annotations %v)", name, err, d.Annotations)
 		}
@@ -358,10 +358,10 @@ func TestAdopterSkipsRefusedAndKeepsAResume(t *testing.T) {
 	if d := w.get(t, "ns", "refused"); d.Annotations[rollout.AnnotationSeal] != "" {
 		t.Fatalf("refused: sealed although its patch was refused: %v", d.Annotations)
 	}
-	if rec, err := rollout.Verify(w.get(t, "ns", "plain"), testKeys); err != nil || rec.Halted == "" {
+	if rec, err := rollout.Unseal(w.get(t, "ns", "plain"), testKeys); err != nil || rec.Halted == "" {
 		t.Fatalf("plain: %+v, %v; want taken over, still halting, although another workload's patch was refused", rec, err)
 	}
-	rec, err := rollout.Verify(w.get(t, "ns", "resumed"), testKeys)
+	rec, err := rollout.Unseal(w.get(t, "ns", "resumed"), testKeys)
 	if !resumed || err != nil || rec.Halted != "" || rec.State != rollout.Failed {
 		t.Fatalf("resumed: %+v, %v (resume simulated: %v); want sealed, failed, and the user's resume kept", rec, err, resumed)
 	}

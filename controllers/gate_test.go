@@ -54,6 +54,8 @@ type haltWorld struct {
 	// change is what "failed" references of "shared" now, as a rollout cause:
 	// the content a halt of it holds as long as it is unchanged.
 	change rollout.Change
+	// comp: what "waiting" computes now.
+	comp *workload.Computation
 }
 
 func newHaltWorld(t *testing.T, policy rollout.Policy, funcs interceptor.Funcs) *haltWorld {
@@ -75,7 +77,7 @@ func newHaltWorld(t *testing.T, policy rollout.Policy, funcs interceptor.Funcs) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.change = rollout.Change{Ref: sharedRef, Content: comp.Sources[sharedRef]}
+	w.comp, w.change = comp, rollout.Change{Ref: sharedRef, Content: comp.Sources[sharedRef]}
 	if w.change.Content == "" {
 		t.Fatalf("no digest of %s in %v", sharedRef, comp.Sources)
 	}
@@ -99,9 +101,9 @@ func (w *haltWorld) setFailed(t *testing.T, edit func(d *appsv1.Deployment)) {
 // change: open when it may be stamped now.
 func (w *haltWorld) gate(t *testing.T) (reconcile.Result, bool, error) {
 	o := rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "waiting"}, Kind: workload.NewRegistry().All()[0], Object: w.waiting,
-		Ours: true, Need: rollout.NeedRollout, Hash: "v1-new", Sources: map[stamp.ObjectRef]string{sharedRef: w.change.Content}}
+		Ours: true, Need: rollout.NeedRollout, Hash: "v1-new", Data: w.comp, Sources: map[stamp.ObjectRef]string{sharedRef: w.change.Content}}
 	d, err := w.r.Scheduler.Decide(t.Context(), o)
-	return reconcile.Result{RequeueAfter: d.After}, d.Verb == rollout.Stamp, err
+	return reconcile.Result{RequeueAfter: d.After}, d.Transition == rollout.Stamp, err
 }
 
 // A workload waiting on a halted change asks again later even if the wake-up
@@ -192,7 +194,7 @@ func TestGateRechecksHaltAfterAcquire(t *testing.T) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(w.failed), d); err != nil {
 				return err
 			}
-			rec, err := rollout.Verify(d, testKeys)
+			rec, err := rollout.Unseal(d, testKeys)
 			if err != nil {
 				return err
 			}
@@ -240,9 +242,9 @@ func TestStaleReadClosesNothing(t *testing.T) {
 	r := &kindReconciler{Kind: workload.NewRegistry().All()[0], WorkloadReconciler: &WorkloadReconciler{Client: c, Recorder: events.NewFakeRecorder(10),
 		Resolver:  &workload.Resolver{Sources: c, Index: c, Keys: testKeys},
 		Scheduler: rollout.NewScheduler(rollout.Policy{ProgressDeadline: time.Hour}, c, testKeys, nil)}}
-	o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Kind: workload.NewRegistry().All()[0], Object: stale}}
-	decision, err := r.Scheduler.Decide(t.Context(), o.Observation)
-	if err != nil || decision.Verb != rollout.Close {
+	o := &rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Kind: workload.NewRegistry().All()[0], Object: stale}
+	decision, err := r.Scheduler.Decide(t.Context(), *o)
+	if err != nil || decision.Transition != rollout.CloseCompleted {
 		t.Fatalf("Decide on the read = %+v, %v; want to close the completed rollout", decision, err)
 	}
 	res, err := r.act(t.Context(), o, decision)
@@ -298,11 +300,14 @@ func TestWebhookCorrectionToANewerHashIsARollout(t *testing.T) {
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), obj); err != nil {
 				t.Fatal(err)
 			}
-			o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Kind: workload.NewRegistry().All()[0], Object: obj},
-				comp: &workload.Computation{Result: stamp.Result{Hash: "v1-second"}}}
-			decision := rollout.Decision{Verb: rollout.Stamp, Causes: []rollout.Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "cfg"}, Content: "00aa"}}}
-			if stale, err := r.roll(t.Context(), o, decision); stale || err != nil {
-				t.Fatalf("roll = stale %v, %v", stale, err)
+			o := &rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "app"}, Kind: workload.NewRegistry().All()[0], Object: obj}
+			fields := o.Kind.TemplateFields()
+			decision := rollout.Decision{Transition: rollout.Stamp,
+				Patches: []rollout.Patch{{Meta: map[string]any{}, Spec: rollout.StampPatch(fields, "v1-second"), Judged: true}},
+				Stamp: &rollout.StampWrite{Kind: "Deployment", TemplateFields: fields, Proposed: "v1-second", Previous: "v1-first",
+					Causes: []rollout.Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "cfg"}, Content: "00aa"}}}}
+			if res, err := r.act(t.Context(), o, decision); res.RequeueAfter != 0 || err != nil {
+				t.Fatalf("act = %+v, %v; want the stamp written", res, err)
 			}
 			var got []string
 			for len(rec.Events) > 0 {

@@ -22,46 +22,6 @@ import (
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-// An undo returns only over configstamp's own change: the failed template
-// may differ from the revision it returns to in its stamp and its
-// snapshots, never in anything a user edited meanwhile.
-func TestEditedSince(t *testing.T) {
-	template := func(hash, snapshot, image string) *corev1.PodTemplateSpec {
-		return &corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}, Annotations: map[string]string{
-				stamp.AnnotationHash: hash, pin.AnnotationPinned: "ConfigMap/" + snapshot + "=shared"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: image}},
-				Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-					LocalObjectReference: corev1.LocalObjectReference{Name: snapshot}}}}}},
-		}
-	}
-	prev := template("v1-old", "shared-old", "app:1")
-	tests := map[string]struct {
-		failed *corev1.PodTemplateSpec
-		want   string
-	}{
-		"only configstamp's stamp and snapshot changed": {template("v1-new", "shared-new", "app:1"), ""},
-		"an image edited during the failing rollout":    {template("v1-new", "shared-new", "app:2"), "its pod spec"},
-		"a restart annotation added": {func() *corev1.PodTemplateSpec {
-			t := template("v1-new", "shared-new", "app:1")
-			t.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-11-27T12:00:00Z"
-			return t
-		}(), "its annotations"},
-		"a label changed": {func() *corev1.PodTemplateSpec {
-			t := template("v1-new", "shared-new", "app:1")
-			t.Labels["tier"] = "front"
-			return t
-		}(), "its labels"},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			if got := editedSince(tc.failed, prev); (got == "") != (tc.want == "") || !strings.Contains(got, tc.want) {
-				t.Fatalf("editedSince = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
 // The verified revision is found where the workload's kind keeps its
 // revisions, numbered as it numbers them: the newest pinned one controlled by
 // the workload and stamped verified.
@@ -127,11 +87,11 @@ func TestUndoThatFailsIsReportedNotUndone(t *testing.T) {
 	if err := w.c.Get(t.Context(), client.ObjectKeyFromObject(w.failed), live); err != nil {
 		t.Fatal(err)
 	}
-	o := &observed{Observation: rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "failed"}, Kind: w.r.Kind, Object: live,
+	o := &rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "failed"}, Kind: w.r.Kind, Object: live,
 		Ours: true, Need: rollout.NeedNothing, Verification: rollout.Verification{Read: true, Pods: 1,
-			Problem: "pod failed-x: container app restarted 1 times (exit code 1, Error)"}}}
-	d, err := w.r.Scheduler.Decide(t.Context(), o.Observation)
-	if err != nil || d.Verb != rollout.Close || d.Failure == "" {
+			Problem: "pod failed-x: container app restarted 1 times (exit code 1, Error)"}}
+	d, err := w.r.Scheduler.Decide(t.Context(), *o)
+	if err != nil || d.Transition != rollout.CloseFailed || d.Failure == "" {
 		t.Fatalf("decision %+v %v: want the undo's rollout closed as failed", d, err)
 	}
 	if _, err := w.r.act(t.Context(), o, d); err != nil {
@@ -147,7 +107,7 @@ func TestUndoThatFailsIsReportedNotUndone(t *testing.T) {
 	if err := w.c.Get(t.Context(), client.ObjectKeyFromObject(w.failed), live); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := rollout.Verify(live, testKeys)
+	rec, err := rollout.Unseal(live, testKeys)
 	if err != nil || rec.State != rollout.Failed || rec.Halted != failed.Cause || rec.Undo != "" {
 		t.Fatalf("record %+v (%v): want failed again, halting its change, the undo over", rec, err)
 	}

@@ -57,7 +57,7 @@ func (r *kindReconciler) verification(ctx context.Context, obj client.Object) ro
 			return v
 		}
 	}
-	rec, err := rollout.Verify(obj, r.Scheduler.Keys)
+	rec, err := rollout.Unseal(obj, r.Scheduler.Keys)
 	if err != nil {
 		return v
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -25,22 +26,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-// Event reasons.
+// Event reasons of the rollout lifecycle (the rollout package's decisions
+// emit them).
 const (
-	ReasonConfigChanged    = "ConfigChanged"
-	ReasonRolloutFailed    = "RolloutFailed"
-	ReasonRolloutHalted    = "RolloutHalted"
-	ReasonRolloutRecovered = "RolloutRecovered"
-	// ReasonCanaryPassed: the change's canary passed; its wave goes on.
-	ReasonCanaryPassed = "CanaryPassed"
-	// ReasonStampDropped: the API server pruned the stamp (see roll).
-	ReasonStampDropped = "StampDropped"
+	ReasonConfigChanged    = rollout.ReasonConfigChanged
+	ReasonRolloutFailed    = rollout.ReasonRolloutFailed
+	ReasonRolloutHalted    = rollout.ReasonRolloutHalted
+	ReasonRolloutRecovered = rollout.ReasonRolloutRecovered
+	ReasonCanaryPassed     = rollout.ReasonCanaryPassed
+	ReasonStampDropped     = rollout.ReasonStampDropped
 )
 
 // FieldManager is the field manager of every write configstamp makes.
@@ -96,8 +95,8 @@ type kindReconciler struct {
 	Kind workload.Kind
 }
 
-// plan is what the reconciler found a workload needs.
-type plan struct {
+// computed is what compute found of a workload: its data and its rollout settings.
+type computed struct {
 	comp         *workload.Computation
 	priority     int
 	window       time.Duration
@@ -105,17 +104,10 @@ type plan struct {
 	canary       bool
 }
 
-// observed is one workload as the reconciler saw it: what the wave's rules
-// decide on (rollout.Observation), and the computation a stamp or a record writes.
-type observed struct {
-	rollout.Observation
-	comp *workload.Computation
-}
-
 // Reconcile finds the key's kind, observes the workload (the workload, its
 // record, the hash of its data, what it needs), asks the rollout package for
 // the one decision all the wave's rules make of that
-// (rollout.Scheduler.Decide), and acts on it with one patch and its events.
+// (rollout.Scheduler.Decide), and applies it (act).
 func (r *WorkloadReconciler) Reconcile(ctx context.Context, key rollout.Key) (reconcile.Result, error) {
 	kind, ok := r.Kinds.Named(key.Kind)
 	if !ok { // no key of an unknown kind is ever queued
@@ -130,7 +122,7 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, key rollout.Key) (re
 	if o == nil || err != nil {
 		return reconcile.Result{}, err
 	}
-	d, err := r.Scheduler.Decide(ctx, o.Observation)
+	d, err := r.Scheduler.Decide(ctx, *o)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -153,8 +145,8 @@ func (r *WorkloadReconciler) adopted() bool {
 
 // observe reads the workload from the cache and what the rules decide on;
 // nil while it is being deleted. A workload gone has no Object.
-func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*observed, error) {
-	o := &observed{Observation: rollout.Observation{Key: key, Kind: r.Kind}}
+func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*rollout.Observation, error) {
+	o := &rollout.Observation{Key: key, Kind: r.Kind}
 	obj := r.Kind.New()
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -167,11 +159,12 @@ func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*observe
 	}
 	o.Object = obj
 	o.Verification = r.verification(ctx, obj)
+	o.Undo = r.undoFacts(ctx, obj, o.Verification)
 	p, err := r.compute(ctx, obj)
 	if p == nil || err != nil { // neither opted in nor matched by a rollout selector: not ours
 		return o, err
 	}
-	o.comp, o.Ours, o.Hash, o.Sources, o.Priority, o.Window = p.comp, true, p.comp.Hash, p.comp.Sources, p.priority, p.window
+	o.Data, o.Ours, o.Hash, o.Sources, o.Priority, o.Window = p.comp, true, p.comp.Hash, p.comp.Sources, p.priority, p.window
 	o.VerifyWindow, o.Canary = p.verifyWindow, p.canary
 	if o.Need, o.CacheBehind, err = r.need(ctx, obj, p.comp); err != nil {
 		return nil, err
@@ -179,113 +172,108 @@ func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*observe
 	return o, nil
 }
 
-// act carries out d with one patch, and tells what happened with events.
-func (r *kindReconciler) act(ctx context.Context, o *observed, d rollout.Decision) (reconcile.Result, error) {
-	obj, res := o.Object, reconcile.Result{RequeueAfter: d.After}
-	if d.Halted != "" {
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutHalted, "Wait",
-			"not rolling out: the change %s failed on another workload; the halt lifts when what that workload references of the source changes again, "+
-				"or when that workload recovers, is deleted, or loses its %s annotation", d.Halted, rollout.AnnotationHalted)
+// act applies d and decides nothing: the patches in order, stopping at a
+// stale read; what the stamp did; the scheduler told of the record
+// written; the counters, logs and events; the undo; the wake-ups.
+func (r *kindReconciler) act(ctx context.Context, o *rollout.Observation, d rollout.Decision) (reconcile.Result, error) {
+	stale, err := r.write(ctx, o, d.Patches)
+	if stale || err != nil {
+		if d.Release {
+			r.Scheduler.Release(o.Key)
+		}
+		return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
 	}
-	switch d.Verb {
-	case rollout.Resume:
-		return res, r.recovered(ctx, obj, d)
-	case rollout.PassCanary:
-		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
-			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
+	told := d.Effects
+	if d.Stamp != nil {
+		landed, rolled, err := d.Stamp.Landed(r.Kind.PodTemplate(o.Object))
+		r.tell(ctx, o.Object, landed)
+		if !rolled {
+			r.Scheduler.Release(o.Key)
+			if err != nil {
+				return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
+			}
 		}
-		r.Scheduler.CanaryWritten(o.Key, d.Judged, *d.Record)
-		rollout.CanariesTotal.WithLabelValues("passed", r.Kind.Name).Inc()
-		log.FromContext(ctx).Info("canary passed; the change rolls on", "cause", d.Judged.Cause, "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonCanaryPassed, "Canary",
-			"the canary of %s passed: its first new pod stayed healthy for %v; the rest of this workload and the other workloads of the change roll on",
-			d.Judged.Cause, o.VerifyWindow)
-		r.Wakes.Wake(d.Wake...)
-	case rollout.Close:
-		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
-			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
+	}
+	if d.Written != nil {
+		r.Scheduler.CanaryWritten(o.Key, d.Judged, *d.Written)
+	}
+	r.tell(ctx, o.Object, told)
+	if d.Undo != nil {
+		thawed, err := r.restoreTemplate(ctx, o.Object, d.Undo.Failed, d.Undo.To, d.Undo.Freeze)
+		done, landed := d.Undo.Done(err, r.Kind.PodTemplate(o.Object), thawed)
+		if landed {
+			// The undo's own rollout is followed: its record on the version
+			// the undo wrote (the record's close patch came before it).
+			if _, err := r.write(ctx, o, []rollout.Patch{d.Undo.Follow}); err != nil {
+				log.FromContext(ctx).Error(err, "the undo's rollout is not followed: its record could not be written")
+			}
 		}
-		r.Scheduler.CanaryWritten(o.Key, d.Judged, *d.Record)
+		r.tell(ctx, o.Object, done)
+	}
+	r.Wakes.Wake(d.Wake...) // a slot is free: the next in line need not wait for their recheck
+	return reconcile.Result{RequeueAfter: d.After}, nil
+}
+
+// write merge-patches o.Object with each of patches in order. stale: one
+// found the workload changed since it was judged, or gone; nothing more
+// was written. A patch whose error leaves it unknown whether it was
+// applied (a timeout) is settled by a live read (landed): when it landed,
+// o.Object becomes the live workload and the write counts as done.
+func (r *kindReconciler) write(ctx context.Context, o *rollout.Observation, patches []rollout.Patch) (bool, error) {
+	for _, p := range patches {
+		obj := o.Object
+		metadata := map[string]any{"annotations": p.Meta}
+		if p.Judged {
+			metadata["resourceVersion"] = obj.GetResourceVersion()
+		}
+		patch := map[string]any{"metadata": metadata}
+		maps.Copy(patch, p.Spec)
+		raw, err := json.Marshal(patch)
+		if err != nil {
+			return false, err
+		}
+		err = r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager))
+		if live, lerr := r.landed(ctx, obj, p.Meta, err); live != nil {
+			o.Object, err = live, nil
+		} else {
+			err = lerr
+		}
 		switch {
-		case d.Judged.Undo != "":
-			r.reportUndo(ctx, obj, d)
-		case d.Failure != "":
-			rollout.FailedTotal.WithLabelValues(r.Kind.Name).Inc()
-			if d.Judged.State == rollout.Verifying {
-				rollout.FailedVerificationTotal.WithLabelValues(r.Kind.Name).Inc()
-			}
-			if d.Judged.Canary == rollout.CanaryRunning {
-				rollout.CanariesTotal.WithLabelValues("failed", r.Kind.Name).Inc()
-			}
-			r.reportFailure(ctx, obj, d.Judged, d.Failure)
-			r.undoFailed(ctx, obj, *d.Record, d.Hold)
-		default:
-			if d.Judged.Canary == rollout.CanaryRunning {
-				rollout.CanariesTotal.WithLabelValues("passed", r.Kind.Name).Inc()
-			}
-			rollout.CompletedTotal.WithLabelValues(r.Kind.Name).Inc()
-			log.FromContext(ctx).Info("rollout completed", "elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
-		}
-		r.Wakes.Wake(d.Wake...) // a slot is free: the next in line need not wait for their recheck
-	case rollout.StartVerify:
-		if stale, err := r.closeRecord(ctx, obj, r.sealed(obj, *d.Record), r.holdPatch(ctx, obj, d)); stale || err != nil {
-			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
-		}
-		log.FromContext(ctx).Info("rollout complete; verifying that it stays healthy", "until", d.Record.Until.UTC().Format(time.RFC3339),
-			"elapsed", time.Since(d.Judged.Started).Round(time.Second).String())
-	case rollout.Baseline:
-		return res, r.record(ctx, obj, o.comp)
-	case rollout.Stamp:
-		if stale, err := r.roll(ctx, o, d); stale || err != nil {
-			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
+		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+			log.FromContext(ctx).V(1).Info("workload changed since it was read; asking again", "writes", p.Writes)
+			return true, nil
+		case err != nil:
+			return false, fmt.Errorf("while patching %s %s/%s: %w", r.Kind.Name, obj.GetNamespace(), obj.GetName(), err)
 		}
 	}
-	return res, nil
+	return false, nil
 }
 
-// sealed is rec as annotations, sealed with the key it was made with (which
-// Verify found).
-func (r *kindReconciler) sealed(obj client.Object, rec rollout.Record) map[string]any {
-	return rec.Annotations(obj.GetUID(), rec.Key())
-}
-
-// recovered lifts the halt of a failed workload whose rollout is complete
-// again; its update wakes the workloads that waited (haltLifted).
-func (r *kindReconciler) recovered(ctx context.Context, obj client.Object, d rollout.Decision) error {
-	rec := *d.Record
-	meta := r.sealed(obj, rec.Resume())
-	err := patchAnnotations(ctx, r.Client, obj, "", meta, r.holdPatch(ctx, obj, d))
-	if _, err = r.landed(ctx, obj, meta, err); err != nil {
-		return err
+// tell increments e's counters, logs its lines and emits its events (an
+// event about a source is related to obj).
+func (r *kindReconciler) tell(ctx context.Context, obj client.Object, e rollout.Effects) {
+	for _, c := range e.Counts {
+		c.Inc()
 	}
-	log.FromContext(ctx).Info("failed workload recovered; halt lifted", "halted", rec.Halted)
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonRolloutRecovered, "Resume",
-		"the workload is complete again: the halt of %s is lifted and its rollout to other workloads resumes", rec.Halted)
-	return nil
-}
-
-func (r *kindReconciler) reportFailure(ctx context.Context, obj client.Object, rec rollout.Record, reason string) {
-	halting := r.Scheduler.Policy.HaltOnFailure && rec.Cause != ""
-	log.FromContext(ctx).Info("rollout failed", "cause", rec.Cause, "reason", reason, "halting", halting)
-	then := "; configstamp does not halt other rollouts (--halt-on-failure=false)"
-	if halting {
-		then = "; configstamp halts further rollouts of this change until what this workload references of the source changes again, this workload recovers or is deleted, or its " +
-			rollout.AnnotationHalted + " annotation is removed"
+	logger := log.FromContext(ctx)
+	for _, l := range e.Logs {
+		if l.Err != nil {
+			logger.Error(l.Err, l.Msg, l.Values...)
+		} else {
+			logger.V(l.V).Info(l.Msg, l.Values...)
+		}
 	}
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
-		"rollout for %s failed: %s%s", rec.Cause, reason, then)
-	if !halting {
-		return
-	}
-	for _, c := range rollout.ParseChanges(rec.Cause) {
-		src := sourceReference(ctx, r.APIReader, obj.GetNamespace(), c.Ref)
-		r.Recorder.Eventf(src, obj, corev1.EventTypeWarning, ReasonRolloutFailed, "Halt",
-			"this change made the rollout of %s %s fail; its rollout to other workloads is halted", r.Kind.Name, obj.GetName())
+	for _, ev := range e.Events {
+		var regarding, related runtime.Object = obj, nil
+		if ev.Source != nil {
+			regarding, related = sourceReference(ctx, r.APIReader, obj.GetNamespace(), *ev.Source), obj
+		}
+		r.Recorder.Eventf(regarding, related, ev.Type, ev.Reason, ev.Action, "%s", ev.Message)
 	}
 }
 
 // compute resolves and hashes obj's references; nil when obj is not ours.
-func (r *kindReconciler) compute(ctx context.Context, obj client.Object) (*plan, error) {
+func (r *kindReconciler) compute(ctx context.Context, obj client.Object) (*computed, error) {
 	ns := &corev1.Namespace{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
 		return nil, fmt.Errorf("while reading namespace %s: %w", obj.GetNamespace(), err)
@@ -320,7 +308,7 @@ func (r *kindReconciler) compute(ctx context.Context, obj client.Object) (*plan,
 			problems = append(problems, p.Problem)
 		}
 	}
-	p := &plan{comp: comp}
+	p := &computed{comp: comp}
 	var pp, dp *stamp.Problem
 	p.priority, pp = rollout.Priority(obj.GetAnnotations())
 	p.window, dp = rollout.Debounce(obj.GetAnnotations(), r.Scheduler.Policy.Debounce)
@@ -353,7 +341,7 @@ func deref(ps ...*stamp.Problem) []stamp.Problem {
 // need applies the no-surprise-rollout rule (rollout.NeedOf) to obj and comp.
 // cacheBehind: the stamp was written from a live read newer than this cache
 // (a ConfigMap and a workload applied together); ask again once it caught up.
-func (r *kindReconciler) need(ctx context.Context, obj client.Object, comp *workload.Computation) (rollout.Need, bool, error) {
+func (r *kindReconciler) need(ctx context.Context, obj client.Object, comp *workload.Computation) (rollout.Trigger, bool, error) {
 	a := obj.GetAnnotations()
 	f := rollout.Facts{
 		Stamped: r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash], Recorded: a[stamp.AnnotationAppliedHash],
@@ -404,204 +392,9 @@ func (r *kindReconciler) cacheBehind(ctx context.Context, namespace string, reco
 	return false, nil
 }
 
-// recordAnnotations is comp's record (workload.Computation.Record, the same
-// the webhook writes) as a merge patch of the workload's annotations: an
-// empty value removes the annotation.
-func recordAnnotations(comp *workload.Computation) map[string]any {
-	out := map[string]any{}
-	for k, v := range comp.Record() {
-		out[k] = nil
-		if v != "" {
-			out[k] = v
-		}
-	}
-	return out
-}
-
 // sourcesRecord is the value the record gives AnnotationSources ("" when none).
 func sourcesRecord(comp *workload.Computation) string {
 	return comp.Record()[stamp.AnnotationSources]
-}
-
-// record writes the record only (a baseline, a re-baseline, bookkeeping).
-func (r *kindReconciler) record(ctx context.Context, obj client.Object, comp *workload.Computation) error {
-	stamped := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]
-	err := r.patch(ctx, obj, recordAnnotations(comp), "")
-	log.FromContext(ctx).V(1).Info("recorded hash", "hash", comp.Hash, "baseline", stamped == "")
-	return err
-}
-
-// roll stamps the template and writes the record and the rollout's start in
-// one patch: exactly one rollout. The patch applies to the version of the
-// workload that was judged only: a cache behind this process's own stamp
-// (the next reconcile can run before the watch delivers it), or behind any
-// other write, must not stamp again (stale: nothing was written; ask again).
-// The slot Decide granted goes back (Release) when the stamp did not happen;
-// a superseding stamp keeps the slot its rollout under way holds.
-func (r *kindReconciler) roll(ctx context.Context, o *observed, d rollout.Decision) (bool, error) {
-	obj, comp := o.Object, o.comp
-	previous := r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash]
-	meta := recordAnnotations(comp)
-	if d.Record != nil {
-		maps.Copy(meta, d.Record.Annotations(obj.GetUID(), comp.Hasher))
-	}
-	spec := mergePatches(stampPatch(r.Kind.TemplateFields(), comp.Hash), r.holdPatch(ctx, obj, d))
-	err := patchAnnotations(ctx, r.Client, obj, obj.GetResourceVersion(), meta, spec)
-	if live, lerr := r.landed(ctx, obj, meta, err); live != nil {
-		o.Object, obj = live, live
-	} else if lerr != nil {
-		if !d.Supersedes {
-			r.Scheduler.Release(o.Key)
-		}
-		if apierrors.IsConflict(lerr) {
-			log.FromContext(ctx).V(1).Info("workload changed since it was read; asking again", "hash", comp.Hash)
-			return true, nil
-		}
-		return false, lerr
-	}
-	stamped, rolled, err := r.kept(ctx, o, previous)
-	if !rolled {
-		r.Scheduler.Release(o.Key)
-		return false, err
-	}
-	r.started(ctx, obj, d, previous, stamped)
-	return false, nil
-}
-
-// kept reads the stamp the patch left (obj as the API server returned it):
-// the one proposed, or the webhook's, whose consistent read disagreed with
-// this cache (it lags behind a write the webhook already saw). rolled: the
-// template changed.
-func (r *kindReconciler) kept(ctx context.Context, o *observed, previous string) (string, bool, error) {
-	tmpl := r.Kind.PodTemplate(o.Object)
-	kept := tmpl.Annotations[stamp.AnnotationHash]
-	if kept != o.comp.Hash {
-		log.FromContext(ctx).V(1).Info("webhook corrected a stale hash", "proposed", o.comp.Hash, "kept", kept)
-	}
-	switch {
-	case kept == "":
-		// The patch succeeded, yet the template carries no stamp: the API
-		// server pruned it (a CRD whose schema drops unknown fields of the
-		// template's metadata). Nothing can roll this workload; say so.
-		r.Recorder.Eventf(o.Object, nil, corev1.EventTypeWarning, ReasonStampDropped, "Rollout",
-			"the API server dropped %s from %s.metadata.annotations: this kind's CRD prunes the pod template's metadata, so configstamp cannot roll it "+
-				"(keep the template's metadata in the CRD schema, e.g. controller-gen crd:generateEmbeddedObjectMeta=true)",
-			stamp.AnnotationHash, strings.Join(r.Kind.TemplateFields(), "."))
-		return "", false, nil
-	case kept == previous && kept != o.comp.Hash: // the stamp stands: nothing rolled
-		if pin.Pinned(tmpl) != nil {
-			// A snapshot could not be made (the webhook's PinFailed event
-			// says why): retried with the controller's backoff.
-			return "", false, fmt.Errorf("the webhook kept the stamp %s: the new snapshot could not be made", previous)
-		}
-		return "", false, nil
-	}
-	// The proposed hash, or a newer one than this cache knows: it rolled,
-	// with the open record written by the same patch.
-	return kept, true, nil
-}
-
-// started tells that a rollout started: the metric, the log and a
-// ConfigChanged event naming what changed.
-func (r *kindReconciler) started(ctx context.Context, obj client.Object, d rollout.Decision, previous, stamped string) {
-	rollout.StartedTotal.WithLabelValues(r.Kind.Name).Inc()
-	names := make([]string, len(d.Causes))
-	for i, c := range d.Causes {
-		names[i] = c.Ref.String()
-	}
-	what := strings.Join(names, ", ")
-	if what == "" {
-		what = "referenced data"
-	}
-	log.FromContext(ctx).Info("rolling out for changed configuration", "changed", names, "hash", stamped, "previous", previous,
-		"supersedes", d.Supersedes)
-	then := ""
-	if d.Supersedes {
-		then = "; this rollout supersedes the one under way, keeping its slot"
-	}
-	switch {
-	case d.Record != nil && d.Record.Canary == rollout.CanaryRunning && len(d.Hold) > 0:
-		then += "; this workload is the change's canary: one new pod first, judged for its verification window, before any other pod or workload gets the change"
-	case d.Record != nil && d.Record.Canary == rollout.CanaryRunning:
-		then += "; this workload is the change's canary: no other workload gets the change before its rollout completes and is verified"
-	}
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonConfigChanged, "Rollout",
-		"%s changed: pod template stamped with %s=%s%s", what, stamp.AnnotationHash, stamped, then)
-}
-
-// closeRecord writes the rollout record meta (closed, or verifying), and
-// extra (the canary's hold put back), but only on the version of
-// the workload that was judged (a resourceVersion precondition): a cache that
-// has not yet seen an earlier close, or a newer rollout started since, must
-// not be closed again. stale: the workload had changed; nothing was written.
-func (r *kindReconciler) closeRecord(ctx context.Context, obj client.Object, meta, extra map[string]any) (bool, error) {
-	patch := map[string]any{"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion(), "annotations": meta}}
-	maps.Copy(patch, extra)
-	raw, err := json.Marshal(patch)
-	if err != nil {
-		return false, err
-	}
-	err = r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager))
-	if live, lerr := r.landed(ctx, obj, meta, err); live != nil {
-		err = nil
-	} else {
-		err = lerr
-	}
-	switch {
-	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("while closing the rollout record of %s %s/%s: %w", r.Kind.Name, obj.GetNamespace(), obj.GetName(), err)
-	}
-	return false, nil
-}
-
-// patch merge-patches the workload's metadata annotations (nil deletes one)
-// and, when templateHash is set, the pod template's stamp: only these fields,
-// so GitOps tools and kubectl apply do not fight over anything else.
-func (r *kindReconciler) patch(ctx context.Context, obj client.Object, meta map[string]any, templateHash string) error {
-	return r.patchAt(ctx, obj, "", meta, templateHash)
-}
-
-// patchAt is patch on the workload's version resourceVersion only ("": any).
-func (r *kindReconciler) patchAt(ctx context.Context, obj client.Object, resourceVersion string, meta map[string]any, templateHash string) error {
-	var template map[string]any
-	if templateHash != "" {
-		template = stampPatch(r.Kind.TemplateFields(), templateHash)
-	}
-	return patchAnnotations(ctx, r.Client, obj, resourceVersion, meta, template)
-}
-
-// patchAnnotations merge-patches obj's metadata annotations (nil deletes
-// one) and the other fields of extra (nil: none), on version resourceVersion
-// of obj only unless it is "". A workload gone meanwhile is no error.
-func patchAnnotations(ctx context.Context, c client.Client, obj client.Object, resourceVersion string, meta, extra map[string]any) error {
-	metadata := map[string]any{"annotations": meta}
-	if resourceVersion != "" {
-		metadata["resourceVersion"] = resourceVersion
-	}
-	patch := map[string]any{"metadata": metadata}
-	maps.Copy(patch, extra)
-	raw, err := json.Marshal(patch)
-	if err != nil {
-		return err
-	}
-	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(FieldManager)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("while patching %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
-	}
-	return nil
-}
-
-// stampPatch is the merge patch that sets the stamp on the pod template at path.
-func stampPatch(path []string, hash string) map[string]any {
-	var at any = map[string]any{"metadata": map[string]any{"annotations": map[string]any{stamp.AnnotationHash: hash}}}
-	for i := len(path) - 1; i > 0; i-- {
-		at = map[string]any{path[i]: at}
-	}
-	return map[string]any{path[0]: at}
 }
 
 // SetupWithManager wires the one workload controller: each kind's own
@@ -644,40 +437,4 @@ func keyLogger(base logr.Logger) func(*rollout.Key) logr.Logger {
 		}
 		return base.WithValues(key.Kind, klog.KRef(key.Namespace, key.Name), "namespace", key.Namespace, "name", key.Name)
 	}
-}
-
-// holdPatch is what d writes of the spec besides the stamp: the canary's
-// hold a Stamp sets, or the hold the judged record carries put back when
-// the record d writes no longer carries it (a passed canary, a rollout
-// that ends, a new rollout that is no canary). Nil: nothing.
-func (r *kindReconciler) holdPatch(ctx context.Context, obj client.Object, d rollout.Decision) map[string]any {
-	if len(d.Hold) > 0 {
-		return d.Hold.SetPatch()
-	}
-	if d.Judged.Hold == "" || (d.Record != nil && d.Record.Hold != "") {
-		return nil
-	}
-	held, err := workload.DecodeHold(d.Judged.Hold)
-	if err == nil {
-		var back map[string]any
-		if back, err = held.RestorePatch(obj); err == nil {
-			return back
-		}
-	}
-	log.FromContext(ctx).Error(err, "the canary's hold cannot be put back")
-	return nil
-}
-
-// mergePatches merges JSON merge patches b into a (b wins; nested objects merged).
-func mergePatches(a, b map[string]any) map[string]any {
-	for k, v := range b {
-		am, aok := a[k].(map[string]any)
-		bm, bok := v.(map[string]any)
-		if aok && bok {
-			a[k] = mergePatches(am, bm)
-			continue
-		}
-		a[k] = v
-	}
-	return a
 }

@@ -37,24 +37,24 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	s.Halts = haltsFunc(func() string { return "" })
 	wants := func(name string) Observation {
 		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
-			Hash: "v1-new", Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
 	}
 	names := []string{"a", "b", "c", "d", "e", "f"}
 	for _, n := range names { // the change's event announces them all (the mapper)
 		s.Announce(dep(n), 0, ref)
 	}
 	for _, n := range names[1:] { // the others ask first: a comes first in the wave all the same
-		if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Verb == Stamp {
+		if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Transition == Stamp {
 			t.Fatalf("%s before the canary: %+v %v; want it to wait for a's canary", n, d, err)
 		}
 	}
 	d, err := s.Decide(t.Context(), wants("a"))
-	if err != nil || d.Verb != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || len(d.Hold) == 0 || d.Record.Hold != d.Hold.Encode() {
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || len(d.Hold) == 0 || d.Record.Hold != d.Hold.Encode() {
 		t.Fatalf("a: %+v %v; want a canary stamp with its hold", d, err)
 	}
 	waiting := func() {
 		for _, n := range names[1:] { // each asks again at its recheck
-			if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Verb == Stamp || d.After <= 0 || d.After > canaryWait {
+			if d, err := s.Decide(t.Context(), wants(n)); err != nil || d.Transition == Stamp || d.After <= 0 || d.After > canaryWait {
 				t.Fatalf("%s while the canary runs: %+v %v; want it to wait, and ask again soon", n, d, err)
 			}
 		}
@@ -68,14 +68,14 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	canary := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rec), Ours: true, Need: NeedNothing, Canary: true,
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true, Pods: 1, HealthySince: c.now().Add(-20 * time.Second), FirstHealthySince: c.now().Add(-20 * time.Second)}}
 	canary.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
-	if d, err := s.Decide(t.Context(), canary); err != nil || d.Verb != Idle || d.After <= 0 || d.After > 10*time.Second+time.Second {
+	if d, err := s.Decide(t.Context(), canary); err != nil || d.Transition != Follow || d.After <= 0 || d.After > 10*time.Second+time.Second {
 		t.Fatalf("canary healthy for 20 s of 30: %+v %v; want to look again when the window ends", d, err)
 	}
 	waiting()
 	c.advance(10 * time.Second)
 	waiting()
 	pass, err := s.Decide(t.Context(), canary)
-	if err != nil || pass.Verb != PassCanary || pass.Record.Canary != CanaryPassed || pass.Record.Hold != "" || pass.Record.State != Rolling {
+	if err != nil || pass.Transition != PassCanary || pass.Record.Canary != CanaryPassed || pass.Record.Hold != "" || pass.Record.State != Rolling {
 		t.Fatalf("canary healthy for the window: %+v %v; want it passed, its hold put back, still rolling", pass, err)
 	}
 	if len(pass.Wake) == 0 {
@@ -86,13 +86,13 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	// rest of the wave still waits, and the canary still passes.
 	waiting()
 	canary.Verification.Healthy, canary.Verification.Pods, canary.Verification.HealthySince = false, 2, time.Time{}
-	if again, err := s.Decide(t.Context(), canary); err != nil || again.Verb != PassCanary {
+	if again, err := s.Decide(t.Context(), canary); err != nil || again.Transition != PassCanary {
 		t.Fatalf("canary passed, a second pod not Ready yet, the pass not written: %+v %v; want it passed again", again, err)
 	}
 	s.CanaryWritten(dep("a"), rec, *pass.Record) // the reconciler wrote it
 	for _, n := range names[1:] {
 		d, err := s.Decide(t.Context(), wants(n))
-		if err != nil || d.Verb != Stamp || d.Record.Canary != NoCanary || len(d.Hold) != 0 {
+		if err != nil || d.Transition != Stamp || d.Record.Canary != NoCanary || len(d.Hold) != 0 {
 			t.Fatalf("%s after the canary passed: %+v %v; want a plain stamp", n, d, err)
 		}
 	}
@@ -107,13 +107,13 @@ func TestCanaryFailureKeepsItsHold(t *testing.T) {
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
 	s.Halts = haltsFunc(func() string { return "" })
 	d, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", nil), Ours: true, Need: NeedRollout,
-		Hash: "v1-new", Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
-	if err != nil || d.Verb != Stamp || d.Record.Canary != CanaryRunning {
+		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
+	if err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
 		t.Fatalf("a: %+v %v; want the canary", d, err)
 	}
 	optedOut := Observation{Key: dep("b"), Kind: deploymentKind, Object: threeReplicas("b", nil), Ours: true, Need: NeedRollout,
-		Hash: "v1-new", Sources: sourcesOf(cause), VerifyWindow: 30 * time.Second}
-	if d, err := s.Decide(t.Context(), optedOut); err != nil || d.Verb != Stamp || d.Record.Canary != NoCanary {
+		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), VerifyWindow: 30 * time.Second}
+	if d, err := s.Decide(t.Context(), optedOut); err != nil || d.Transition != Stamp || d.Record.Canary != NoCanary {
 		t.Fatalf("b, canary off: %+v %v; want a plain stamp at once", d, err)
 	}
 	rec := *d.Record
@@ -121,7 +121,7 @@ func TestCanaryFailureKeepsItsHold(t *testing.T) {
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Pods: 1, Problem: "pod a-x: container app restarted 1 times"}}
 	failing.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
 	f, err := s.Decide(t.Context(), failing)
-	if err != nil || f.Verb != Close || f.Failure == "" || f.Record.State != Failed || f.Record.Halted == "" {
+	if err != nil || f.Transition != CloseFailed || f.Failure == "" || f.Record.State != Failed || f.Record.Halted == "" {
 		t.Fatalf("failing canary: %+v %v; want it failed and halted", f, err)
 	}
 	// Its hold kept, and paused: its Deployment makes no second pod of the
@@ -153,13 +153,13 @@ func TestFrozenCanaryThawsWithTheNextChange(t *testing.T) {
 	d.Status.UpdatedReplicas = 1
 	recovering := Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Need: NeedNothing, Canary: true, VerifyWindow: 30 * time.Second,
 		Verification: Verification{Window: 30 * time.Second, Read: true, Healthy: true, Pods: 3, HealthySince: t0.Add(-time.Hour)}}
-	if r, err := s.Decide(t.Context(), recovering); err != nil || r.Verb == Resume {
+	if r, err := s.Decide(t.Context(), recovering); err != nil || r.Transition == Resume {
 		t.Fatalf("paused after its failure: %+v %v; want no recovery while paused", r, err)
 	}
 	next := recovering
-	next.Need, next.Hash, next.Sources = NeedRollout, "v1-fixed", sourcesOf([]Change{{Ref: ref, Content: "00bb"}})
+	next.Need, next.Hash, next.Data, next.Sources = NeedRollout, "v1-fixed", dataOf("v1-fixed"), sourcesOf([]Change{{Ref: ref, Content: "00bb"}})
 	st, err := s.Decide(t.Context(), next)
-	if err != nil || st.Verb != Stamp || st.Record.Canary != CanaryRunning {
+	if err != nil || st.Transition != Stamp || st.Record.Canary != CanaryRunning {
 		t.Fatalf("the next change: %+v %v; want a canary stamp", st, err)
 	}
 	patch := st.Hold.SetPatch()
@@ -210,11 +210,11 @@ func TestCanaryHeldPastTheProgressDeadlineDoesNotFail(t *testing.T) {
 		Verification: Verification{Read: true, Healthy: true, Pods: 1, HealthySince: healthy, FirstHealthySince: healthy}},
 		Record: rec, Now: t0, Progressed: healthy}
 	pol := Policy{ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true}
-	if p := Rules(sit, pol); p.Step == StepClose || p.Failure != "" {
+	if p := Rules(sit, pol); p.Transition.closes() || p.Failure != "" {
 		t.Fatalf("plan %+v: a healthy canary held 11 minutes of its 15-minute window failed by the 10-minute deadline", p)
 	}
 	sit.Now = healthy.Add(15 * time.Minute)
-	if p := Rules(sit, pol); p.Step != StepPassCanary {
+	if p := Rules(sit, pol); p.Transition != PassCanary {
 		t.Fatalf("plan %+v: want the canary passed when its window ended", p)
 	}
 }
@@ -257,11 +257,11 @@ func TestCanariesAreTheSchedulersOwn(t *testing.T) {
 			obj := threeReplicas(x.key.Name, nil)
 			obj.Namespace = x.key.Namespace
 			d, err := s.Decide(t.Context(), Observation{Key: x.key, Kind: deploymentKind, Object: obj, Ours: true, Need: NeedRollout, Priority: x.priority,
-				Hash: "v1-new", Sources: sourcesOf(x.causes), Canary: !x.off, VerifyWindow: 30 * time.Second})
+				Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(x.causes), Canary: !x.off, VerifyWindow: 30 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Verb != Stamp {
+			if d.Transition != Stamp {
 				continue
 			}
 			stamped[x.key] = true
@@ -298,23 +298,23 @@ func TestLateReconcileKeepsItsPlaceInTheWave(t *testing.T) {
 	s.Halts = haltsFunc(func() string { return "" })
 	wants := func(name string, priority int) Observation {
 		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
-			Hash: "v1-new", Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second, Priority: priority, Window: 2 * time.Second}
+			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second, Priority: priority, Window: 2 * time.Second}
 	}
 	s.Announce(dep("first"), 10, ref)
 	s.Announce(dep("second"), 0, ref)
-	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Verb == Stamp {
+	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Transition == Stamp {
 		t.Fatalf("second within the debounce: %+v %v; want it to wait", d, err)
 	}
 	c.advance(1500 * time.Millisecond) // first's reconcile comes late
-	if d, err := s.Decide(t.Context(), wants("first", 10)); err != nil || d.Verb == Stamp {
+	if d, err := s.Decide(t.Context(), wants("first", 10)); err != nil || d.Transition == Stamp {
 		t.Fatalf("first within the debounce: %+v %v; want it to wait", d, err)
 	}
 	c.advance(600 * time.Millisecond) // second's debounce is over
-	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Verb == Stamp {
+	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Transition == Stamp {
 		t.Fatalf("second, after its debounce, with first (priority 10) about to ask: %+v %v; want it to wait for first's canary", d, err)
 	}
 	d, err := s.Decide(t.Context(), wants("first", 10))
-	if err != nil || d.Verb != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
 		t.Fatalf("first, after the change's debounce: %+v %v; want the canary's stamp", d, err)
 	}
 }

@@ -60,7 +60,7 @@ kinds:
 	degraded := custom("Rollout", 3, nil, map[string]any{"observedGeneration": "3", "phase": "Degraded"})
 	kind, _ := kinds.Of(degraded)
 	j := Judge(kind, degraded, Record{State: Rolling, Started: time.Now()}, Verification{}, time.Minute, time.Time{}, time.Now())
-	if j.Verdict != Failure || !strings.Contains(j.Reason, `"Degraded"`) {
+	if j.Trigger != RolloutFailed || !strings.Contains(j.Reason, `"Degraded"`) {
 		t.Fatalf("Judge of a degraded Rollout = %+v", j)
 	}
 }

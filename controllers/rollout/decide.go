@@ -11,20 +11,6 @@ import (
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-// Need is what a workload's data asks for, by the no-surprise-rollout rule
-// (the reconciler's Decide): nothing, a record, or a rollout.
-type Need int
-
-const (
-	// NeedNothing: the workload is up to date.
-	NeedNothing Need = iota
-	// NeedRecord: write the metadata record only (a baseline, a re-baseline
-	// after a key change, or bookkeeping); no rollout.
-	NeedRecord
-	// NeedRollout: the data it references changed since its pods were made.
-	NeedRollout
-)
-
 // Observation is what the reconciler observed of one workload: plain data,
 // all the wave's rules need to decide about it.
 type Observation struct {
@@ -32,12 +18,14 @@ type Observation struct {
 	// Kind is the workload's kind.
 	Kind workload.Kind
 	// Object is the workload as cached; nil when it is gone. Its rollout
-	// record is read (and its seal verified) by Decide.
+	// record is read (and its seal checked) by Decide.
 	Object client.Object
 	// Ours: opted in, or selected by a ConfigMap's rollout selector. The rest
 	// describe a workload of ours.
 	Ours bool
-	Need Need
+	// Need is what its data asks for (NeedOf): NeedNothing, NeedRecord or
+	// NeedRollout.
+	Need Trigger
 	// CacheBehind: its record names source versions newer than this cache's.
 	CacheBehind bool
 	// Hash is the stamp its data asks for; Sources the keyed digest of what it
@@ -58,6 +46,11 @@ type Observation struct {
 	// Verification: its verification window, and what its new revision's
 	// pods showed (read while its rollout is verifying).
 	Verification Verification
+	// Data is what its data hashes to now: the record a baseline or a stamp
+	// writes, and the key a new rollout record is sealed with.
+	Data *workload.Computation
+	// Undo is what a failed rollout's undo needs (UndoFacts).
+	Undo UndoFacts
 }
 
 // HaltFinder finds the halted change that holds one of causes in namespace
@@ -66,102 +59,107 @@ type HaltFinder interface {
 	By(ctx context.Context, namespace string, causes []Change) (string, error)
 }
 
-// Verb is what a Decision asks the reconciler to write.
-type Verb int
-
-const (
-	// Idle: write nothing.
-	Idle Verb = iota
-	// Resume: the failed workload is complete again; write Record (the halt lifted).
-	Resume
-	// Close: the rollout completed or failed; write Record, on the judged
-	// version of the workload only.
-	Close
-	// StartVerify: the rollout is complete; write Record (verifying, until
-	// when) on the judged version of the workload only. It keeps its slot.
-	StartVerify
-	// Baseline: write the data record only.
-	Baseline
-	// Stamp: stamp the pod template and write the data record and Record (the
-	// rollout's start; nil when rollouts are not followed) in one patch.
-	Stamp
-	// PassCanary: the canary passed; write Record and put its hold back, on
-	// the judged version of the workload only.
-	PassCanary
-)
-
-// Decision is the one answer to an Observation.
+// Decision is the one answer to an Observation: the transition taken and
+// everything the reconciler does of it. act applies it in this order and
+// decides nothing: the Patches, one after the other, stopping at the first
+// that finds the workload changed or gone (stale: nothing more is done; ask
+// again shortly; the slot a Stamp took goes back when Release says so);
+// then what the Stamp write did (StampWrite.Landed, judged from what the
+// API server returned); the scheduler told the record Written; the
+// Effects; the Undo (its outcome told by Undo.Done); the Wake.
 type Decision struct {
-	Verb Verb
-	// Record: the record to write (Resume, Close; Stamp: the rollout's start,
-	// nil when rollouts are not followed).
+	Transition Transition
+	// On: the trigger it was taken on.
+	On Trigger
+	// Record: the record it writes (Resume, PassCanary, StartVerify, a
+	// close; Stamp: the rollout's start, nil when rollouts are not followed).
 	Record *Record
-	// Judged: the workload's record as it was read (its seal verified), the
-	// one Close ends.
+	// Judged: the workload's record as it was read (its seal checked), the
+	// one a close ends.
 	Judged Record
 	// Causes: the changes a Stamp rolls out.
 	Causes []Change
 	// After: ask again after this long (0: when something changes).
 	After time.Duration
-	// Failure: Close of a failed rollout, and why it failed.
+	// Failure: CloseFailed's reason.
 	Failure string
-	// Supersedes: Stamp of a change that replaces the workload's own rollout
-	// under way; write it on the observed version only, and it keeps the slot.
+	// Supersedes: a Stamp of a change that replaces the workload's own
+	// rollout under way; it keeps the slot.
 	Supersedes bool
 	// Halted: the workload waits on this halted change, news to tell (once).
 	Halted string
-	// Wake: workloads next in the wave, to wake once Close (or PassCanary)
-	// is written.
-	Wake []Key
 	// Hold: the hold a Stamp sets (its canary's; nil when none). Any write
 	// of a Record without the hold the Judged record carries puts that back.
 	Hold workload.Hold
+
+	// Patches: the writes, in order.
+	Patches []Patch
+	// Release: give the slot a Stamp took back when its patch did not land,
+	// or did not roll (Scheduler.Release).
+	Release bool
+	// Stamp: how the stamp Patches write is judged once it landed.
+	Stamp *StampWrite
+	// Written: the record to tell the scheduler of once written
+	// (Scheduler.CanaryWritten): a canary's pass, a close.
+	Written *Record
+	// Effects: the counters, logs and events once the patches landed.
+	Effects
+	// Undo: the failed rollout's undo (nil: none).
+	Undo *Undo
+	// Wake: workloads next in the wave, to wake once the patches landed.
+	Wake []Key
 }
 
 // Decide is the one question the reconciler asks about a workload: the
-// wave's rules (Rules, a pure function) say which step applies, and the
-// scheduler takes it, keeping its own state: the wave's order, debounce
-// windows, slots granted, workloads told of a halt.
+// wave's rules (Rules, a pure function) say which row of the Lifecycle
+// applies, the scheduler takes it, keeping its own state (the wave's
+// order, debounce windows, slots granted, workloads told of a halt), and
+// the decision gets every effect of it (Policy.effects).
 func (s *Scheduler) Decide(ctx context.Context, o Observation) (Decision, error) {
 	sit := s.situation(ctx, o)
-	plan := Rules(sit, s.Policy)
-	d, err := s.take(ctx, sit, plan)
-	if plan.Recheck > 0 && (d.After == 0 || plan.Recheck < d.After) {
-		d.After = plan.Recheck
+	ruling := Rules(sit, s.Policy)
+	d, err := s.take(ctx, sit, ruling)
+	if err != nil {
+		return d, err
 	}
-	return d, err
+	if ruling.Recheck > 0 && (d.After == 0 || ruling.Recheck < d.After) {
+		d.After = ruling.Recheck
+	}
+	return s.Policy.effects(sit, d), nil
 }
 
-// take is the step plan as the scheduler takes it, with its own state.
-func (s *Scheduler) take(ctx context.Context, sit Situation, plan Plan) (Decision, error) {
+// take is the ruling as the scheduler takes it, with its own state.
+func (s *Scheduler) take(ctx context.Context, sit Situation, ruling Ruling) (Decision, error) {
 	o := sit.Observation
-	d := Decision{Verb: plan.Step.verb(), Record: plan.Record, Judged: sit.Record, Causes: sit.Causes, Failure: plan.Failure, After: plan.After}
-	if !sit.Record.Open() || plan.Step == StepClose {
+	d := Decision{Transition: ruling.Transition, On: ruling.On, Record: ruling.Record, Judged: sit.Record, Causes: sit.Causes,
+		Failure: ruling.Failure, After: ruling.After}
+	closes := ruling.Transition.closes()
+	if !sit.Record.Open() || closes {
 		s.forgetProgress(o.Key)
 	}
-	s.suspect(o.Key, sit.Record, plan.Suspect && plan.Step != StepClose, sit.Now)
-	switch plan.Step {
-	case StepGone:
+	s.suspect(o.Key, sit.Record, ruling.Suspect && !closes, sit.Now)
+	switch ruling.Transition {
+	case Gone:
 		s.settle(o.Key)
 		s.Release(o.Key)
-	case StepSettle:
+	case Settle:
 		s.settle(o.Key)
-	case StepClose:
+	case CloseCompleted, CloseFailed:
 		// The slot stays counted until the cache shows the closed record (it
 		// is read from the open records there), so the halt a failure writes
 		// is known before the next in the wave may take the slot.
 		s.Release(o.Key)
 		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
-		if plan.Failure != "" && plan.Record != nil && plan.Record.Hold != "" && sit.Record.Undo == "" {
-			d.Record, d.Hold = frozen(o, *plan.Record)
+		if ruling.Transition == CloseFailed && ruling.Record != nil && ruling.Record.Hold != "" && sit.Record.Undo == "" {
+			d.Record, d.Hold = frozen(o, *ruling.Record)
 			if len(d.Hold) > 0 {
 				d.Failure += "; its rollout is paused (spec.paused) so that no other pod gets the change, and put back when the halt lifts"
 			}
 		}
-	case StepPassCanary: // passed once the reconciler wrote it (CanaryWritten)
+	case PassCanary: // passed once the reconciler wrote it (CanaryWritten)
 		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
-	case StepGate:
-		return s.gate(ctx, sit, plan.After)
+	case Gate:
+		return s.gate(ctx, sit, ruling.After)
 	}
 	return d, nil
 }
@@ -180,7 +178,7 @@ func frozen(o Observation, rec Record) (*Record, workload.Hold) {
 	return &rec, freeze
 }
 
-// situation is o with what the rules weigh besides: its record (verified),
+// situation is o with what the rules weigh besides: its record (unsealed),
 // the changes it would roll out, the time, and whether this process stamped
 // it without the cache showing that yet.
 func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
@@ -189,7 +187,7 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 		return sit
 	}
 	var err error
-	if sit.Record, err = Verify(o.Object, s.Keys); err != nil {
+	if sit.Record, err = Unseal(o.Object, s.Keys); err != nil {
 		// Written or altered by someone else (or sealed with a key long
 		// retired): it holds no slot and halts nothing. Removing the halted
 		// annotation, the documented resume, lands here too.
@@ -215,13 +213,14 @@ func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Dura
 	// forever by changing its config again and again).
 	keeps := following > 0 && s.holdsSlot(sit.Record, sit.Object, sit.Now)
 	d, open, canary, err := s.open(ctx, sit, keeps)
+	d.Transition, d.On = Wait, NeedRollout
 	if !open || err != nil {
 		if following > 0 && (d.After == 0 || d.After > following) {
 			d.After = following // the rollout under way is judged by its deadline meanwhile
 		}
 		return d, err
 	}
-	d = Decision{Verb: Stamp, Supersedes: keeps, Judged: sit.Record, Causes: sit.Causes}
+	d = Decision{Transition: Stamp, On: NeedRollout, Supersedes: keeps, Judged: sit.Record, Causes: sit.Causes}
 	if s.Policy.Tracks() {
 		start := sit.Record.StartRecord(sit.Now, sit.Causes, NothingToWaitFor(sit.Kind, sit.Object))
 		if keeps {

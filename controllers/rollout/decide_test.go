@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // workloadIn is Deployment ns/name, one replica, complete or not, with rec
@@ -49,28 +50,28 @@ func TestDecideStates(t *testing.T) {
 		rolling []client.Object // others holding slots
 		obj     client.Object   // nil: gone
 		ours    bool
-		need    Need
+		need    Trigger
 		behind  bool
 		window  time.Duration
 		halted  HaltFinder
-		want    Verb
+		want    Transition
 		after   time.Duration // exact, or any > 0 when -1
 		check   func(t *testing.T, d Decision)
 	}{
-		{name: "gone", obj: nil, want: Idle},
-		{name: "rolling, complete: close", obj: workloadIn("w", true, &open), ours: true, want: Close,
+		{name: "gone", obj: nil, want: Gone},
+		{name: "rolling, complete: close", obj: workloadIn("w", true, &open), ours: true, want: CloseCompleted,
 			check: func(t *testing.T, d Decision) {
 				if d.Record.State != Completed || d.Failure != "" {
 					t.Errorf("closed %+v failure %q, want complete", *d.Record, d.Failure)
 				}
 			}},
-		{name: "rollout of a halted change", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, halted: halted, want: Idle, after: haltedRecheck,
+		{name: "rollout of a halted change", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, halted: halted, want: Wait, after: haltedRecheck,
 			check: func(t *testing.T, d Decision) {
 				if d.Halted != cause[0].String() {
 					t.Errorf("halted news %q, want %q", d.Halted, cause[0].String())
 				}
 			}},
-		{name: "rollout in its debounce window", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, window: 2 * time.Second, want: Idle, after: 2 * time.Second},
+		{name: "rollout in its debounce window", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, window: 2 * time.Second, want: Wait, after: 2 * time.Second},
 		{name: "rollout, a slot free", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, want: Stamp,
 			check: func(t *testing.T, d Decision) {
 				if d.Record == nil || !d.Record.Open() || d.Record.Cause != FormatChanges(cause) || d.Supersedes {
@@ -78,7 +79,7 @@ func TestDecideStates(t *testing.T) {
 				}
 			}},
 		{name: "rollout, the budget used by another", rolling: []client.Object{rollingDeployment("ns", "other", t0)},
-			obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, want: Idle, after: -1},
+			obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, want: Wait, after: -1},
 		{name: "a change during its own rollout supersedes it, budget full or not", rolling: []client.Object{rollingDeployment("ns", "other", t0)},
 			obj: workloadIn("w", false, &open), ours: true, need: NeedRollout, want: Stamp,
 			check: func(t *testing.T, d Decision) {
@@ -105,14 +106,14 @@ func TestDecideStates(t *testing.T) {
 			if tc.halted == nil {
 				s.Halts = notHalted
 			}
-			o := Observation{Key: dep("w"), Kind: deploymentKind, Object: tc.obj, Ours: tc.ours, Need: tc.need, CacheBehind: tc.behind, Hash: "v1-new",
+			o := Observation{Key: dep("w"), Kind: deploymentKind, Object: tc.obj, Ours: tc.ours, Need: tc.need, CacheBehind: tc.behind, Hash: "v1-new", Data: dataOf("v1-new"),
 				Sources: sourcesOf(cause), Window: tc.window}
 			d, err := s.Decide(t.Context(), o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Verb != tc.want {
-				t.Fatalf("verb %v, want %v (decision %+v)", d.Verb, tc.want, d)
+			if d.Transition != tc.want {
+				t.Fatalf("verb %v, want %v (decision %+v)", d.Transition, tc.want, d)
 			}
 			if (tc.after == -1 && d.After <= 0) || (tc.after >= 0 && d.After != tc.after) {
 				t.Errorf("ask again after %v, want %v", d.After, tc.after)
@@ -136,15 +137,15 @@ func TestDecideHaltedNewsOnce(t *testing.T) {
 		}
 		return ""
 	})
-	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new"}
+	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Data: dataOf("v1-new")}
 	for i, want := range []string{change, ""} {
 		d, err := s.Decide(t.Context(), o)
-		if err != nil || d.Verb != Idle || d.Halted != want {
+		if err != nil || d.Transition != Wait || d.Halted != want {
 			t.Fatalf("ask %d: %+v %v; want to wait, news %q", i+1, d, err, want)
 		}
 	}
 	holds = false
-	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Stamp {
+	if d, err := s.Decide(t.Context(), o); err != nil || d.Transition != Stamp {
 		t.Fatalf("after the lift: %+v %v; want to stamp", d, err)
 	}
 }
@@ -169,16 +170,16 @@ func sourcesOf(changes []Change) map[stamp.ObjectRef]string {
 // the rollout under way, the workload is followed.
 func TestDecideNeverStampsTwice(t *testing.T) {
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 2, ProgressDeadline: time.Minute, HaltOnFailure: true})
-	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new"}
+	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Data: dataOf("v1-new")}
 	d, err := s.Decide(t.Context(), o)
-	if err != nil || d.Verb != Stamp {
+	if err != nil || d.Transition != Stamp {
 		t.Fatalf("first decision %+v, %v; want to stamp", d, err)
 	}
-	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Idle || d.After != StaleRecheck {
+	if d, err := s.Decide(t.Context(), o); err != nil || d.Transition != Stale || d.After != StaleRecheck {
 		t.Fatalf("the same read again: %+v, %v; want to ask again after %v", d, err, StaleRecheck)
 	}
 	o.Object, o.Need = workloadIn("w", false, d.Record), NeedNothing
-	if d, err := s.Decide(t.Context(), o); err != nil || d.Verb != Idle || d.After <= StaleRecheck {
+	if d, err := s.Decide(t.Context(), o); err != nil || d.Transition != Follow || d.After <= StaleRecheck {
 		t.Fatalf("the stamp seen: %+v, %v; want to follow the rollout by its deadline", d, err)
 	}
 }
@@ -199,13 +200,13 @@ func TestSupersedingKeepsTheSlotWithinItsBound(t *testing.T) {
 	change := func(content string, rec Record) Observation {
 		w := workloadIn("w", false, &rec)
 		w.Status.UpdatedReplicas = int32(c.now().Sub(t0) / time.Second)
-		return Observation{Key: dep("w"), Kind: deploymentKind, Object: w, Ours: true, Need: NeedRollout, Hash: "v1-" + content,
+		return Observation{Key: dep("w"), Kind: deploymentKind, Object: w, Ours: true, Need: NeedRollout, Hash: "v1-" + content, Data: dataOf("v1-" + content),
 			Sources: map[stamp.ObjectRef]string{ref: content}}
 	}
 
 	c.advance(50 * time.Second)
 	d, err := s.Decide(t.Context(), change("00bb", first))
-	if err != nil || d.Verb != Stamp || !d.Supersedes || !d.Record.Started.Equal(t0) {
+	if err != nil || d.Transition != Stamp || !d.Supersedes || !d.Record.Started.Equal(t0) {
 		t.Fatalf("within the bound: %+v %v; want a superseding stamp that keeps the first stamp's start", d, err)
 	}
 	if w, _ := s.Acquire(t.Context(), depIn("other", "a"), 0, true); w == 0 {
@@ -217,7 +218,7 @@ func TestSupersedingKeepsTheSlotWithinItsBound(t *testing.T) {
 		t.Fatalf("past the bound of the first stamp the slot is still held (wait %v): a tenant starves the budget", w)
 	}
 	d, err = s.Decide(t.Context(), change("00cc", *d.Record))
-	if err != nil || d.Verb != Idle || d.After <= 0 {
+	if err != nil || d.Transition != Wait || d.After <= 0 {
 		t.Fatalf("past the bound, the budget full: %+v %v; want the new change to wait for a slot", d, err)
 	}
 }
@@ -237,15 +238,21 @@ func TestSuspectHoldsTheWave(t *testing.T) {
 	if _, err := s.Decide(t.Context(), suspect); err != nil {
 		t.Fatal(err)
 	}
-	next := Observation{Key: dep("third"), Kind: deploymentKind, Object: workloadIn("third", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Sources: sourcesOf(cause)}
-	if d, err := s.Decide(t.Context(), next); err != nil || d.Verb != Idle || d.After <= 0 || d.After > time.Second {
+	next := Observation{Key: dep("third"), Kind: deploymentKind, Object: workloadIn("third", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause)}
+	if d, err := s.Decide(t.Context(), next); err != nil || d.Transition != Wait || d.After <= 0 || d.After > time.Second {
 		t.Fatalf("with a suspect of the change: %+v %v; want to wait a moment", d, err)
 	}
 	suspect.Verification.Healthy = true // Ready again: no longer a suspect
 	if _, err := s.Decide(t.Context(), suspect); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := s.Decide(t.Context(), next); err != nil || d.Verb != Stamp {
+	if d, err := s.Decide(t.Context(), next); err != nil || d.Transition != Stamp {
 		t.Fatalf("the suspect Ready again: %+v %v; want to stamp", d, err)
 	}
+}
+
+// dataOf is what a workload's data hashes to, for an observation that may
+// be stamped or baselined: the hash, made with the test key.
+func dataOf(hash string) *workload.Computation {
+	return &workload.Computation{Result: stamp.Result{Hash: hash}, KeyID: testKeys.Current().KeyID(), Hasher: testKeys.Current()}
 }

@@ -91,7 +91,7 @@ func (h *Halts) By(ctx context.Context, namespace string, causes []Change) (stri
 // inForce returns w's halted change of ref if what w references of ref is
 // still the content that failed, else "".
 func (h *Halts) inForce(ctx context.Context, kind workload.Kind, w client.Object, ref stamp.ObjectRef) (string, error) {
-	rec, err := Verify(w, h.Resolver.Keys)
+	rec, err := Unseal(w, h.Resolver.Keys)
 	key := rec.Key()
 	tmpl := kind.PodTemplate(w)
 	if err != nil || key == nil || tmpl == nil {

@@ -15,24 +15,54 @@ import (
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
+// Names of the rollout counters a Decision increments (Count).
+const (
+	MetricStarted            = "configstamp_rollouts_started_total"
+	MetricCompleted          = "configstamp_rollouts_completed_total"
+	MetricFailed             = "configstamp_rollouts_failed_total"
+	MetricFailedVerification = "configstamp_rollouts_failed_verification_total"
+	MetricCanaries           = "configstamp_canaries_total"
+	MetricUndos              = "configstamp_undos_total"
+)
+
+// Count is one increment of a rollout counter, by its name and label values.
+type Count struct {
+	Metric string
+	Labels []string
+}
+
+// Inc increments the counter.
+func (c Count) Inc() { counters[c.Metric].WithLabelValues(c.Labels...).Inc() }
+
+// String is the counter's name with its label values other than the kind.
+func (c Count) String() string {
+	if len(c.Labels) > 1 {
+		return c.Metric + "{" + c.Labels[0] + "}"
+	}
+	return c.Metric
+}
+
+var counters = map[string]*prometheus.CounterVec{MetricStarted: StartedTotal, MetricCompleted: CompletedTotal, MetricFailed: FailedTotal,
+	MetricFailedVerification: FailedVerificationTotal, MetricCanaries: CanariesTotal, MetricUndos: UndosTotal}
+
 var (
 	// StartedTotal counts rollouts configstamp started by stamping a pod template, by kind.
 	StartedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "configstamp_rollouts_started_total", Help: "Rollouts configstamp started by stamping a pod template.",
+		Name: MetricStarted, Help: "Rollouts configstamp started by stamping a pod template.",
 	}, []string{"kind"})
 	// Completed counts rollouts configstamp started that completed, by kind.
 	CompletedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "configstamp_rollouts_completed_total", Help: "Rollouts configstamp started that completed.",
+		Name: MetricCompleted, Help: "Rollouts configstamp started that completed.",
 	}, []string{"kind"})
 	// FailedTotal counts rollouts configstamp started that failed, by kind.
 	FailedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "configstamp_rollouts_failed_total", Help: "Rollouts configstamp started that failed (progress deadline, or in their verification window).",
+		Name: MetricFailed, Help: "Rollouts configstamp started that failed (progress deadline, or in their verification window).",
 	}, []string{"kind"})
 	// FailedVerificationTotal counts the failed rollouts that had completed as
 	// `kubectl rollout status` says and then failed in their verification
 	// window (a container restarted, a pod lost its readiness), by kind.
 	FailedVerificationTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "configstamp_rollouts_failed_verification_total",
+		Name: MetricFailedVerification,
 		Help: "Rollouts configstamp started that completed and then failed in their verification window (a container restarted or crashed, a pod lost its readiness).",
 	}, []string{"kind"})
 	// ReconcilesTotal counts the workload controller's reconciles by kind:
@@ -43,14 +73,14 @@ var (
 	}, []string{"kind"})
 	// CanariesTotal counts canaries by how they ended (passed, failed) and kind.
 	CanariesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "configstamp_canaries_total",
+		Name: MetricCanaries,
 		Help: "Canaries of a change (its first workload, held at one new pod where its kind allows), by result (passed, failed) and kind.",
 	}, []string{"result", "kind"})
 	// UndosTotal counts configstamp's undos of failed rollouts by result:
 	// undone (the template returned to its last verified revision), then
 	// verified or failed (how the undo's own rollout ended).
 	UndosTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "configstamp_undos_total",
+		Name: MetricUndos,
 		Help: "Undos of failed rollouts (configstamp.io/on-failure: undo), by result: undone (returned to the last verified revision), then verified or failed (the undo's own rollout).",
 	}, []string{"result", "kind"})
 	// Resumed counts halts lifted (the failed workload deleted, recovered, or its halted annotation removed).

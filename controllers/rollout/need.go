@@ -32,7 +32,7 @@ type Facts struct {
 //   - The known hash differs from computed: referenced data changed since the
 //     pods were made: roll.
 //   - Otherwise at most bookkeeping.
-func NeedOf(f Facts) Need {
+func NeedOf(f Facts) Trigger {
 	known := f.Recorded
 	if known == "" {
 		known = f.Stamped

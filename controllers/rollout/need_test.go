@@ -5,7 +5,7 @@ import "testing"
 func TestNeedOf(t *testing.T) {
 	tests := map[string]struct {
 		f    Facts
-		want Need
+		want Trigger
 	}{
 		"unknown workload: baseline, no rollout":      {Facts{Computed: "v1-a", Key: "k1"}, NeedRecord},
 		"stamped by the webhook, record missing":      {Facts{Stamped: "v1-a", Computed: "v1-a", Key: "k1"}, NeedRecord},

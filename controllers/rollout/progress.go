@@ -9,27 +9,13 @@ import (
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-// Verdict is the judgement of an open rollout.
-type Verdict int
-
-const (
-	// Pending: still rolling or verifying; judge again on the next status
-	// change or at Recheck.
-	Pending Verdict = iota
-	// ToVerify: complete as `kubectl rollout status` says; verify it for the window.
-	ToVerify
-	// Done: the rollout completed (and, with a window, stayed healthy through it).
-	Done
-	// Failure: the rollout failed (Judgement.Reason says why).
-	Failure
-)
-
 // Judgement is what Judge found.
 type Judgement struct {
-	Verdict Verdict
+	// Trigger: Progressing, RolloutComplete, RolloutVerified or RolloutFailed.
+	Trigger Trigger
 	// Reason says why a rollout failed, for events and logs.
 	Reason string
-	// Recheck is when a Pending rollout fails by the deadline unless it
+	// Recheck is when a Progressing rollout fails by the deadline unless it
 	// completes first (nothing else may wake its reconcile).
 	Recheck time.Duration
 }
@@ -39,7 +25,7 @@ type Judgement struct {
 //   - any state: a sign of failure among the new revision's pods (v.Problem,
 //     see InspectPods) fails it at once, from the moment the pod exists.
 //   - Rolling: complete as `kubectl rollout status` understands it for the
-//     kind and update strategy (see Complete) gives Verify, or Done when there
+//     kind and update strategy (see Complete) gives RolloutComplete, or RolloutVerified when there
 //     is no window to verify (v.Window 0, a paused Deployment, nothing to wait
 //     for); failed when a Deployment reports ProgressDeadlineExceeded or when
 //     its status made no progress for deadline (since the later of its start
@@ -48,7 +34,7 @@ type Judgement struct {
 //     judged again at the next status change, the next poll of its pods
 //     (PodPoll) or the deadline, whichever comes first.
 //   - Verifying: failed as above or when a Deployment's deadline is
-//     exceeded; Done once it stayed healthy until rec.Until (its pods read
+//     exceeded; RolloutVerified once it stayed healthy until rec.Until (its pods read
 //     then); else pending. A Deployment's Available condition alone decides
 //     nothing: a scale-up turns it False.
 func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, deadline time.Duration, progressed, now time.Time) Judgement {
@@ -56,18 +42,18 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 		return judgeVerifying(kind, obj, rec, v, now)
 	}
 	if v.Problem != "" {
-		return Judgement{Verdict: Failure, Reason: "its new pods failed: " + v.Problem}
+		return Judgement{Trigger: RolloutFailed, Reason: "its new pods failed: " + v.Problem}
 	}
 	st := kind.Status(obj)
 	switch {
 	case st.Complete && v.Window > 0 && !st.Paused && !st.NothingToWaitFor:
-		return Judgement{Verdict: ToVerify}
+		return Judgement{Trigger: RolloutComplete}
 	case st.Complete && v.Unread: // not completed unseen
-		return Judgement{Verdict: Pending, Recheck: unreadRecheck}
+		return Judgement{Trigger: Progressing, Recheck: unreadRecheck}
 	case st.Complete:
-		return Judgement{Verdict: Done}
+		return Judgement{Trigger: RolloutVerified}
 	case st.Exceeded:
-		return Judgement{Verdict: Failure, Reason: st.FailedReason}
+		return Judgement{Trigger: RolloutFailed, Reason: st.FailedReason}
 	}
 	from := rec.Started
 	if progressed.After(from) {
@@ -78,11 +64,11 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 	case left < 0 && len(v.StalledBy) > 0:
 		// Its own controller waits for NotReady nodes: followed, not failed
 		// (its slot is given back at its bound, SlotBound).
-		return Judgement{Verdict: Pending, Recheck: v.poll(now.Sub(rec.Started))}
+		return Judgement{Trigger: Progressing, Recheck: v.poll(now.Sub(rec.Started))}
 	case left < 0:
-		return Judgement{Verdict: Failure, Reason: fmt.Sprintf("it made no progress for the progress deadline of %v", deadline)}
+		return Judgement{Trigger: RolloutFailed, Reason: fmt.Sprintf("it made no progress for the progress deadline of %v", deadline)}
 	}
-	return Judgement{Verdict: Pending, Recheck: recheck(left+time.Second, rec, v, now)}
+	return Judgement{Trigger: Progressing, Recheck: recheck(left+time.Second, rec, v, now)}
 }
 
 // PodPoll is how soon the pods of an open rollout are read again when
@@ -124,7 +110,7 @@ const unreadRecheck = 5 * time.Second
 // judgeVerifying judges a rollout in its verification window.
 func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verification, now time.Time) Judgement {
 	fail := func(why string) Judgement {
-		return Judgement{Verdict: Failure, Reason: "it failed verification: " + why}
+		return Judgement{Trigger: RolloutFailed, Reason: "it failed verification: " + why}
 	}
 	if v.Problem != "" {
 		return fail(v.Problem)
@@ -135,14 +121,14 @@ func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verific
 	left := rec.Until.Sub(now)
 	switch {
 	case left <= 0 && v.Unread: // not completed unseen; the slot's bound still holds
-		return Judgement{Verdict: Pending, Recheck: unreadRecheck}
+		return Judgement{Trigger: Progressing, Recheck: unreadRecheck}
 	case left <= 0:
-		return Judgement{Verdict: Done}
+		return Judgement{Trigger: RolloutVerified}
 	}
 	// Judged again at the window's end, whenever the workload's status
 	// changes before (a pod that crashes or loses its readiness changes its
 	// ready and available counts), and at each poll of its pods.
-	return Judgement{Verdict: Pending, Recheck: recheck(left+100*time.Millisecond, rec, v, now)}
+	return Judgement{Trigger: Progressing, Recheck: recheck(left+100*time.Millisecond, rec, v, now)}
 }
 
 // Complete reports whether obj's rollout is complete, with the semantics of

@@ -107,40 +107,40 @@ func TestJudge(t *testing.T) {
 		rec     Record
 		v       Verification
 		elapsed time.Duration
-		want    Verdict
+		want    Trigger
 		reason  string
 		// progressed: when its status last changed (zero: not seen).
 		progressed time.Time
 	}{
 		"rolling, a pod that cannot run fails at once": {updating, rolling, Verification{Window: 30 * time.Second, Problem: "pod p: container app cannot run, CreateContainerConfigError"},
-			2 * time.Second, Failure, "its new pods failed: pod p: container app cannot run", time.Time{}},
-		"slow but progressing: the deadline counts from the last progress": {updating, rolling, window, 40 * time.Second, Pending, "", t0.Add(20 * time.Second)},
-		"no progress for the deadline since: failed":                       {updating, rolling, window, 51 * time.Second, Failure, "no progress", t0.Add(20 * time.Second)},
-		"complete, no window, pods unread: not completed unseen":           {complete, rolling, Verification{Unread: true}, time.Second, Pending, "", time.Time{}},
-		"complete, no window, a pod crashed: failure":                      {complete, rolling, Verification{Problem: "pod p: container app exited"}, time.Second, Failure, "pod p", time.Time{}},
-		"pending within the deadline":                                      {updating, rolling, window, 10 * time.Second, Pending, "", time.Time{}},
-		"past the deadline, stalled by NotReady nodes in its controller":   {updating, rolling, Verification{Window: 30 * time.Second, StalledBy: []string{"down"}}, time.Hour, Pending, "", time.Time{}},
+			2 * time.Second, RolloutFailed, "its new pods failed: pod p: container app cannot run", time.Time{}},
+		"slow but progressing: the deadline counts from the last progress": {updating, rolling, window, 40 * time.Second, Progressing, "", t0.Add(20 * time.Second)},
+		"no progress for the deadline since: failed":                       {updating, rolling, window, 51 * time.Second, RolloutFailed, "no progress", t0.Add(20 * time.Second)},
+		"complete, no window, pods unread: not completed unseen":           {complete, rolling, Verification{Unread: true}, time.Second, Progressing, "", time.Time{}},
+		"complete, no window, a pod crashed: failure":                      {complete, rolling, Verification{Problem: "pod p: container app exited"}, time.Second, RolloutFailed, "pod p", time.Time{}},
+		"pending within the deadline":                                      {updating, rolling, window, 10 * time.Second, Progressing, "", time.Time{}},
+		"past the deadline, stalled by NotReady nodes in its controller":   {updating, rolling, Verification{Window: 30 * time.Second, StalledBy: []string{"down"}}, time.Hour, Progressing, "", time.Time{}},
 		"stalled by nodes, and a pod that cannot run: failure": {updating, rolling, Verification{Window: 30 * time.Second, StalledBy: []string{"down"},
-			Problem: "pod p: container app exited"}, time.Hour, Failure, "pod p", time.Time{}},
-		"failed at the deadline, whatever its own":      {hugeDeadline, rolling, window, 31 * time.Second, Failure, "deadline", time.Time{}},
-		"statefulset failed at the deadline":            {sts, rolling, window, 31 * time.Second, Failure, "deadline", time.Time{}},
-		"exceeded its own deadline before ours":         {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2}, exceeded), rolling, window, time.Second, Failure, "ProgressDeadlineExceeded", time.Time{}},
-		"complete after our deadline is still complete": {complete, rolling, Verification{}, time.Hour, Done, "", time.Time{}},
-		"complete with a window: verify it":             {complete, rolling, window, time.Second, ToVerify, "", time.Time{}},
-		"paused: nothing rolls, nothing to verify":      {pausedDeployment, rolling, window, time.Second, Done, "", time.Time{}},
-		"verifying, healthy: pending":                   {complete, verifying, window, 30 * time.Second, Pending, "", time.Time{}},
-		"verifying, healthy past the window: done":      {complete, verifying, window, time.Minute, Done, "", time.Time{}},
-		"verifying, a pod crashed: failure":             {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app restarted 1 times"}, 30 * time.Second, Failure, "pod p: container app restarted", time.Time{}},
-		"verifying, a crash at the window's end fails":  {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app exited"}, time.Hour, Failure, "pod p", time.Time{}},
-		"verifying, Available False alone (a scale-up)": {unavailableNow, verifying, window, 30 * time.Second, Pending, "", time.Time{}},
-		"verifying, pods unread at the end: not done":   {complete, verifying, Verification{Window: time.Minute, Unread: true}, time.Hour, Pending, "", time.Time{}},
-		"verifying past the deadline is no failure":     {complete, verifying, window, 59 * time.Second, Pending, "", time.Time{}},
+			Problem: "pod p: container app exited"}, time.Hour, RolloutFailed, "pod p", time.Time{}},
+		"failed at the deadline, whatever its own":      {hugeDeadline, rolling, window, 31 * time.Second, RolloutFailed, "deadline", time.Time{}},
+		"statefulset failed at the deadline":            {sts, rolling, window, 31 * time.Second, RolloutFailed, "deadline", time.Time{}},
+		"exceeded its own deadline before ours":         {deployment(2, 3, appsv1.DeploymentStatus{ObservedGeneration: 2}, exceeded), rolling, window, time.Second, RolloutFailed, "ProgressDeadlineExceeded", time.Time{}},
+		"complete after our deadline is still complete": {complete, rolling, Verification{}, time.Hour, RolloutVerified, "", time.Time{}},
+		"complete with a window: verify it":             {complete, rolling, window, time.Second, RolloutComplete, "", time.Time{}},
+		"paused: nothing rolls, nothing to verify":      {pausedDeployment, rolling, window, time.Second, RolloutVerified, "", time.Time{}},
+		"verifying, healthy: pending":                   {complete, verifying, window, 30 * time.Second, Progressing, "", time.Time{}},
+		"verifying, healthy past the window: done":      {complete, verifying, window, time.Minute, RolloutVerified, "", time.Time{}},
+		"verifying, a pod crashed: failure":             {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app restarted 1 times"}, 30 * time.Second, RolloutFailed, "pod p: container app restarted", time.Time{}},
+		"verifying, a crash at the window's end fails":  {complete, verifying, Verification{Window: time.Minute, Problem: "pod p: container app exited"}, time.Hour, RolloutFailed, "pod p", time.Time{}},
+		"verifying, Available False alone (a scale-up)": {unavailableNow, verifying, window, 30 * time.Second, Progressing, "", time.Time{}},
+		"verifying, pods unread at the end: not done":   {complete, verifying, Verification{Window: time.Minute, Unread: true}, time.Hour, Progressing, "", time.Time{}},
+		"verifying past the deadline is no failure":     {complete, verifying, window, 59 * time.Second, Progressing, "", time.Time{}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			j := Judge(builtin(tc.obj), tc.obj, tc.rec, tc.v, 30*time.Second, tc.progressed, t0.Add(tc.elapsed))
-			if j.Verdict != tc.want || !strings.Contains(j.Reason, tc.reason) {
-				t.Fatalf("verdict %v (%s), want %v (%s)", j.Verdict, j.Reason, tc.want, tc.reason)
+			if j.Trigger != tc.want || !strings.Contains(j.Reason, tc.reason) {
+				t.Fatalf("verdict %v (%s), want %v (%s)", j.Trigger, j.Reason, tc.want, tc.reason)
 			}
 			due := t0.Add(30 * time.Second) // the deadline, or the window's end
 			if tc.rec.State == Verifying {
@@ -151,7 +151,7 @@ func TestJudge(t *testing.T) {
 			}
 			// Judged again just after the deadline or the window's end, or
 			// sooner at the next poll of its pods.
-			if left := due.Sub(t0.Add(tc.elapsed)); j.Verdict == Pending && left > 0 &&
+			if left := due.Sub(t0.Add(tc.elapsed)); j.Trigger == Progressing && left > 0 &&
 				(j.Recheck <= 0 || j.Recheck > left+time.Second || (j.Recheck <= left && j.Recheck > PodPollMax)) {
 				t.Fatalf("pending recheck %v: must fall just after %v, or at a poll (at most %v)", j.Recheck, left, PodPollMax)
 			}

@@ -81,11 +81,13 @@ const (
 	CanaryPassed Canary = "passed"
 )
 
-// State is where the rollout configstamp started on a workload stands.
+// State is where the rollout configstamp started on a workload stands: the
+// states of the lifecycle table (Lifecycle, which lists every transition
+// and its effects; these are the record's values).
 //
-//	(none) --StartRecord--> Rolling --Verify--> Verifying --Complete--> Completed
-//	                           |  \--Complete (no window)-------------^
-//	                           \--Fail-------------\--Fail----------> Failed (--Resume: halt lifted)
+//	(none) --StartRecord--> Rolling --StartVerifying--> Verifying --Complete--> Completed
+//	                           |  \--Complete (no window)----------------------^
+//	                           \--Fail-------------------\--Fail----------> Failed (--Resume: halt lifted)
 //
 // A new rollout (StartRecord) may follow Completed or Failed. Rolling and
 // Verifying hold a slot of the budget, from the stamp until the record is
@@ -114,7 +116,7 @@ const (
 // AnnotationSeal proves that configstamp wrote the record: "<key id>.<MAC>",
 // a keyed MAC (stamp.Hasher.Seal) over the workload's UID and every field of
 // the record. A record whose seal is missing, does not verify, or was made
-// with a key configstamp no longer has counts for nothing (Verify): it holds
+// with a key configstamp no longer has counts for nothing (Unseal): it holds
 // no slot and halts nothing. So a tenant who can edit its own workloads cannot
 // forge a record, copy one from another workload, or alter one; removing the
 // halted annotation (the documented resume) breaks the seal and so lifts the
@@ -154,11 +156,11 @@ type Record struct {
 	// KeyID is the installation key the record is sealed with; the content
 	// ids of its changes (Cause, Halted) are made with the same key.
 	KeyID string
-	// key is that key, when Verify found it.
+	// key is that key, when Unseal found it.
 	key *stamp.Hasher
 }
 
-// Key is the key Verify checked the seal with (nil for a record it did not
+// Key is the key Unseal checked the seal with (nil for a record it did not
 // verify): the key to seal the record's next state with, whatever keys the
 // keyring holds by then.
 func (r Record) Key() *stamp.Hasher { return r.key }
@@ -194,10 +196,10 @@ func Read(annotations map[string]string) Record {
 	return r
 }
 
-// Verify returns obj's record when configstamp wrote it (its seal verifies
+// Unseal returns obj's record when configstamp wrote it (its seal verifies
 // with one of keys), else the empty record and why it counts for nothing. A
 // workload with no record at all gives the empty record and no error.
-func Verify(obj client.Object, keys Keys) (Record, error) {
+func Unseal(obj client.Object, keys Keys) (Record, error) {
 	a := obj.GetAnnotations()
 	seal, sealed := a[AnnotationSeal]
 	if !sealed {

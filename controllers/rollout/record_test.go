@@ -63,7 +63,7 @@ func TestTransitions(t *testing.T) {
 			for _, r := range tc.steps {
 				sealed(obj, r, testKeys.Current())
 			}
-			r, err := Verify(obj, testKeys)
+			r, err := Unseal(obj, testKeys)
 			if err != nil {
 				t.Fatalf("a record configstamp wrote does not verify: %v", err)
 			}
@@ -74,10 +74,10 @@ func TestTransitions(t *testing.T) {
 				t.Fatalf("record key id %q, want the key it was sealed with %q", r.KeyID, testKeys.Current().KeyID())
 			}
 			if r.Key() == nil && len(tc.steps) > 0 {
-				t.Fatal("Verify did not say which key the seal verified with")
+				t.Fatal("Unseal did not say which key the seal verified with")
 			}
 			if read := Read(obj.Annotations); read != withoutKey(r) {
-				t.Fatalf("Read gives %+v, Verify %+v: a sealed record reads the same either way", read, r)
+				t.Fatalf("Read gives %+v, Unseal %+v: a sealed record reads the same either way", read, r)
 			}
 		})
 	}
@@ -93,7 +93,7 @@ func TestReadOlderRecords(t *testing.T) {
 	}
 	// Unsealed, it now counts for nothing at all.
 	obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "uid", Annotations: a}}
-	if r, err := Verify(obj, testKeys); err == nil || r != (Record{}) {
+	if r, err := Unseal(obj, testKeys); err == nil || r != (Record{}) {
 		t.Fatalf("an unsealed older record verifies to %+v, %v; want nothing and an error", r, err)
 	}
 	if r := Read(map[string]string{AnnotationState: "bogus"}); r.State != None {
@@ -157,13 +157,13 @@ func TestLegacyHaltCountsForNothing(t *testing.T) {
 		t.Fatalf("a legacy halt reads as %+v; want no state", r)
 	}
 	obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "old", UID: "uid-old", Annotations: a}}
-	if r, err := Verify(obj, testKeys); err == nil || r != (Record{}) {
+	if r, err := Unseal(obj, testKeys); err == nil || r != (Record{}) {
 		t.Fatalf("a legacy halt verifies to %+v, %v; want nothing and an error", r, err)
 	}
 }
 
 // Only a record configstamp wrote, on this very object, as it wrote it,
-// counts (Verify): a tenant who can edit its workloads cannot forge one, copy
+// counts (Unseal): a tenant who can edit its workloads cannot forge one, copy
 // one from another workload, or alter one, to take or free slots or to halt
 // a shared change.
 func TestVerify(t *testing.T) {
@@ -232,17 +232,17 @@ func TestVerify(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(obj)
 			}
-			got, err := Verify(obj, keys)
+			got, err := Unseal(obj, keys)
 			if !tc.ok {
 				if err == nil || got != (Record{}) {
-					t.Fatalf("Verify = %+v, %v; want the empty record and an error", got, err)
+					t.Fatalf("Unseal = %+v, %v; want the empty record and an error", got, err)
 				}
 				return
 			}
 			want := tc.rec
 			want.KeyID = h.KeyID()
 			if err != nil || withoutKey(got) != want || got.Key().KeyID() != h.KeyID() {
-				t.Fatalf("Verify = %+v, %v; want %+v", got, err, want)
+				t.Fatalf("Unseal = %+v, %v; want %+v", got, err, want)
 			}
 		})
 	}
@@ -252,13 +252,13 @@ func TestVerify(t *testing.T) {
 func TestVerifyNoRecord(t *testing.T) {
 	for name, a := range map[string]map[string]string{"no annotations": nil, "other annotations": {"team": "a", AnnotationPriority: "3"}} {
 		obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: "uid", Annotations: a}}
-		if r, err := Verify(obj, testKeys); err != nil || r != (Record{}) {
-			t.Errorf("%s: Verify = %+v, %v; want the empty record, no error", name, r, err)
+		if r, err := Unseal(obj, testKeys); err != nil || r != (Record{}) {
+			t.Errorf("%s: Unseal = %+v, %v; want the empty record, no error", name, r, err)
 		}
 	}
 }
 
-// withoutKey is r as Read gives it: without the key Verify found.
+// withoutKey is r as Read gives it: without the key Unseal found.
 func withoutKey(r Record) Record {
 	r.key = nil
 	return r
@@ -283,12 +283,12 @@ func TestVerifiedRevision(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			obj := sealed(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app", UID: "uid-app"}}, tc.rec, testKeys.Current())
-			r, err := Verify(obj, testKeys)
+			r, err := Unseal(obj, testKeys)
 			if err != nil || r.Verified != tc.want {
 				t.Fatalf("verified %q (err %v), want %q", r.Verified, err, tc.want)
 			}
 			obj.Annotations[AnnotationVerified] = "v1-chosen-by-a-tenant"
-			if _, err := Verify(obj, testKeys); err == nil {
+			if _, err := Unseal(obj, testKeys); err == nil {
 				t.Fatal("a record whose verified revision was changed by hand still verifies")
 			}
 		})

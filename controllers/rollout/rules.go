@@ -22,7 +22,7 @@ const (
 // moment: the observation, its record, and what this process alone knows.
 type Situation struct {
 	Observation
-	// Record is the workload's rollout record, its seal verified (the zero
+	// Record is the workload's rollout record, its seal checked (the zero
 	// Record when it is not sealed by configstamp: such a record counts for
 	// nothing).
 	Record Record
@@ -38,65 +38,17 @@ type Situation struct {
 	Progressed time.Time
 }
 
-// Step is the rule that applies to a Situation, and what the scheduler does
-// of its own state when taking it.
-type Step int
-
-const (
-	// StepGone: the workload is gone; forget it and free any slot it held.
-	StepGone Step = iota
-	// StepResume: failed, halting its change, and complete again: lift the halt.
-	StepResume
-	// StepClose: its rollout completed or failed: close the record (with the
-	// halt a failure writes, in the same patch) and wake the next in the wave.
-	StepClose
-	// StepVerify: its rollout is complete as `kubectl rollout status` says:
-	// write that it is verifying, until when; it keeps its slot.
-	StepVerify
-	// StepFollow: its rollout is under way and nothing new asks for another:
-	// judge it again by its deadline.
-	StepFollow
-	// StepSettle: nothing to roll out; forget that it ever waited.
-	StepSettle
-	// StepStale: it was read from a cache behind a write (its record names
-	// newer sources, or this process stamped it already): look again shortly.
-	StepStale
-	// StepBaseline: write the data record only, no rollout.
-	StepBaseline
-	// StepGate: a rollout is wanted; the gate (halt, debounce, budget, rate)
-	// says when. After > 0: it supersedes its own rollout under way.
-	StepGate
-	// StepPassCanary: its change's canary, held at one new pod, passed: put
-	// the hold back and wake the rest of the wave.
-	StepPassCanary
-)
-
-// verb is what the reconciler writes for a step taken as it is (the gate's
-// Stamp is the scheduler's to give).
-func (s Step) verb() Verb {
-	switch s {
-	case StepResume:
-		return Resume
-	case StepClose:
-		return Close
-	case StepVerify:
-		return StartVerify
-	case StepBaseline:
-		return Baseline
-	case StepPassCanary:
-		return PassCanary
-	}
-	return Idle
-}
-
-// Plan is what Rules decide: the step, and what it writes.
-type Plan struct {
-	Step Step
-	// Record: the record Resume or Close writes.
+// Ruling is what Rules decide: the transition, on what trigger, and the
+// record it writes.
+type Ruling struct {
+	Transition Transition
+	// On: the trigger the transition is taken on (a row of Lifecycle).
+	On Trigger
+	// Record: the record Resume, PassCanary, StartVerify or a close writes.
 	Record *Record
 	// Failure: why a closed rollout failed.
 	Failure string
-	// After: ask again after this long (StepFollow, StepStale); for StepGate,
+	// After: ask again after this long (Follow, Stale, StartVerify); for Gate,
 	// when the rollout under way it would supersede is judged again.
 	After time.Duration
 	// Recheck: whatever the step, ask again after this long at the latest
@@ -135,23 +87,23 @@ type Plan struct {
 //  7. A record only: write it.
 //  8. A rollout: the gate decides when; a change during its own rollout
 //     supersedes it and keeps its slot, within the slot's bound.
-func Rules(sit Situation, p Policy) Plan {
+func Rules(sit Situation, p Policy) Ruling {
 	o, rec := sit.Observation, sit.Record
 	if o.Object == nil {
-		return Plan{Step: StepGone}
+		return Ruling{Transition: Gone, On: Deleted}
 	}
 	var recheck time.Duration
 	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), o.Kind.PodTemplate(o.Object)) {
 		if at, ok := recovered(o, rec, sit.Now); ok && !at.After(sit.Now) {
 			resumed := rec.Resume()
-			return Plan{Step: StepResume, Record: &resumed}
+			return Ruling{Transition: Resume, On: Recovered, Record: &resumed}
 		} else if ok {
 			recheck = at.Sub(sit.Now) + 100*time.Millisecond
 		}
 	}
 	if rec.State == Completed && o.Verification.Problem != "" {
 		failed := rec.Fail(p.HaltOnFailure)
-		return Plan{Step: StepClose, Record: &failed,
+		return Ruling{Transition: CloseFailed, On: Crashed, Record: &failed,
 			Failure: "it crashed after it completed, while its change still rolls to other workloads: " + o.Verification.Problem}
 	}
 	suspect := rec.State == Completed && o.Verification.Read && !o.Verification.Healthy
@@ -167,7 +119,7 @@ func Rules(sit Situation, p Policy) Plan {
 	if held && o.Need != NeedRollout {
 		if at, ok := canaryPassAt(o); ok && !at.After(sit.Now) {
 			passed := rec.PassCanary()
-			return Plan{Step: StepPassCanary, Record: &passed}
+			return Ruling{Transition: PassCanary, On: CanaryHealthy, Record: &passed}
 		} else if ok {
 			recheck = at.Sub(sit.Now) + 100*time.Millisecond
 			// Until then configstamp holds it: its status stands still by
@@ -176,17 +128,17 @@ func Rules(sit Situation, p Policy) Plan {
 			sit.Progressed = later(sit.Progressed, at)
 		}
 	}
-	plan := judged(sit, p)
-	if held && (plan.Step == StepClose && plan.Failure == "" || plan.Step == StepVerify) {
+	ruling := judged(sit, p)
+	if held && (ruling.Transition == CloseCompleted || ruling.Transition == StartVerify) {
 		// Held at one pod, its workload may look complete (a StatefulSet's
 		// partition): the rest of it has not rolled. It passes as a canary first.
-		plan = Plan{Step: StepFollow, After: o.Verification.poll(sit.Now.Sub(rec.Started))}
+		ruling = Ruling{Transition: Follow, On: ruling.On, After: o.Verification.poll(sit.Now.Sub(rec.Started))}
 	}
-	if recheck > 0 && (plan.Recheck == 0 || recheck < plan.Recheck) {
-		plan.Recheck = recheck
+	if recheck > 0 && (ruling.Recheck == 0 || recheck < ruling.Recheck) {
+		ruling.Recheck = recheck
 	}
-	plan.Suspect = suspect
-	return plan
+	ruling.Suspect = suspect
+	return ruling
 }
 
 // frozenNow reports whether o is still stopped by the freeze its failed
@@ -238,39 +190,39 @@ func verifiedStamp(o Observation) string {
 }
 
 // judged is rules 4 to 8.
-func judged(sit Situation, p Policy) Plan {
+func judged(sit Situation, p Policy) Ruling {
 	o, rec := sit.Observation, sit.Record
 	var following time.Duration // > 0: its own rollout is under way
 	if rec.Open() {
 		j := Judge(o.Kind, o.Object, rec, o.Verification, p.ProgressDeadline, sit.Progressed, sit.Now)
-		switch j.Verdict {
-		case Pending:
+		switch j.Trigger {
+		case Progressing:
 			following = j.Recheck
-		case ToVerify:
+		case RolloutComplete:
 			verifying := rec.StartVerifying(sit.Now.Add(o.Verification.Window))
-			return Plan{Step: StepVerify, Record: &verifying, After: min(o.Verification.Window+100*time.Millisecond, o.Verification.poll(sit.Now.Sub(rec.Started)))}
-		case Done:
+			return Ruling{Transition: StartVerify, On: RolloutComplete, Record: &verifying, After: min(o.Verification.Window+100*time.Millisecond, o.Verification.poll(sit.Now.Sub(rec.Started)))}
+		case RolloutVerified:
 			closed := rec.Complete(verifiedStamp(o))
-			return Plan{Step: StepClose, Record: &closed}
-		case Failure:
+			return Ruling{Transition: CloseCompleted, On: RolloutVerified, Record: &closed}
+		case RolloutFailed:
 			closed := rec.Fail(p.HaltOnFailure)
-			return Plan{Step: StepClose, Record: &closed, Failure: j.Reason}
+			return Ruling{Transition: CloseFailed, On: RolloutFailed, Record: &closed, Failure: j.Reason}
 		}
 	}
 	rolling := following > 0
 	switch {
 	case !o.Ours && rolling:
-		return Plan{Step: StepFollow, After: following}
+		return Ruling{Transition: Follow, On: NotOurs, After: following}
 	case !o.Ours:
-		return Plan{Step: StepSettle}
+		return Ruling{Transition: Settle, On: NotOurs}
 	case o.CacheBehind, !rolling && sit.Stamping:
-		return Plan{Step: StepStale, After: StaleRecheck}
+		return Ruling{Transition: Stale, On: CacheBehind, After: StaleRecheck}
 	case rolling && o.Need != NeedRollout: // nothing new: keep following the rollout under way
-		return Plan{Step: StepFollow, After: following}
+		return Ruling{Transition: Follow, On: o.Need, After: following}
 	case o.Need == NeedNothing:
-		return Plan{Step: StepSettle}
+		return Ruling{Transition: Settle, On: NeedNothing}
 	case o.Need == NeedRecord:
-		return Plan{Step: StepBaseline}
+		return Ruling{Transition: Baseline, On: NeedRecord}
 	}
-	return Plan{Step: StepGate, After: following}
+	return Ruling{Transition: Gate, On: NeedRollout, After: following}
 }

@@ -31,45 +31,45 @@ func TestRules(t *testing.T) {
 		record   *Record
 		gone     bool
 		ours     bool
-		need     Need
+		need     Trigger
 		behind   bool
 		stamping bool
-		want     Step
+		want     Transition
 		after    time.Duration
 		// written: the record the step writes (nil: none)
 		written *Record
 		failure bool
 	}{
-		{name: "gone", gone: true, want: StepGone},
-		{name: "gone while rolling", gone: true, record: &open, want: StepGone},
-		{name: "failed, halting, complete again: resume", complete: true, record: &halting, ours: true, want: StepResume,
+		{name: "gone", gone: true, want: Gone},
+		{name: "gone while rolling", gone: true, record: &open, want: Gone},
+		{name: "failed, halting, complete again: resume", complete: true, record: &halting, ours: true, want: Resume,
 			written: &Record{State: Failed, Started: halting.Started, Cause: halting.Cause}},
-		{name: "failed, halting, still broken: its halt stands", record: &halting, ours: true, want: StepSettle},
-		{name: "failed, halting, complete, not ours: still resumes", complete: true, record: &halting, want: StepResume,
+		{name: "failed, halting, still broken: its halt stands", record: &halting, ours: true, want: Settle},
+		{name: "failed, halting, complete, not ours: still resumes", complete: true, record: &halting, want: Resume,
 			written: &Record{State: Failed, Started: halting.Started, Cause: halting.Cause}},
-		{name: "rolling, complete: close as completed", complete: true, record: &open, ours: true, want: StepClose,
+		{name: "rolling, complete: close as completed", complete: true, record: &open, ours: true, want: CloseCompleted,
 			written: &Record{State: Completed, Started: open.Started, Cause: open.Cause}},
-		{name: "rolling, complete, not ours: still closed", complete: true, record: &open, want: StepClose,
+		{name: "rolling, complete, not ours: still closed", complete: true, record: &open, want: CloseCompleted,
 			written: &Record{State: Completed, Started: open.Started, Cause: open.Cause}},
-		{name: "rolling past its deadline: close as failed, halting its change", record: &late, ours: true, want: StepClose,
+		{name: "rolling past its deadline: close as failed, halting its change", record: &late, ours: true, want: CloseFailed,
 			written: &Record{State: Failed, Started: late.Started, Cause: late.Cause, Halted: late.Cause}, failure: true},
-		{name: "rolling past its deadline, halting off: close as failed only", policy: noHalt, record: &late, ours: true, want: StepClose,
+		{name: "rolling past its deadline, halting off: close as failed only", policy: noHalt, record: &late, ours: true, want: CloseFailed,
 			written: &Record{State: Failed, Started: late.Started, Cause: late.Cause}, failure: true},
-		{name: "rolling, not ours: follow it by its deadline and its pods' poll", record: &open, want: StepFollow, after: PodPollMin},
-		{name: "rolling, nothing new: follow it", record: &open, ours: true, need: NeedRecord, want: StepFollow, after: PodPollMin},
-		{name: "rolling, up to date: follow it", record: &open, ours: true, need: NeedNothing, want: StepFollow, after: PodPollMin},
-		{name: "rolling, a new change: gate it, to supersede", record: &open, ours: true, need: NeedRollout, want: StepGate, after: PodPollMin},
+		{name: "rolling, not ours: follow it by its deadline and its pods' poll", record: &open, want: Follow, after: PodPollMin},
+		{name: "rolling, nothing new: follow it", record: &open, ours: true, need: NeedRecord, want: Follow, after: PodPollMin},
+		{name: "rolling, up to date: follow it", record: &open, ours: true, need: NeedNothing, want: Follow, after: PodPollMin},
+		{name: "rolling, a new change: gate it, to supersede", record: &open, ours: true, need: NeedRollout, want: Gate, after: PodPollMin},
 		{name: "rolling and stamped by this process, a new change: gate it", record: &open, ours: true, need: NeedRollout, stamping: true,
-			want: StepGate, after: PodPollMin},
-		{name: "completed, not ours", complete: true, record: &done, want: StepSettle},
-		{name: "no record, not ours", complete: true, want: StepSettle},
-		{name: "cache behind its record", complete: true, ours: true, need: NeedRollout, behind: true, want: StepStale, after: StaleRecheck},
+			want: Gate, after: PodPollMin},
+		{name: "completed, not ours", complete: true, record: &done, want: Settle},
+		{name: "no record, not ours", complete: true, want: Settle},
+		{name: "cache behind its record", complete: true, ours: true, need: NeedRollout, behind: true, want: Stale, after: StaleRecheck},
 		{name: "stamped by this process, the cache shows no rollout", complete: true, ours: true, need: NeedRollout, stamping: true,
-			want: StepStale, after: StaleRecheck},
-		{name: "completed, up to date", complete: true, record: &done, ours: true, need: NeedNothing, want: StepSettle},
-		{name: "record only", complete: true, ours: true, need: NeedRecord, want: StepBaseline},
-		{name: "completed, a new change: gate it", complete: true, record: &done, ours: true, need: NeedRollout, want: StepGate},
-		{name: "failed and halting, a new change, still broken: gate it", record: &halting, ours: true, need: NeedRollout, want: StepGate},
+			want: Stale, after: StaleRecheck},
+		{name: "completed, up to date", complete: true, record: &done, ours: true, need: NeedNothing, want: Settle},
+		{name: "record only", complete: true, ours: true, need: NeedRecord, want: Baseline},
+		{name: "completed, a new change: gate it", complete: true, record: &done, ours: true, need: NeedRollout, want: Gate},
+		{name: "failed and halting, a new change, still broken: gate it", record: &halting, ours: true, need: NeedRollout, want: Gate},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,8 +86,8 @@ func TestRules(t *testing.T) {
 				sit.Record = *tc.record
 			}
 			p := Rules(sit, policy)
-			if p.Step != tc.want || p.After != tc.after {
-				t.Fatalf("step %v after %v, want %v after %v (plan %+v)", p.Step, p.After, tc.want, tc.after, p)
+			if p.Transition != tc.want || p.After != tc.after {
+				t.Fatalf("step %v after %v, want %v after %v (plan %+v)", p.Transition, p.After, tc.want, tc.after, p)
 			}
 			switch {
 			case tc.written == nil && p.Record != nil:
@@ -111,12 +111,12 @@ func TestRulesRolledBackRecoversNothing(t *testing.T) {
 	w.Spec.Template.Annotations = map[string]string{stamp.AnnotationHash: "v1-old"}
 	w.Annotations = map[string]string{pin.AnnotationRolledBack: "v1-old"}
 	sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: w, Ours: true}, Record: halting, Now: t0}
-	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepSettle {
-		t.Fatalf("step %v, want %v: a rolled-back workload keeps the halt", p.Step, StepSettle)
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Transition != Settle {
+		t.Fatalf("step %v, want %v: a rolled-back workload keeps the halt", p.Transition, Settle)
 	}
 	delete(w.Annotations, pin.AnnotationRolledBack)
-	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepResume {
-		t.Fatalf("step %v, want %v once it runs what failed again", p.Step, StepResume)
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Transition != Resume {
+		t.Fatalf("step %v, want %v once it runs what failed again", p.Transition, Resume)
 	}
 }
 
@@ -129,25 +129,25 @@ func TestRulesHaltLiftsOnLastingHealth(t *testing.T) {
 	window := 30 * time.Second
 	tests := map[string]struct {
 		v       Verification
-		want    Step
+		want    Transition
 		recheck time.Duration
 	}{
 		"Ready for 10 s of a 30 s window: halt stands, asked again at its end": {Verification{Window: window, Read: true, Healthy: true, HealthySince: t0.Add(-10 * time.Second)},
-			StepSettle, 20*time.Second + 100*time.Millisecond},
-		"Ready for the whole window: resume":                {Verification{Window: window, Read: true, Healthy: true, HealthySince: t0.Add(-31 * time.Second)}, StepResume, 0},
-		"not Ready now: halt stands":                        {Verification{Window: window, Read: true}, StepSettle, 0},
-		"a restart seen: halt stands":                       {Verification{Window: window, Read: true, Healthy: true, Problem: "pod a: container app restarted 1 times"}, StepSettle, 0},
-		"pods unread (an API error): stands":                {Verification{Window: window, Unread: true}, StepSettle, 0},
-		"pods not listable (RBAC): as before":               {Verification{Window: window}, StepResume, 0},
-		"no window (--verify-window=0): as soon as healthy": {Verification{Read: true, Healthy: true, HealthySince: t0}, StepResume, 0},
+			Settle, 20*time.Second + 100*time.Millisecond},
+		"Ready for the whole window: resume":                {Verification{Window: window, Read: true, Healthy: true, HealthySince: t0.Add(-31 * time.Second)}, Resume, 0},
+		"not Ready now: halt stands":                        {Verification{Window: window, Read: true}, Settle, 0},
+		"a restart seen: halt stands":                       {Verification{Window: window, Read: true, Healthy: true, Problem: "pod a: container app restarted 1 times"}, Settle, 0},
+		"pods unread (an API error): stands":                {Verification{Window: window, Unread: true}, Settle, 0},
+		"pods not listable (RBAC): as before":               {Verification{Window: window}, Resume, 0},
+		"no window (--verify-window=0): as soon as healthy": {Verification{Read: true, Healthy: true, HealthySince: t0}, Resume, 0},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("w", true, nil), Ours: true,
 				Verification: tc.v}, Record: halting, Now: t0}
 			p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true})
-			if p.Step != tc.want || p.Recheck != tc.recheck {
-				t.Fatalf("step %v recheck %v, want %v recheck %v", p.Step, p.Recheck, tc.want, tc.recheck)
+			if p.Transition != tc.want || p.Recheck != tc.recheck {
+				t.Fatalf("step %v recheck %v, want %v recheck %v", p.Transition, p.Recheck, tc.want, tc.recheck)
 			}
 		})
 	}
@@ -161,12 +161,12 @@ func TestRulesCompletedThatCrashesWhileItsChangeRolls(t *testing.T) {
 	sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("w", true, nil), Ours: true,
 		Verification: Verification{Read: true, Problem: "pod a: container app restarted 1 times (exit code 1, Error)"}}, Record: done, Now: t0}
 	p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true})
-	if p.Step != StepClose || p.Record == nil || p.Record.State != Failed || p.Record.Halted != done.Cause || !strings.Contains(p.Failure, "still rolls") {
+	if p.Transition != CloseFailed || p.Record == nil || p.Record.State != Failed || p.Record.Halted != done.Cause || !strings.Contains(p.Failure, "still rolls") {
 		t.Fatalf("plan %+v: want the completed rollout failed, halting its change", p)
 	}
 	sit.Verification = Verification{}
-	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepSettle {
-		t.Fatalf("step %v, want %v: without a crash read, a completed rollout stays completed", p.Step, StepSettle)
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Transition != Settle {
+		t.Fatalf("step %v, want %v: without a crash read, a completed rollout stays completed", p.Transition, Settle)
 	}
 }
 
@@ -179,7 +179,7 @@ func TestRulesCrashLoopOutlastingTheWindowKeepsItsHalt(t *testing.T) {
 	sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("w", true, nil), Ours: true,
 		Verification: v}, Record: halting, Now: t0}
 	p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true})
-	if p.Step == StepResume || p.Recheck != 25*time.Second+100*time.Millisecond {
+	if p.Transition == Resume || p.Recheck != 25*time.Second+100*time.Millisecond {
 		t.Fatalf("plan %+v: want the halt kept, asked again when its health outlasted 40 s", p)
 	}
 }
@@ -191,7 +191,7 @@ func TestRulesCompletedUnreadyIsLookedAtAgain(t *testing.T) {
 	done := StartRecord(t0.Add(-time.Minute), []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}, false).Complete("v1-x")
 	sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Object: workloadIn("w", true, nil), Ours: true,
 		Verification: Verification{Read: true}}, Record: done, Now: t0}
-	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepSettle || p.Recheck != PodPollMin {
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Transition != Settle || p.Recheck != PodPollMin {
 		t.Fatalf("plan %+v: want it asked again after %v", p, PodPollMin)
 	}
 }

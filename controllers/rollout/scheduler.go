@@ -477,7 +477,7 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 		}
 		for _, o := range kind.Items(list) {
 			k := Key{kind.Name, o.GetNamespace(), o.GetName()}
-			c := s.verify(k, o)
+			c := s.unseal(k, o)
 			seals[k] = c
 			r := c.record
 			if c.err != nil || !s.holdsSlot(r, o, now) {
@@ -513,7 +513,7 @@ func (s *Scheduler) holders(ctx context.Context, now time.Time) (map[Key]bool, e
 	return out, nil
 }
 
-// holdsSlot reports whether an open record (its seal verified) of obj holds
+// holdsSlot reports whether an open record (its seal checked) of obj holds
 // a slot at now: from its start (no later than clockSkew from now) until it
 // is closed, at the latest slotGrace after the end of its verification
 // window (at most MaxVerifyWindow away), and never past its bound
@@ -635,7 +635,7 @@ func (s *Scheduler) forgetProgress(k Key) {
 	delete(s.progress, k)
 }
 
-// sealCheck is the outcome of one seal check of an open record (Verify), for
+// sealCheck is the outcome of one seal check of an open record (Unseal), for
 // the object version and the key it was made with.
 type sealCheck struct {
 	uid     types.UID
@@ -645,17 +645,17 @@ type sealCheck struct {
 	err     error
 }
 
-// verify checks the seal of o's record, or reuses the last check of k when
+// unseal checks the seal of o's record, or reuses the last check of k when
 // it was of the same object version with the same key; s.mu held. A record
 // sealed with a key configstamp no longer has (or has only now) is checked
 // again: ByID gives another Hasher.
-func (s *Scheduler) verify(k Key, o client.Object) sealCheck {
+func (s *Scheduler) unseal(k Key, o client.Object) sealCheck {
 	id, _, _ := strings.Cut(o.GetAnnotations()[AnnotationSeal], ".")
 	key := s.Keys.ByID(id)
 	if c, ok := s.seals[k]; ok && c.uid == o.GetUID() && c.version == o.GetResourceVersion() && c.key == key {
 		return c
 	}
-	r, err := Verify(o, s.Keys)
+	r, err := Unseal(o, s.Keys)
 	return sealCheck{uid: o.GetUID(), version: o.GetResourceVersion(), key: key, record: r, err: err}
 }
 

@@ -170,7 +170,7 @@ func TestSlotKeptPastProgressDeadlineUntilClosed(t *testing.T) {
 	if err := cache.Get(t.Context(), client.ObjectKeyFromObject(stuck), stuck); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := Verify(stuck, testKeys)
+	rec, err := Unseal(stuck, testKeys)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,15 @@
 package rollout
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
@@ -41,8 +45,8 @@ func TestUndoIsFollowedThenClosedIntoItsFailure(t *testing.T) {
 			p := Rules(sit, policy)
 			w := want
 			w.Started = tc.rec.Started
-			if p.Step != StepClose || p.Record == nil || *p.Record != w || (p.Failure != "") != tc.failure {
-				t.Fatalf("%s (halting %v): plan %+v, want closed as %+v, failure %v", name, policy.HaltOnFailure, p, w, tc.failure)
+			if !p.Transition.closes() || p.Record == nil || *p.Record != w || (p.Failure != "") != tc.failure {
+				t.Fatalf("%s (halting %v): ruling %+v, want closed as %+v, failure %v", name, policy.HaltOnFailure, p, w, tc.failure)
 			}
 		}
 	}
@@ -50,8 +54,8 @@ func TestUndoIsFollowedThenClosedIntoItsFailure(t *testing.T) {
 	// change (the gate holds it) nor judged as a canary.
 	sit := Situation{Observation: Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", false, nil), Ours: true, Need: NeedNothing},
 		Record: undoing, Now: t0}
-	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Step != StepFollow {
-		t.Fatalf("rolling undo: plan %+v, want it followed", p)
+	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Transition != Follow {
+		t.Fatalf("rolling undo: ruling %+v, want it followed", p)
 	}
 }
 
@@ -68,10 +72,50 @@ func TestFailedUndoFreezesNothing(t *testing.T) {
 		Verification: Verification{Read: true, Pods: 3, Problem: "pod a-x: container app restarted 1 times"}}
 	o.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
 	d, err := s.Decide(t.Context(), o)
-	if err != nil || d.Verb != Close || d.Failure == "" || d.Record.State != Failed || d.Record.Undo != "" {
+	if err != nil || d.Transition != CloseFailed || d.Failure == "" || d.Record.State != Failed || d.Record.Undo != "" {
 		t.Fatalf("failing undo: %+v %v; want it closed failed", d, err)
 	}
 	if len(d.Hold) != 0 || d.Record.Hold != undoing.Hold {
 		t.Fatalf("failing undo writes the freeze %+v (record hold %s), want nothing more than its hold %s", d.Hold, d.Record.Hold, undoing.Hold)
+	}
+}
+
+// An undo returns only over configstamp's own change: the failed template
+// may differ from the revision it returns to in its stamp and its
+// snapshots, never in anything a user edited meanwhile.
+func TestEditedSince(t *testing.T) {
+	template := func(hash, snapshot, image string) *corev1.PodTemplateSpec {
+		return &corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}, Annotations: map[string]string{
+				stamp.AnnotationHash: hash, pin.AnnotationPinned: "ConfigMap/" + snapshot + "=shared"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: image}},
+				Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: snapshot}}}}}},
+		}
+	}
+	prev := template("v1-old", "shared-old", "app:1")
+	tests := map[string]struct {
+		failed *corev1.PodTemplateSpec
+		want   string
+	}{
+		"only configstamp's stamp and snapshot changed": {template("v1-new", "shared-new", "app:1"), ""},
+		"an image edited during the failing rollout":    {template("v1-new", "shared-new", "app:2"), "its pod spec"},
+		"a restart annotation added": {func() *corev1.PodTemplateSpec {
+			t := template("v1-new", "shared-new", "app:1")
+			t.Annotations["kubectl.kubernetes.io/restartedAt"] = "2026-11-27T12:00:00Z"
+			return t
+		}(), "its annotations"},
+		"a label changed": {func() *corev1.PodTemplateSpec {
+			t := template("v1-new", "shared-new", "app:1")
+			t.Labels["tier"] = "front"
+			return t
+		}(), "its labels"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := editedSince(tc.failed, prev); (got == "") != (tc.want == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("editedSince = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package rollout
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ func TestStampPatch(t *testing.T) {
 		{[]string{"spec", "template"}, `{"spec":{"template":{"metadata":{"annotations":{"configstamp.io/config-hash":"v1-a"}}}}}`},
 		{[]string{"spec", "run", "podTemplate"}, `{"spec":{"run":{"podTemplate":{"metadata":{"annotations":{"configstamp.io/config-hash":"v1-a"}}}}}}`},
 	} {
-		raw, err := json.Marshal(stampPatch(tc.path, "v1-a"))
+		raw, err := json.Marshal(StampPatch(tc.path, "v1-a"))
 		if err != nil || string(raw) != tc.want {
 			t.Fatalf("%v: %s (%v), want %s", tc.path, raw, err, tc.want)
 		}

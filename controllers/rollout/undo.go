@@ -1,0 +1,242 @@
+package rollout
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/configstamp/configstamp/controllers/pin"
+	"github.com/configstamp/configstamp/controllers/stamp"
+	"github.com/configstamp/configstamp/controllers/workload"
+)
+
+// Event reasons of the automatic undo.
+const (
+	// ReasonRolloutUndone: a failed pinned workload was returned to its
+	// previous revision (configstamp.io/on-failure: undo).
+	ReasonRolloutUndone = "RolloutUndone"
+	// ReasonUndoImpossible: undo was asked for a workload it cannot help.
+	ReasonUndoImpossible = "UndoImpossible"
+	// ReasonUndoNeedsPodDelete: a StatefulSet returned to its previous
+	// revision keeps a broken pod until someone deletes it.
+	ReasonUndoNeedsPodDelete = "UndoNeedsPodDelete"
+	// ReasonUndoVerified: the undo's own rollout passed verification.
+	ReasonUndoVerified = "UndoVerified"
+	// ReasonUndoFailed: the undo's own rollout failed too; it is not undone.
+	ReasonUndoFailed = "UndoFailed"
+)
+
+// UndoFacts is what the reconciler observed for the undo of a rollout that
+// may fail: whether the workload asks for it (OnFailure, from the workload
+// and its Namespace, with the bad values found), whether pinning is
+// installed, and the revision an undo would return to.
+type UndoFacts struct {
+	Wanted   bool
+	Problems []stamp.Problem
+	// Pin: pinning is installed (--pin).
+	Pin bool
+	// Revision is the newest pinned revision of the workload stamped as its
+	// record's last verified one (nil: none kept, or none looked for:
+	// undo not asked, not pinned, or nothing verified to return to);
+	// Number is its number; Err why the revisions could not be read.
+	Revision *corev1.PodTemplateSpec
+	Number   int64
+	Err      error
+	// Template is the workload's pod template read live, whole, when
+	// Revision was looked for (nil: the observed one): the cache keeps a
+	// slim copy (no images, resources, probes), which no revision equals,
+	// and an edit of those would go unseen.
+	Template *corev1.PodTemplateSpec
+}
+
+// Undo is the undo of a failed rollout a decision asks for: replace the
+// pod template, still exactly Failed, by To (revision Revision), and put
+// back in the same write what the failure froze (Freeze: a held canary's
+// spec.paused), or the workload's controller would never roll To. Once it
+// landed, Follow is written: the record of the undo's own rollout
+// (Record.StartUndo), followed, verified and closed back into the failure
+// like any rollout (undoClosed tells how it ended); it is never undone.
+type Undo struct {
+	Failed, To *corev1.PodTemplateSpec
+	Revision   int64
+	Freeze     workload.Hold
+	Follow     Patch
+	// kind names the workload's kind (its counters' label).
+	kind string
+	// orderedReady: a StatefulSet whose controller will not replace the
+	// broken pod by itself (kubernetes/kubernetes#67250).
+	orderedReady bool
+}
+
+// ErrEditedMeanwhile: the template changed since the failure was judged.
+var ErrEditedMeanwhile = errors.New("the pod template was changed since the failure was judged (a fix or an edit): configstamp does not overwrite it")
+
+// undo returns a workload whose rollout just failed (its record rec) to the
+// last revision whose rollout passed verification (rec.Verified), when it
+// asks for it (OnFailure): a pinned workload's revision mounts the
+// snapshots it ran with, so its pods get that config back while the halt
+// stays (a rolled-back pinned workload recovers nothing: pin.RolledBack).
+// Never to a revision that did not pass (a change superseded while it
+// rolled, an earlier failure), never over a user's edit. An unpinned
+// workload's previous revision mounts the same objects, which hold the
+// failed data now: undo could not help it, and a Warning says so.
+func undo(o Observation, rec Record) (Effects, *Undo) {
+	if rec.Undo != "" { // an undo's own rollout: never undone again (undoClosed)
+		return Effects{}, nil
+	}
+	var e Effects
+	f := o.Undo
+	for _, p := range f.Problems {
+		e.event(corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", p.String())
+	}
+	if !f.Wanted {
+		return e, nil
+	}
+	impossible := func(format string, args ...any) (Effects, *Undo) {
+		e.event(corev1.EventTypeWarning, ReasonUndoImpossible, "Undo", format, args...)
+		return e, nil
+	}
+	tmpl := o.Kind.PodTemplate(o.Object)
+	switch {
+	case o.Kind.Unstructured():
+		return impossible("%s: undo is asked, but configstamp returns only Deployments, StatefulSets and DaemonSets to a previous revision", AnnotationOnFailure)
+	case len(pin.Pinned(tmpl)) == 0 || !f.Pin:
+		return impossible("%s: undo is asked, but the workload is not pinned: its previous revision mounts the same ConfigMaps and Secrets, which hold the failed data now; "+
+			"pin it (%s: \"true\", with pinning installed: --pin) so that its revisions keep their own snapshots", AnnotationOnFailure, pin.AnnotationPin)
+	case rec.Verified == "":
+		return impossible("%s: undo is asked, but no earlier revision of this workload passed configstamp's verification: configstamp returns only to a verified one",
+			AnnotationOnFailure)
+	case rec.Verified == tmpl.Annotations[stamp.AnnotationHash]:
+		return impossible("%s: undo is asked, but the revision that failed is the one that last passed verification (it crashed after its window, "+
+			"while its change still rolled to other workloads); configstamp keeps no earlier verified revision to return to", AnnotationOnFailure)
+	case f.Err != nil || f.Revision == nil || f.Revision.Annotations[stamp.AnnotationHash] != rec.Verified:
+		return impossible("%s: undo is asked, but the last verified revision of this workload (stamp %s) is no longer kept (revisionHistoryLimit) (%v)",
+			AnnotationOnFailure, rec.Verified, f.Err)
+	}
+	if f.Template != nil {
+		tmpl = f.Template
+	}
+	if edit := editedSince(tmpl, f.Revision); edit != "" {
+		return impossible("%s: undo is asked, but the pod template differs from revision %d in more than configstamp's stamp and snapshots (%s): "+
+			"configstamp never overwrites an edit; the change stays halted (fix it, or undo by hand)", AnnotationOnFailure, f.Number, edit)
+	}
+	s, ok := o.Object.(*appsv1.StatefulSet)
+	return e, &Undo{Failed: tmpl.DeepCopy(), To: f.Revision, Revision: f.Number, kind: o.Kind.Name,
+		orderedReady: ok && s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement}
+}
+
+// follow is the record of u's own rollout, started at now after the failure
+// rec (the failed record the close writes), as the patch that writes it
+// once the undo landed: on whatever version the undo left (not judged).
+func (u *Undo) follow(uid types.UID, rec Record, now time.Time) {
+	start := rec.StartUndo(now, u.To.Annotations[stamp.AnnotationHash])
+	u.Follow = Patch{Meta: start.Annotations(uid, start.Key()), Writes: []string{WriteRecord}}
+}
+
+// undoClosed is what the close of an undo's own rollout (judged, its
+// record; failure: why it failed, "" when verified) tells: UndoVerified, or
+// UndoFailed, which is not undone again; the change's halt stays either
+// way, and no RolloutFailed is told (the change did not fail anew).
+func undoClosed(kind string, judged Record, failure string, now time.Time) Effects {
+	var e Effects
+	to := judged.Undo
+	if failure == "" {
+		e.count(MetricUndos, "verified", kind)
+		e.log(0, "the undo's rollout passed verification", "stamp", to, "elapsed", elapsed(judged, now))
+		e.event(corev1.EventTypeNormal, ReasonUndoVerified, "Undo",
+			"the undo's rollout to the revision stamped %s completed and stayed healthy: the workload runs the config it ran before %s; "+
+				"that change stays halted until it is fixed", to, judged.Cause)
+		return e
+	}
+	e.count(MetricUndos, "failed", kind)
+	e.log(0, "the undo's rollout failed", "stamp", to, "reason", failure)
+	e.event(corev1.EventTypeWarning, ReasonUndoFailed, "Undo",
+		"the undo's rollout to the revision stamped %s failed too: %s; configstamp does not undo it again: the workload needs a look "+
+			"(the change %s stays halted)", to, failure, judged.Cause)
+	return e
+}
+
+// Done is what the undo tells once it was tried: err from the write
+// (ErrEditedMeanwhile: a fix or an edit won), now the template as the API
+// server returned it, thawed whether the failure's freeze was put back.
+// landed: the undo is in place, and its rollout is to be followed (Follow).
+func (u *Undo) Done(err error, now *corev1.PodTemplateSpec, thawed bool) (e Effects, landed bool) {
+	if errors.Is(err, ErrEditedMeanwhile) {
+		e.event(corev1.EventTypeWarning, ReasonUndoImpossible, "Undo", "%s: undo is asked, but %v; the change stays halted", AnnotationOnFailure, err)
+		return e, false
+	}
+	to := u.To.Annotations[stamp.AnnotationHash]
+	if kept := now.Annotations[stamp.AnnotationHash]; err == nil && kept != to {
+		// The webhook kept the template: the revision's snapshots no longer
+		// hold what its stamp says (its PinFailed event says why).
+		err = fmt.Errorf("the webhook kept the template stamped %s", kept)
+	}
+	if err != nil {
+		e.Logs = append(e.Logs, Log{Msg: "undo of the failed rollout", Err: err})
+		e.event(corev1.EventTypeWarning, ReasonUndoImpossible, "Undo", "the undo to revision %d failed: %v", u.Revision, err)
+		return e, false
+	}
+	e.count(MetricUndos, "undone", u.kind)
+	e.log(0, "failed rollout undone", "revision", u.Revision, "stamp", to)
+	resumed := ""
+	if thawed {
+		resumed = " (its rollout, paused at the failed canary, is resumed for it)"
+	}
+	e.event(corev1.EventTypeNormal, ReasonRolloutUndone, "Undo",
+		"the rollout failed: the workload is returned to its revision %d (stamp %s), whose snapshots hold the config it ran before%s; "+
+			"the change stays halted until it is fixed", u.Revision, to, resumed)
+	if u.orderedReady {
+		// kubernetes/kubernetes#67250: with OrderedReady the controller waits
+		// for the broken pod to become Ready before it replaces it, forever.
+		e.event(corev1.EventTypeWarning, ReasonUndoNeedsPodDelete, "Undo",
+			"the StatefulSet is returned to revision %d, but with podManagementPolicy OrderedReady its controller does not replace a pod of the failed "+
+				"revision that never becomes Ready (kubernetes/kubernetes#67250): delete that pod (kubectl delete pod) for the undo to reach it; "+
+				"configstamp never deletes pods", u.Revision)
+	}
+	return e, true
+}
+
+// MayFail reports whether a rollout whose record (as written, rec: Decide
+// checks its seal) is rec may be judged failed now, its pods read as v:
+// it is open, or completed and crashing while its change still rolls.
+func MayFail(rec Record, v Verification) bool {
+	return rec.Open() || rec.State == Completed && v.Problem != ""
+}
+
+// UndoWanted says whether reading a workload's revisions for an undo is
+// worth it: it asks for undo, is pinned where pinning is installed, is of
+// a kind configstamp returns, and its record (rec, as written) names a
+// verified revision other than the current one to return to.
+func UndoWanted(kind workload.Kind, tmpl *corev1.PodTemplateSpec, f UndoFacts, rec Record) bool {
+	return f.Wanted && f.Pin && !kind.Unstructured() && tmpl != nil && len(pin.Pinned(tmpl)) > 0 &&
+		rec.Verified != "" && rec.Verified != tmpl.Annotations[stamp.AnnotationHash]
+}
+
+// editedSince says how failed, the template whose rollout failed, differs
+// from prev, the revision an undo would return to, beyond what configstamp
+// itself changed between them (its stamp and its snapshots): "" when it
+// does not. A user's edit during the failing rollout (an image, resources,
+// a restart annotation) is never overwritten by an undo.
+func editedSince(failed, prev *corev1.PodTemplateSpec) string {
+	own := func(a map[string]string) map[string]string {
+		out := maps.Clone(a)
+		delete(out, stamp.AnnotationHash)
+		delete(out, pin.AnnotationPinned)
+		return out
+	}
+	switch {
+	case !equality.Semantic.DeepEqual(failed.Labels, prev.Labels):
+		return "its labels"
+	case !equality.Semantic.DeepEqual(own(failed.Annotations), own(prev.Annotations)):
+		return "its annotations"
+	case !equality.Semantic.DeepEqual(pin.SourceSpec(failed), pin.SourceSpec(prev)):
+		return "its pod spec"
+	}
+	return ""
+}
