@@ -119,3 +119,28 @@ func TestEditedSince(t *testing.T) {
 		})
 	}
 }
+
+// The cache keeps a workload slim (no images, resources, probes): the undo
+// judges the failed template read live (UndoFacts.Template), else every
+// verified revision would look edited and no undo would ever happen; an
+// edit the live template shows still refuses it.
+func TestUndoJudgesTheLiveTemplateNotTheSlimCopy(t *testing.T) {
+	late := StartRecord(t0.Add(-2*time.Minute), lifecycleCause, false)
+	late.Verified = "v1-good"
+	withImage := func(image string) func(*corev1.PodTemplateSpec) {
+		return func(tmpl *corev1.PodTemplateSpec) {
+			tmpl.Spec.Containers = []corev1.Container{{Name: "app", Image: image}}
+		}
+	}
+	o := pinnedUndo(late, withImage("app:1")) // the revision, whole
+	live := o.Kind.PodTemplate(o.Object).DeepCopy()
+	withImage("app:1")(live)
+	o.Undo.Template = live
+	if d := (fixture{o: o}).decide(t); d.Undo == nil {
+		t.Fatalf("events %q: want the undo, the live template equal to the revision but for the stamp", told(d.Effects))
+	}
+	withImage("app:2")(live) // a user's edit since
+	if d := (fixture{o: o}).decide(t); d.Undo != nil {
+		t.Fatalf("undo %+v over an image edited since", d.Undo)
+	}
+}
