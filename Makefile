@@ -75,7 +75,7 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 # idle.) Each lane is a make of its own: a failure in one does not stop the
 # other. Their output is on stdout, go test's lines prefixed [real-node],
 # [rest] or [race], and in $(TEST_OUT)/<lane>.log; a summary ends the run.
-REALNODE_PKGS := ./test/realnode ./test/install ./test/localcp
+REALNODE_PKGS := ./test/realnode ./test/localcp
 GOTEST_P ?= 2
 TEST_OUT ?= $(CURDIR)/_output/test
 # The rest lane's longest packages, started first (go test starts packages in

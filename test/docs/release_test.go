@@ -11,7 +11,7 @@ import (
 )
 
 // releaseFence opens the README's install from a release: it downloads a
-// published release, so test/install, which runs the first block fenced
+// published release, so test/realnode's install tests, which run the first block fenced
 // exactly ```sh under a heading, must never select it (no network on its
 // node). Its URLs are checked here instead.
 const releaseFence = "```sh release"
@@ -24,12 +24,12 @@ var (
 )
 
 // TestReadmeReleaseInstall checks the README's install from a release, which
-// no test can run offline: it is fenced so that test/install never runs it;
+// no test can run offline: it is fenced so that the install tests never run it;
 // its release URLs and its kustomize base name the version config/manager
 // names (the release workflow refuses a tag that differs, so at a tag they
 // name that very release) and that version is a tag of this clone or the
 // next one; the files it downloads are ones the release workflow publishes;
-// the base it applies is an overlay of config/. No block test/install runs
+// the base it applies is an overlay of config/. No block the install tests run
 // downloads a release.
 func TestReadmeReleaseInstall(t *testing.T) {
 	root := repoRoot(t)
@@ -41,7 +41,7 @@ func TestReadmeReleaseInstall(t *testing.T) {
 		case b.fence == releaseFence:
 			release = append(release, b.body)
 		case strings.Contains(b.body, "/releases/download/") || strings.Contains(b.body, "?ref="):
-			t.Errorf("README.md: a block fenced %q downloads a release; fence it %q so that test/install does not run it", b.fence, releaseFence)
+			t.Errorf("README.md: a block fenced %q downloads a release; fence it %q so that the install tests do not run it", b.fence, releaseFence)
 		}
 	}
 	if len(release) == 0 {

@@ -26,7 +26,7 @@ var versionRE = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9]
 // configstamp:latest came from docker.io and never existed). The image make
 // node-images builds from source (hack/images) carries that very name, so the
 // README's blocks run it as they are on a node without a registry
-// (test/install), and the pull policy lets a node use the image it holds.
+// (test/realnode's install tests), and the pull policy lets a node use the image it holds.
 // The release workflow refuses a tag config/manager does not name and pins
 // the digest it pushed in the installers.
 func TestManifestsNameThePublishedImage(t *testing.T) {

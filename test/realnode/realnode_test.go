@@ -31,11 +31,22 @@ import (
 
 var env *framework.Env
 
-// The control plane and its real node are the suite's; each test runs a
-// configstamp of its own (lane), so the tests run side by side.
+// The control plane and its real node are the package's, one for every test
+// that needs a real node: the install tests (install_*_test.go) run first,
+// one after another, each installing configstamp as a user does and
+// uninstalling it; then the others, side by side, each with a configstamp
+// of its own (lane).
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, NoConfigstamp: true}))
+	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, NoConfigstamp: true, KubeletSyncFrequency: kubeletSync}))
 }
+
+// kubeletSync is the node's kubelet syncFrequency. The tests wait for the
+// kubelet to rewrite mounted ConfigMaps and Secrets (TestPinnedConfigOnTheNode,
+// checkCertManagerRenewal, TestBadChangeStopsAtTheFirstWorkload), which it
+// does at each pod's next resync: every syncFrequency plus up to half of it
+// as jitter. The kubelet's default, 1m,
+// made those waits a minute or more each.
+const kubeletSync = 10 * time.Second
 
 // suiteFlags are the settings: pinning installed, one rollout at a
 // time, a 90 s progress deadline, no debounce (the verification window is

@@ -22,7 +22,8 @@ import (
 // untouched is how long, after a bad change, the workloads behind the failed
 // one are watched for a stamp or a pod change: past the verification window
 // (30 s), the halted workloads' recheck (30 s) and the debounce (0), and long
-// enough for the kubelet to rewrite a mounted file in a running pod (~70 s).
+// enough for the kubelet to rewrite a mounted file in a running pod (at most
+// 1.5 × kubeletSync after the change).
 const untouched = 2 * time.Minute
 
 // TestBadChangeStopsAtTheFirstWorkload is the scenario of a bad shared

@@ -1,10 +1,12 @@
 //go:build linux
 
-// Package install_test installs configstamp as a user does, on a real node:
+// The install tests install configstamp as a user does, on the real node:
 // its own image (built like the Dockerfile, hack/images), the README's
 // commands read from the README's own fenced blocks and run with bash, so
-// the doc and the test cannot drift.
-package install_test
+// the doc and the test cannot drift. They run one after another, before the
+// lanes' tests (t.Parallel), and uninstall what they installed.
+
+package realnode_test
 
 import (
 	"context"
@@ -28,19 +30,6 @@ import (
 	"github.com/configstamp/configstamp/hack/images"
 	"github.com/configstamp/configstamp/test/framework"
 )
-
-var env *framework.Env
-
-func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, NoConfigstamp: true, KubeletSyncFrequency: kubeletSync}))
-}
-
-// kubeletSync is the node's kubelet syncFrequency. The suite waits for the
-// kubelet to rewrite mounted ConfigMaps and Secrets (TestPinnedConfigOnTheNode,
-// checkCertManagerRenewal), which it does at each pod's next resync: every
-// syncFrequency plus up to half of it as jitter. The kubelet's default, 1m,
-// made those waits a minute or more each.
-const kubeletSync = 10 * time.Second
 
 // shippedImage is the image config/manager names, as the kubelet asks
 // containerd for it: hack/images names the image it builds so

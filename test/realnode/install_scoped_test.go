@@ -1,6 +1,6 @@
 //go:build linux
 
-package install_test
+package realnode_test
 
 import (
 	"fmt"
