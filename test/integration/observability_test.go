@@ -1,11 +1,12 @@
-// Package observability checks what config/prometheus and config/grafana ship
-// for operators: the PrometheusRule parses with Prometheus's own rule parser
+// The observability tests check what config/prometheus and config/grafana
+// ship for operators: the PrometheusRule parses with Prometheus's own rule parser
 // (model/rulefmt: PromQL and alert templates), and every metric a rule or a
 // dashboard panel uses is one configstamp exports — read from the /metrics of
 // the real binary running against a local control plane — or one of the few
 // external series the alerts rely on on purpose (the API server's admission
 // webhook metrics, Prometheus's up).
-package observability
+
+package integration
 
 import (
 	"encoding/json"
@@ -30,12 +31,6 @@ import (
 
 	"github.com/configstamp/configstamp/test/framework"
 )
-
-var env *framework.Env
-
-func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, &env, framework.Config{}))
-}
 
 // external are the metrics the rules and the dashboard may use without
 // configstamp exporting them: the API server's view of the admission webhook

@@ -1,4 +1,4 @@
-package observability
+package integration
 
 import (
 	"bytes"
