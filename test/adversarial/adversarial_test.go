@@ -49,7 +49,7 @@ var wave = []string{"first", "second", "third"}
 
 func TestMain(m *testing.M) {
 	os.Exit(framework.MainHolding(m, &env, framework.Config{
-		Full: true, HashKey: hashKey,
+		Plane: framework.Kwok, HashKey: hashKey,
 		Args: []string{"--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=" + progressDeadline.String()},
 	}, []string{waveHash("first", "bad")}, "no-such-node"))
 }

@@ -39,14 +39,16 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(framework.Main(m, &env, framework.Config{
-		Full: true,
+		Plane: framework.Kwok,
 		// One slot, no debounce; configstamp's own deadline longer than
 		// Argo's progressDeadlineSeconds, so that Argo's abort is what fails
 		// a rollout here.
 		Args: []string{"--kinds-config=" + kinds, "--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=3m", "--pin"},
 		// configstamp reads the kinds whose CRD is installed when it starts.
-		BeforeStart: startArgo,
-		ExtraKinds:  []string{"Rollout"},
+		Prepare: func(ctx context.Context, e *framework.Env) (string, error) {
+			return "", startArgo(ctx, e) // configstamp runs as admin here
+		},
+		ExtraKinds: []string{"Rollout"},
 	}))
 }
 

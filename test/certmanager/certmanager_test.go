@@ -94,7 +94,7 @@ func run(m *testing.M) int {
 	klog.SetLogger(cmLog)
 	ctrl.SetLogger(cmLog)
 
-	code := framework.Main(m, &env, framework.Config{CertManagerDir: certDir})
+	code := framework.Main(m, &env, framework.Config{NoConfigstamp: true})
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "certmanager: cert-manager's log and configstamp's log kept in %s\n", workDir)
 	} else if os.Getenv("CONFIGSTAMP_KEEP_TEST_DIR") == "" {
@@ -197,7 +197,7 @@ func TestCertManagerServesTheWebhook(t *testing.T) {
 		}
 		var err error
 		cstamp, err = env.StartConfigstamp(t.Context(), filepath.Join(workDir, "configstamp.log"),
-			"--webhook-config-name="+r.mwc.GetName(), "--log-format=console")
+			"--cert-mode=cert-manager", "--cert-dir="+certDir, "--webhook-config-name="+r.mwc.GetName(), "--log-format=console")
 		env.Configstamp = cstamp // stopped, and its log dumped on failure, by framework.Main
 		if err != nil {
 			t.Fatal(err)

@@ -44,7 +44,7 @@ var replicaArgs = []string{
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(framework.Main(m, &env, framework.Config{Full: true, Replicas: 2, Args: replicaArgs, AuditLog: true}))
+	os.Exit(framework.Main(m, &env, framework.Config{Plane: framework.Kwok, Replicas: 2, Args: replicaArgs, AuditLog: true}))
 }
 
 // fault is one way for a wave to go wrong.

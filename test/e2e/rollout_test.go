@@ -21,7 +21,9 @@ import (
 
 var env *framework.Env
 
-func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, framework.Config{Full: true})) }
+func TestMain(m *testing.M) {
+	os.Exit(framework.Main(m, &env, framework.Config{Plane: framework.Kwok}))
+}
 
 // replicaSets returns the ReplicaSets of Deployment name (pods labelled app=name).
 func replicaSets(t *testing.T, ns, name string) []appsv1.ReplicaSet {

@@ -57,77 +57,80 @@ type Env struct {
 	Balancer *Balancer
 	dir      string
 	keep     bool
-	certDir  string
-	// secureMetrics: configstamp serves /metrics as in a cluster (Config.SecureMetrics).
-	secureMetrics bool
-	// realNode: the control plane runs a real node (Config.RealNode).
+	// realNode: the control plane runs a real node (Config.Plane).
 	realNode bool
 	// kinds are the workload kinds whose reconciles WaitIdle and
 	// ReconcileCounts read: the built-in kinds and Config.ExtraKinds.
 	kinds []string
 
 	// MetricsToken is the bearer token Process.Metrics sends when /metrics is
-	// served over HTTPS (Config.SecureMetrics): one allowed get on /metrics.
+	// served over HTTPS (--metrics-secure=true): one allowed get on /metrics.
 	MetricsToken string
 
 	// ConfigstampKubeconfig is what configstamp runs with: the admin
-	// Kubeconfig unless Config.Kubeconfig says otherwise.
+	// Kubeconfig unless Config.Prepare returns another.
 	ConfigstampKubeconfig string
 }
 
-// Config says what a suite runs.
+// Plane is the kind of control plane a suite runs on: the suites that need
+// the same kind share one where their configstamp can be the same (one
+// TestMain per kind and configstamp, not per folder).
+type Plane int
+
+const (
+	// APIServer is etcd and kube-apiserver alone: objects and their
+	// generations, no ReplicaSet, no pod.
+	APIServer Plane = iota
+	// Kwok adds kube-controller-manager, kube-scheduler and kwok: workloads
+	// roll (ReplicaSets, ControllerRevisions, pods that run nothing).
+	Kwok
+	// RealNode runs a real node (kubelet, kube-proxy, containerd, runc)
+	// instead of kwok: containers run (localcp.Options.RealNode). Needs
+	// Linux, root, `make realnode node-images`. configstamp then runs with
+	// its default verification window unless its flags say otherwise.
+	RealNode
+)
+
+// Config says what a suite runs: the control plane (Plane and the fields up
+// to AuditLog), then the configstamp Main starts against it (the rest).
+// Every other difference between suites is a configstamp flag in Args.
 type Config struct {
-	// Full adds kube-controller-manager, kube-scheduler and kwok.
-	Full bool
-	// RealNode runs a real node (kubelet, kube-proxy, containerd, runc) instead
-	// of kwok: containers run (localcp.Options.RealNode). Needs Linux, root,
-	// `make realnode node-images`. configstamp then runs with its default
-	// verification window unless Args say otherwise.
-	RealNode bool
+	// Plane is the kind of control plane (default APIServer).
+	Plane Plane
 	// KubeletSyncFrequency is the real node's kubelet syncFrequency (see
 	// localcp.Options): a suite that waits for the kubelet to rewrite a
 	// mounted ConfigMap or Secret waits less with a shorter one. Default 1m.
 	KubeletSyncFrequency time.Duration
-	// Args are extra configstamp flags.
-	Args []string
-	// HashKey, when set, is stored as configstamp's HMAC key before it starts,
-	// so a test can compute the stamps it expects.
-	HashKey []byte
 	// KwokStages replaces kwok's stage file (see localcp.Options).
 	KwokStages string
-	// CertManagerDir runs configstamp in cert-manager mode with this --cert-dir
-	// (the test writes tls.crt and tls.key there, as the kubelet mounts
-	// cert-manager's Secret): no --webhook-url, no MutatingWebhookConfiguration
-	// registered, the webhook bound to 127.0.0.1. Main then does not start
-	// configstamp (the files must exist first) and StartConfigstamp waits for
-	// /healthz only: readiness depends on the files, the test's to check.
-	CertManagerDir string
-	// Replicas runs this many configstamp processes (default 1) sharing one
-	// webhook URL, a loopback Balancer in front of their webhook ports, as a
-	// Service is in front of a Deployment's pods.
-	Replicas int
-	// SecureMetrics serves /metrics as in a cluster: HTTPS, every scrape
-	// authenticated and authorized by the API server (Process.Metrics then
-	// sends Env.MetricsToken). Default: --metrics-secure=false, plain HTTP on
-	// the loopback address, so a suite reads metrics with no identity.
-	SecureMetrics bool
-	// Kubeconfig, when set, is called once the control plane is up and
-	// configstamp's namespace exists, before configstamp starts, and returns
-	// the kubeconfig file configstamp runs with (default: the admin one). It
-	// may first create what that identity needs, through e.Client.
-	Kubeconfig func(ctx context.Context, e *Env) (string, error)
 	// AuditLog makes kube-apiserver write its audit log (localcp.Options.AuditLog),
 	// read with Env.AuditEvents: what configstamp asked the API server, not
 	// what a test assumes it asked.
 	AuditLog bool
+
 	// NoConfigstamp: Main starts no configstamp (Env.Configstamp stays nil);
-	// each test starts the processes it needs with StartConfigstamp, logs in
-	// Env.Dir().
+	// each test starts the processes it needs (Env.Lane, StartConfigstamp).
 	NoConfigstamp bool
-	// BeforeStart, when set, is called once the control plane is up, after
-	// Kubeconfig, before configstamp starts: to create what configstamp must
-	// find at its start (a CRD it reads only when it starts, for instance).
-	BeforeStart func(ctx context.Context, e *Env) error
+	// Args are extra configstamp flags, after the framework's (later flags
+	// win): e.g. --metrics-secure=true serves /metrics as in a cluster
+	// (HTTPS, every scrape authenticated and authorized by the API server;
+	// Process.Metrics then sends Env.MetricsToken), --cert-mode=cert-manager
+	// with --cert-dir runs in cert-manager mode (no --webhook-url; the
+	// process is ready once /healthz answers: readiness depends on the files).
+	Args []string
+	// HashKey, when set, is stored as configstamp's HMAC key before it starts,
+	// so a test can compute the stamps it expects.
+	HashKey []byte
+	// Replicas runs this many configstamp processes (default 1) sharing one
+	// webhook URL, a loopback Balancer in front of their webhook ports, as a
+	// Service is in front of a Deployment's pods.
+	Replicas int
+	// Prepare, when set, is called once the control plane is up and
+	// configstamp's namespace exists, before configstamp starts: it creates
+	// what configstamp must find at its start (its identity and RBAC, a CRD
+	// it reads only when it starts), through e.Client, and returns the
+	// kubeconfig configstamp runs with ("": the admin one).
+	Prepare func(ctx context.Context, e *Env) (kubeconfig string, err error)
 	// ExtraKinds names the extra kinds configstamp runs with (--kinds-config,
 	// e.g. "Rollout"): WaitIdle and ReconcileCounts count their reconciles
 	// next to the built-in kinds'.
@@ -137,7 +140,7 @@ type Config struct {
 // Main starts the control plane and configstamp, runs the tests, and stops
 // everything. Use from TestMain:
 //
-//	func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, framework.Config{Full: true})) }
+//	func TestMain(m *testing.M) { os.Exit(framework.Main(m, &env, framework.Config{Plane: framework.Kwok})) }
 func Main(m *testing.M, env **Env, cfg Config) int {
 	e, err := start(cfg)
 	if err != nil {
@@ -184,7 +187,7 @@ func start(cfg Config) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Root: root, certDir: cfg.CertManagerDir, secureMetrics: cfg.SecureMetrics, realNode: cfg.RealNode,
+	e := &Env{Root: root, realNode: cfg.Plane == RealNode,
 		kinds: append(append([]string{}, builtinKinds...), cfg.ExtraKinds...)}
 	dir, err := os.MkdirTemp("", "configstamp-test-")
 	if err != nil {
@@ -196,11 +199,11 @@ func start(cfg Config) (*Env, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if cfg.RealNode { // the real-node lock may be held by another suite for a while
+	if e.realNode { // the real-node lock may be held by another suite for a while
 		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
 	}
-	e.CP, err = localcp.Start(ctx, localcp.Options{Dir: filepath.Join(dir, "cluster"), Full: cfg.Full, RealNode: cfg.RealNode, KwokStages: cfg.KwokStages,
+	e.CP, err = localcp.Start(ctx, localcp.Options{Dir: filepath.Join(dir, "cluster"), Full: cfg.Plane != APIServer, RealNode: e.realNode, KwokStages: cfg.KwokStages,
 		KubeletSyncFrequency: cfg.KubeletSyncFrequency, AuditLog: cfg.AuditLog, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 	if err != nil {
 		return e, fmt.Errorf("starting the local control plane: %w", err)
@@ -228,17 +231,16 @@ func start(cfg Config) (*Env, error) {
 		}
 	}
 	e.ConfigstampKubeconfig = e.Kubeconfig
-	if cfg.Kubeconfig != nil {
-		if e.ConfigstampKubeconfig, err = cfg.Kubeconfig(ctx, e); err != nil {
-			return e, fmt.Errorf("preparing configstamp's kubeconfig: %w", err)
+	if cfg.Prepare != nil {
+		kubeconfig, err := cfg.Prepare(ctx, e)
+		if err != nil {
+			return e, fmt.Errorf("preparing for configstamp: %w", err)
+		}
+		if kubeconfig != "" {
+			e.ConfigstampKubeconfig = kubeconfig
 		}
 	}
-	if cfg.BeforeStart != nil {
-		if err := cfg.BeforeStart(ctx, e); err != nil {
-			return e, fmt.Errorf("before starting configstamp: %w", err)
-		}
-	}
-	if cfg.CertManagerDir != "" || cfg.NoConfigstamp {
+	if cfg.NoConfigstamp {
 		return e, nil
 	}
 	if cfg.Replicas <= 1 {
@@ -466,12 +468,13 @@ func (p *Process) startOnce(ctx context.Context) error {
 	if p.webhookURL != "" {
 		mode = []string{"--cert-mode=self", "--webhook-url=" + p.webhookURL, "--webhook-host=127.0.0.1"}
 	}
-	if p.env.certDir != "" {
-		mode, probe = []string{"--cert-mode=cert-manager", "--cert-dir=" + p.env.certDir, "--webhook-host=127.0.0.1"}, "/healthz"
+	if lastValue(p.args, "cert-mode") == "cert-manager" {
+		// The suite's --cert-dir holds the files; no URL to register.
+		mode, probe = []string{"--webhook-host=127.0.0.1"}, "/healthz"
 	}
 	// The metrics address is on loopback: plain HTTP without authentication
-	// unless the suite asks for the in-cluster setting.
-	mode = append(mode, "--metrics-secure="+strconv.FormatBool(p.env.secureMetrics))
+	// unless the suite's flags ask for the in-cluster setting.
+	mode = append(mode, "--metrics-secure=false")
 	if !p.env.realNode {
 		// kwok's pods run nothing: no container can crash or lose its
 		// readiness there, so a verification window would only hold every
@@ -682,7 +685,7 @@ func (p *Process) MetricsURL() string {
 }
 
 // Metrics scrapes /metrics and returns the sum of the samples of family whose
-// labels contain every given name="value" pair. Over HTTPS (Config.SecureMetrics)
+// labels contain every given name="value" pair. Over HTTPS (--metrics-secure=true)
 // it sends Env.MetricsToken; the server's certificate is self-signed.
 func (p *Process) Metrics(family string, labels ...string) (float64, error) {
 	req, err := http.NewRequest(http.MethodGet, p.MetricsURL(), nil)

@@ -58,14 +58,19 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Exit(framework.Main(m, &env, framework.Config{
-		Full: true, HashKey: hashKey,
+		Plane: framework.Kwok, HashKey: hashKey,
 		Args: append([]string{"--kinds-config=" + kinds}, suiteArgs...),
 		// configstamp runs with the RBAC a user installs: config/selfsigned
 		// with the Argo Rollouts component, whose rules are generated.
-		Kubeconfig: installRBAC,
 		// configstamp reads the kinds whose CRD is installed when it starts.
-		BeforeStart: installRolloutCRD,
-		ExtraKinds:  []string{"Rollout"},
+		Prepare: func(ctx context.Context, e *framework.Env) (string, error) {
+			kubeconfig, err := installRBAC(ctx, e)
+			if err != nil {
+				return "", err
+			}
+			return kubeconfig, installRolloutCRD(ctx, e)
+		},
+		ExtraKinds: []string{"Rollout"},
 	}))
 }
 

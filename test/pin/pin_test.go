@@ -33,10 +33,10 @@ const serviceAccount = "configstamp-controller-manager"
 
 func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, &env, framework.Config{
-		Full:       true,
-		HashKey:    key,
-		AuditLog:   true,
-		Kubeconfig: installRBAC,
+		Plane:    framework.Kwok,
+		HashKey:  key,
+		AuditLog: true,
+		Prepare:  installRBAC,
 		// One slot and a short deadline for the halted wave
 		// (TestHaltHoldsForPinnedFiles); the other tests roll one workload at a time.
 		Args: []string{"--pin", "--debounce=0", "--max-concurrent-rollouts=1", "--progress-deadline=" + progressDeadline.String(),

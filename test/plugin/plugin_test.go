@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "building the plugin: %v\n%s", err, out)
 			return 1
 		}
-		return framework.Main(m, &env, framework.Config{Full: true, HashKey: hashKey, Args: []string{"--debounce=0"}})
+		return framework.Main(m, &env, framework.Config{Plane: framework.Kwok, HashKey: hashKey, Args: []string{"--debounce=0"}})
 	}())
 }
 

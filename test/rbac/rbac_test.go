@@ -55,7 +55,7 @@ var (
 
 func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, &env, framework.Config{
-		Kubeconfig: installRBAC,
+		Prepare: installRBAC,
 		Args: []string{
 			"--webhook-config-name=" + mwcName, "--tls-secret=" + tlsSecret,
 			// Rotate within the suite, so the rotation's writes run under the role too.

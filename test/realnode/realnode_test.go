@@ -37,7 +37,7 @@ var env *framework.Env
 // uninstalling it; then the others, side by side, each with a configstamp
 // of its own (lane).
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, &env, framework.Config{RealNode: true, NoConfigstamp: true, KubeletSyncFrequency: kubeletSync}))
+	os.Exit(framework.Main(m, &env, framework.Config{Plane: framework.RealNode, NoConfigstamp: true, KubeletSyncFrequency: kubeletSync}))
 }
 
 // kubeletSync is the node's kubelet syncFrequency. The tests wait for the

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
 	os.Exit(framework.MainHolding(m, &env, framework.Config{
-		Full: true, HashKey: hashKey,
+		Plane: framework.Kwok, HashKey: hashKey,
 		Args: []string{"--max-concurrent-rollouts=5", "--debounce=2s", "--progress-deadline=" + progressDeadline.String()},
 	}, held, slowNode))
 }

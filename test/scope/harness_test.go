@@ -23,7 +23,7 @@ var env *framework.Env
 // and no configstamp: every test starts the installations it needs
 // (startConfigstamp).
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, &env, framework.Config{Full: true, AuditLog: true, NoConfigstamp: true}))
+	os.Exit(framework.Main(m, &env, framework.Config{Plane: framework.Kwok, AuditLog: true, NoConfigstamp: true}))
 }
 
 // startConfigstamp runs one installation with args (plus the suite's: no

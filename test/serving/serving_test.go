@@ -48,9 +48,9 @@ var (
 
 func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, &env, framework.Config{
-		SecureMetrics: true,
-		Kubeconfig:    installRBAC,
-		Args:          []string{"--webhook-config-name=" + mwcName, "--tls-secret=configstamp-webhook-tls"},
+		Prepare: installRBAC,
+		// /metrics as in a cluster: HTTPS, every scrape authorized.
+		Args: []string{"--metrics-secure=true", "--webhook-config-name=" + mwcName, "--tls-secret=configstamp-webhook-tls"},
 	}))
 }
 

@@ -39,7 +39,7 @@ var (
 
 func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, &env, framework.Config{
-		Kubeconfig: installRBAC,
+		Prepare: installRBAC,
 		Args: []string{
 			"--webhook-config-name=" + mwcName, "--tls-secret=configstamp-webhook-tls",
 			"--watch-namespaces=" + strings.Join(watched, ","),

@@ -31,7 +31,7 @@ var env *framework.Env
 func TestMain(m *testing.M) {
 	os.Exit(framework.Main(m, &env, framework.Config{
 		AuditLog: true,
-		Kubeconfig: func(ctx context.Context, e *framework.Env) (string, error) {
+		Prepare: func(ctx context.Context, e *framework.Env) (string, error) {
 			for _, ns := range watched {
 				if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 					return "", err
