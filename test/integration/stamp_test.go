@@ -24,10 +24,12 @@ var env *framework.Env
 
 func TestMain(m *testing.M) {
 	// No controller-manager runs here, so no rollout ever completes: follow
-	// none. The audit log counts configstamp's GETs (bounds_test.go).
+	// none. The audit log counts configstamp's GETs (bounds_test.go), with the
+	// apply-time warnings on (warnings_test.go; its last test restarts
+	// configstamp without them).
 	os.Exit(framework.Main(m, &env, framework.Config{
 		AuditLog: true,
-		Args:     []string{"--max-concurrent-rollouts=0", "--halt-on-failure=false", "--debounce=0"},
+		Args:     []string{"--apply-warnings", "--max-concurrent-rollouts=0", "--halt-on-failure=false", "--debounce=0"},
 	}))
 }
 

@@ -1,11 +1,11 @@
-// Package warnings runs configstamp with --apply-warnings against a real
-// kube-apiserver: `kubectl apply` of a changed ConfigMap or Secret prints the
-// warning naming exactly the workloads whose template stamp then changes.
-package warnings
+// The warnings tests: with --apply-warnings, `kubectl apply` of a changed
+// ConfigMap or Secret prints the warning naming exactly the workloads whose
+// template stamp then changes.
+
+package integration
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,15 +19,6 @@ import (
 	"github.com/configstamp/configstamp/test/framework"
 	"github.com/configstamp/configstamp/webhook"
 )
-
-var env *framework.Env
-
-func TestMain(m *testing.M) {
-	// No controller-manager: the template stamps show what rolls.
-	os.Exit(framework.Main(m, &env, framework.Config{
-		Args: []string{"--apply-warnings", "--max-concurrent-rollouts=0", "--halt-on-failure=false", "--debounce=0"},
-	}))
-}
 
 // requests is how often the warning webhook was called.
 func requests(t *testing.T) float64 {
