@@ -68,13 +68,19 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 # they are a go test of their own, one package at a time, the longest first:
 # the real-node lane, the longest. What it runs is built first, alone (a build
 # beside another would compile their shared packages twice); then the lane
-# starts and, beside it, the rest lane: argo-rollouts, controller-gen, lint,
-# release-check-host, bench-smoke, go test of every other package
-# (-p $(GOTEST_P)), then webhook/live under the race detector. (In one go test
+# starts and, beside it, the rest lane: go test of every other package
+# (-p $(GOTEST_P)) starts at once and, beside it, the checks build what they
+# need and run (release-check-host, bench-smoke) and Argo Rollouts' controller
+# is built; then test/argo, which runs that controller, and webhook/live under
+# the race detector. The suites mostly wait (for debounces, windows, the
+# kubelet), so on a fresh machine those builds take the CPU the suites leave
+# idle instead of adding their minutes before the first suite. (In one go test
 # of ./..., a real-node package waiting for the lock held one of the -p slots
-# idle.) Each lane is a make of its own: a failure in one does not stop the
-# other. Their output is on stdout, go test's lines prefixed [real-node],
-# [rest] or [race], and in $(TEST_OUT)/<lane>.log; a summary ends the run.
+# idle.) make lint is not part of make test: CI runs it beside (.ci/run,
+# .github/workflows/lint.yml). Each lane is a make of its own: a failure in
+# one does not stop the other. Their output is on stdout, go test's lines
+# prefixed [real-node], [rest], [checks], [after-tools] or [race], and in
+# $(TEST_OUT)/<lane>.log; a summary with each lane's time ends the run.
 REALNODE_PKGS := ./test/realnode ./test/localcp
 GOTEST_P ?= 2
 TEST_OUT ?= $(CURDIR)/_output/test
@@ -82,8 +88,12 @@ TEST_OUT ?= $(CURDIR)/_output/test
 # the order given): the lane's last minutes are then short ones side by side,
 # not one long suite alone.
 REST_FIRST := ./test/safety ./test/chaos ./test/pin ./test/adversarial ./test/plugin ./test/e2e ./test/kinds ./test/manifests
-# Every package but the real-node ones, as import paths, REST_FIRST first.
-REST_PKGS = $(shell $(GO) list $(REST_FIRST)) $(filter-out $(shell $(GO) list $(REALNODE_PKGS) $(REST_FIRST)),$(shell $(GO) list ./...))
+# The packages that run a tool the rest lane builds beside its go test: they
+# run after it.
+AFTER_TOOLS_PKGS := ./test/argo
+# Every package but the real-node ones and those, as import paths, REST_FIRST
+# first.
+REST_PKGS = $(shell $(GO) list $(REST_FIRST)) $(filter-out $(shell $(GO) list $(REALNODE_PKGS) $(AFTER_TOOLS_PKGS) $(REST_FIRST)),$(shell $(GO) list ./...))
 # What every go test of make test shares: the suites run the manager built
 # once (bin/configstamp, by the build target) instead of linking their own
 # (framework.managerBinary), and go test vets nothing (make lint runs go vet
@@ -92,14 +102,15 @@ GOTEST_ENV := CONFIGSTAMP_TEST_MANAGER=$(LOCALBIN)/configstamp
 GOTEST_COMMON := -count=1 -vet=off
 TEST_REALNODE_DEPS := build controlplane realnode node-images
 
-.PHONY: test test-realnode test-rest
-test: ## Lint, unit, integration and end-to-end tests (starts local control planes), the release check, a smoke run of the bench.
-	@mkdir -p $(TEST_OUT) && rm -f $(TEST_OUT)/*.log $(TEST_OUT)/*.log.rc
+.PHONY: test test-realnode test-rest test-checks
+test: ## Unit, integration and end-to-end tests (starts local control planes), the release check, a smoke run of the bench (not lint: make lint).
+	@mkdir -p $(TEST_OUT) && rm -f $(TEST_OUT)/*.log $(TEST_OUT)/*.log.rc $(TEST_OUT)/*.log.time
 	@$(MAKE) --no-print-directory $(TEST_REALNODE_DEPS)
 	@$(MAKE) --no-print-directory test-realnode & lane=$$!; \
 	$(MAKE) --no-print-directory test-rest; rest=$$?; \
 	wait $$lane; realnode=$$?; \
-	hack/test-lanes.sh summary $(TEST_OUT)/real-node.log $(TEST_OUT)/rest.log $(TEST_OUT)/race.log; \
+	hack/test-lanes.sh summary $(TEST_OUT)/real-node.log $(TEST_OUT)/rest.log $(TEST_OUT)/checks.log \
+		$(TEST_OUT)/after-tools.log $(TEST_OUT)/race.log; \
 	[ $$realnode = 0 ] && [ $$rest = 0 ]
 
 # The real-node lane (see test). It starts with the real node's preflight
@@ -113,11 +124,24 @@ test-realnode: $(TEST_REALNODE_DEPS)
 	hack/test-lanes.sh run real-node $(TEST_OUT)/real-node.log \
 		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m $(GOTEST_FLAGS) -p 1 -parallel 4 $(REALNODE_PKGS)
 
-# The rest lane (see test).
-test-rest: build controlplane argo-rollouts controller-gen lint release-check-host bench-smoke
-	@hack/test-lanes.sh run rest $(TEST_OUT)/rest.log \
-		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m -p $(GOTEST_P) $(GOTEST_FLAGS) $(REST_PKGS)
-	@hack/test-lanes.sh run race $(TEST_OUT)/race.log $(GO) test -race -count=1 ./webhook/live/
+# The rest lane (see test): its go test and, beside it, the checks; then the
+# packages that needed a tool the checks built.
+test-rest: build controlplane controller-gen
+	@$(MAKE) --no-print-directory test-checks & checks=$$!; \
+	hack/test-lanes.sh run rest $(TEST_OUT)/rest.log \
+		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m -p $(GOTEST_P) $(GOTEST_FLAGS) $(REST_PKGS); rest=$$?; \
+	wait $$checks; checks=$$?; \
+	[ $$checks = 0 ] && hack/test-lanes.sh run after-tools $(TEST_OUT)/after-tools.log \
+		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 20m $(GOTEST_FLAGS) $(AFTER_TOOLS_PKGS); after=$$?; \
+	hack/test-lanes.sh run race $(TEST_OUT)/race.log $(GO) test -race -count=1 ./webhook/live/; race=$$?; \
+	[ $$rest = 0 ] && [ $$checks = 0 ] && [ $$after = 0 ] && [ $$race = 0 ]
+
+# The rest lane's checks (see test): what the release and the bench need,
+# built and run beside the rest lane's go test, and Argo Rollouts' controller
+# for test/argo.
+test-checks:
+	@hack/test-lanes.sh run checks $(TEST_OUT)/checks.log \
+		$(MAKE) --no-print-directory release-check-host bench-smoke argo-rollouts
 
 # make test-compat: test/e2e against the oldest Kubernetes the README promises
 # (COMPAT_K8S_MINOR, hack/controlplane.mk), not part of make test. The suites'

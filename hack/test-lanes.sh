@@ -5,9 +5,13 @@
 #   hack/test-lanes.sh run NAME LOG CMD...   runs CMD, its output in LOG and on
 #                                            stdout, each line there prefixed
 #                                            [NAME]; exits with CMD's status,
-#                                            also written to LOG.rc
-#   hack/test-lanes.sh summary LOG...        each LOG's outcome and package
-#                                            results (ok, FAIL, --- FAIL, panic);
+#                                            also written to LOG.rc, and its
+#                                            seconds to LOG.time
+#   hack/test-lanes.sh summary LOG...        each LOG's outcome, time and
+#                                            package results (ok, FAIL,
+#                                            --- FAIL, panic); a failed log
+#                                            without go test's failure lines
+#                                            (a make step): its last lines;
 #                                            a lane skipped by
 #                                            hack/realnode-preflight.sh (LOG.rc
 #                                            "skipped") prints its reason
@@ -37,10 +41,12 @@ run)
 	name=$2 log=$3
 	shift 3
 	mkdir -p "$(dirname "$log")"
-	rm -f "$log.rc"
+	rm -f "$log.rc" "$log.time"
 	echo "[$name] $*"
+	start=$SECONDS
 	"$@" 2>&1 | tee "$log" | sed -u "s/^/[$name] /"
 	rc=${PIPESTATUS[0]}
+	echo "$((SECONDS - start))" >"$log.time"
 	echo "$rc" >"$log.rc"
 	exit "$rc"
 	;;
@@ -60,6 +66,7 @@ summary)
 		fi
 		outcome=ok
 		[ "$rc" = 0 ] || outcome="FAIL (exit $rc)"
+		[ -f "$log.time" ] && outcome="$outcome in $(cat "$log.time") s"
 		echo "--- $name: $outcome; output in $log"
 		grep -E '^(ok|FAIL|--- FAIL|panic:)' "$log" | sed 's/^/    /'
 	done
@@ -70,7 +77,9 @@ summary)
 	for log in "$@"; do
 		[ -f "$log.rc" ] && [ "$(cat "$log.rc")" != 0 ] && [ "$(cat "$log.rc")" != skipped ] || continue
 		echo "==> $(basename "$log" .log): what failed"
-		failures "$log" | tail -n "${SUMMARY_FAILURE_LINES:-40}"
+		what=$(failures "$log")
+		[ -n "$what" ] || what=$(tail -n 20 "$log")
+		printf '%s\n' "$what" | tail -n "${SUMMARY_FAILURE_LINES:-40}"
 	done
 	;;
 *)

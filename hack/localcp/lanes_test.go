@@ -46,3 +46,31 @@ ok  	example.com/test/install	558.784s
 		t.Errorf("the summary shows a passing subtest's lines:\n%s", sum)
 	}
 }
+
+// TestLaneSummaryShowsAFailedMakeStep: the checks lane is a make of
+// release-check-host, bench-smoke and argo-rollouts, not a go test; when it
+// fails, the summary's last lines are the log's own, where make said why,
+// and every lane run says how long it took.
+func TestLaneSummaryShowsAFailedMakeStep(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "checks.log")
+	script := `echo "==> building krew"; echo "bench-smoke: results.md has no memory floor" >&2; exit 2`
+	out, err := exec.Command("bash", "../test-lanes.sh", "run", "checks", log, "bash", "-c", script).CombinedOutput()
+	if err == nil {
+		t.Fatalf("run exited 0 for a failing step:\n%s", out)
+	}
+	if !strings.Contains(string(out), "[checks] bench-smoke: results.md has no memory floor") {
+		t.Errorf("run's output lacks the prefixed line:\n%s", out)
+	}
+	sum, err := exec.Command("bash", "../test-lanes.sh", "summary", log).CombinedOutput()
+	if err != nil {
+		t.Fatalf("summary: %v\n%s", err, sum)
+	}
+	lines := strings.Split(strings.TrimSpace(string(sum)), "\n")
+	if last := lines[len(lines)-1]; last != "bench-smoke: results.md has no memory floor" {
+		t.Errorf("the summary's last line is %q; want make's reason:\n%s", last, sum)
+	}
+	if !strings.Contains(string(sum), "--- checks: FAIL (exit 2) in 0 s") {
+		t.Errorf("the summary lacks the lane's outcome and time:\n%s", sum)
+	}
+}
