@@ -353,11 +353,33 @@ func byTheNode(p *corev1.Pod) bool {
 // judged by its probes' budget from its new start.
 func restartedByTheNode(p *corev1.Pod) bool {
 	for _, cs := range allStatuses(p) {
-		if t := cs.LastTerminationState.Terminated; t != nil && t.Reason == "Unknown" && cs.State.Running != nil {
+		if t := cs.LastTerminationState.Terminated; endedByTheNode(t) && cs.State.Running != nil {
 			return true
 		}
 	}
 	return false
+}
+
+// runtimeInterrupted are what the container runtime's error says when its
+// own call to start a container was cut short (the kubelet killed or
+// restarted mid-start, containerd restarting), not the process failing to
+// start with what it was given (an exec error, a mount the config broke).
+var runtimeInterrupted = []string{"context canceled", "context deadline exceeded", "transport is closing",
+	"connection refused", "ttrpc: closed"}
+
+// endedByTheNode reports whether a container's end was its node's: reason
+// Unknown (the node or its runtime restarted and the end was not seen), or
+// a StartError whose message is the runtime's own call interrupted
+// (runtimeInterrupted). Such an end fails no rollout; the restarted
+// container is judged on its own.
+func endedByTheNode(t *corev1.ContainerStateTerminated) bool {
+	if t == nil {
+		return false
+	}
+	if t.Reason == "Unknown" {
+		return true
+	}
+	return t.Reason == "StartError" && slices.ContainsFunc(runtimeInterrupted, func(s string) bool { return strings.Contains(t.Message, s) })
 }
 
 // allStatuses are the statuses of p's init containers and containers.
@@ -367,9 +389,8 @@ func allStatuses(p *corev1.Pod) []corev1.ContainerStatus {
 
 // containerProblem: since the rollout started (or in a pod made since), a
 // restart, an exit (an init container's exit 0 is its success), or a waiting
-// reason of a container that cannot run. A restart the node caused (its
-// last termination's reason Unknown: the node or its runtime restarted and
-// the container's end was not seen) is not the config's.
+// reason of a container that cannot run. An end the node caused
+// (endedByTheNode) is not the config's.
 func containerProblem(cs *corev1.ContainerStatus, init bool, made, started time.Time) string {
 	recent := func(t *corev1.ContainerStateTerminated) bool {
 		return !made.Before(started) || (t != nil && !t.FinishedAt.Time.Before(started))
@@ -379,11 +400,10 @@ func containerProblem(cs *corev1.ContainerStatus, init bool, made, started time.
 		waiting = ", " + w.Reason
 	}
 	last, t := cs.LastTerminationState.Terminated, cs.State.Terminated
-	byNode := last != nil && last.Reason == "Unknown"
 	switch {
-	case cs.RestartCount > 0 && recent(last) && !byNode:
+	case cs.RestartCount > 0 && recent(last) && !endedByTheNode(last):
 		return fmt.Sprintf("container %s restarted %d times%s%s", cs.Name, cs.RestartCount, exitOf(last), waiting)
-	case t != nil && (t.ExitCode != 0 || !init) && recent(t) && t.Reason != "Unknown":
+	case t != nil && (t.ExitCode != 0 || !init) && recent(t) && !endedByTheNode(t):
 		return fmt.Sprintf("container %s exited%s, restarted %d times", cs.Name, exitOf(t), cs.RestartCount)
 	case waiting != "" && (recent(last) || cs.RestartCount == 0):
 		return fmt.Sprintf("container %s cannot run%s: %s", cs.Name, waiting, cs.State.Waiting.Message)

@@ -251,6 +251,12 @@ func TestInspectPodsByRule(t *testing.T) {
 			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
 		p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
 	}
+	startError := func(message string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError",
+				Message: message, FinishedAt: metav1.NewTime(started.Add(5 * time.Second))}}
+		}
+	}
 	tests := map[string]struct {
 		rule    Rule
 		pod     corev1.Pod
@@ -289,6 +295,15 @@ func TestInspectPodsByRule(t *testing.T) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: &always, StartupProbe: &corev1.Probe{InitialDelaySeconds: 60, PeriodSeconds: 10, FailureThreshold: 3}}}
 			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(now.Add(-50 * time.Second))}}}}
 		}), judgeAt: now.Add(-50*time.Second + 2*90*time.Second + readyMargin)},
+		"rolling: a start the kubelet's restart cut short is the node's (StartError, context canceled)": {rule: RuleRolling, pod: base("a", startError(`failed to start containerd task "aaa6d3": context canceled: unknown`))},
+		"rolling: restarted after a start the runtime cut short, Ready": {rule: RuleRolling, pod: base("a", runningSince(now.Add(-5*time.Second)), readyAt(now.Add(-4*time.Second)), func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].RestartCount = 1
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError",
+				Message: `failed to start containerd task "aaa6d3": context canceled: unknown`, FinishedAt: metav1.NewTime(now.Add(-6 * time.Second))}
+		}), healthy: true, since: now.Add(-4 * time.Second)},
+		"rolling: a start the config broke (StartError, exec) is the config's": {rule: RuleRolling,
+			pod:     base("a", startError(`failed to create containerd task: OCI runtime create failed: exec: "/scripts/run.sh": permission denied: unknown`)),
+			problem: "container app exited (exit code 128, StartError)"},
 		"lasting: Ready for a while, restarts long ago are history": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-50*time.Second)), readyAt(now.Add(-45*time.Second)), restartedAt(now.Add(-51*time.Second), 3)),
 			healthy: true, since: now.Add(-45 * time.Second)},
 	}
