@@ -66,30 +66,35 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 # make test runs in two lanes at once. The suites on the machine's one real
 # node (test/localcp Options.RealNode) take its lock one after another, so
 # they are a go test of their own, one package at a time, the longest first:
-# the real-node lane, the longest. What it runs is built first, alone (a build
-# beside another would compile their shared packages twice); then the lane
-# starts and, beside it, the rest lane: go test of every other package
-# (-p $(GOTEST_P)) starts at once and, beside it, the checks build what they
-# need and run (release-check-host, bench-smoke) and Argo Rollouts' controller
-# is built; then test/argo, which runs that controller, and webhook/live under
-# the race detector. The suites mostly wait (for debounces, windows, the
-# kubelet), so on a fresh machine those builds take the CPU the suites leave
-# idle instead of adding their minutes before the first suite. (In one go test
-# of ./..., a real-node package waiting for the lock held one of the -p slots
-# idle.) make lint is not part of make test: CI runs it beside (.ci/run,
-# .github/workflows/lint.yml). Each lane is a make of its own: a failure in
-# one does not stop the other. Their output is on stdout, go test's lines
-# prefixed [real-node], [rest], [checks], [after-tools] or [race], and in
-# $(TEST_OUT)/<lane>.log; a summary with each lane's time ends the run.
+# the real-node lane. What it runs is built first, alone (a build beside
+# another would compile their shared packages twice); then the lane starts
+# and, beside it, the rest lane: go test of every other package
+# (-p $(GOTEST_P); inside a package whose tests each run a configstamp of
+# their own, -parallel $(GOTEST_PARALLEL)) and, beside that, the checks:
+# webhook/live under the race detector, then the builds and runs of
+# release-check-host and bench-smoke, Argo Rollouts' controller, and
+# test/argo, which runs it. The suites mostly wait (for debounces, windows,
+# the kubelet), so on a fresh machine those builds take the CPU the suites
+# leave idle (at a lower priority) instead of adding their minutes before or
+# after them. (In one go test of ./..., a real-node package waiting for the
+# lock held one of the -p slots idle.) make lint is not part of make test: CI
+# runs it beside (.ci/run, .github/workflows/lint.yml). Each lane is a make of
+# its own: a failure in one does not stop the other. Their output is on
+# stdout, go test's lines prefixed [real-node], [rest], [race], [checks] or
+# [after-tools], and in $(TEST_OUT)/<lane>.log; a summary with each lane's
+# time ends the run.
 REALNODE_PKGS := ./test/realnode ./test/localcp
 GOTEST_P ?= 2
+# How many tests of one package the rest lane runs side by side: the suites
+# whose tests each run a configstamp of their own (framework.Env.Lane).
+GOTEST_PARALLEL ?= 8
 TEST_OUT ?= $(CURDIR)/_output/test
 # The rest lane's longest packages, started first (go test starts packages in
 # the order given): the lane's last minutes are then short ones side by side,
 # not one long suite alone.
 REST_FIRST := ./test/safety ./test/chaos ./test/pin ./test/adversarial ./test/plugin ./test/e2e ./test/kinds ./test/manifests
-# The packages that run a tool the rest lane builds beside its go test: they
-# run after it.
+# The packages that run a tool the checks build: they run after it, in the
+# checks' lane.
 AFTER_TOOLS_PKGS := ./test/argo
 # Every package but the real-node ones and those, as import paths, REST_FIRST
 # first.
@@ -124,24 +129,25 @@ test-realnode: $(TEST_REALNODE_DEPS)
 	hack/test-lanes.sh run real-node $(TEST_OUT)/real-node.log \
 		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m $(GOTEST_FLAGS) -p 1 -parallel 4 $(REALNODE_PKGS)
 
-# The rest lane (see test): its go test and, beside it, the checks; then the
-# packages that needed a tool the checks built.
+# The rest lane (see test): its go test and, beside it, the checks.
 test-rest: build controlplane controller-gen
 	@$(MAKE) --no-print-directory test-checks & checks=$$!; \
 	hack/test-lanes.sh run rest $(TEST_OUT)/rest.log \
-		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m -p $(GOTEST_P) $(GOTEST_FLAGS) $(REST_PKGS); rest=$$?; \
+		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m -p $(GOTEST_P) -parallel $(GOTEST_PARALLEL) $(GOTEST_FLAGS) $(REST_PKGS); rest=$$?; \
 	wait $$checks; checks=$$?; \
+	[ $$rest = 0 ] && [ $$checks = 0 ]
+
+# The rest lane's checks (see test), beside its go test: webhook/live under
+# the race detector; what the release and the bench need, built (at a lower
+# CPU priority than the suites, which time what configstamp does) and run;
+# Argo Rollouts' controller, then test/argo, which runs it.
+test-checks:
+	@hack/test-lanes.sh run race $(TEST_OUT)/race.log $(GO) test -race -count=1 ./webhook/live/; race=$$?; \
+	hack/test-lanes.sh run checks $(TEST_OUT)/checks.log \
+		nice -n 10 $(MAKE) --no-print-directory release-check-host bench-smoke argo-rollouts; checks=$$?; \
 	[ $$checks = 0 ] && hack/test-lanes.sh run after-tools $(TEST_OUT)/after-tools.log \
 		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 20m $(GOTEST_FLAGS) $(AFTER_TOOLS_PKGS); after=$$?; \
-	hack/test-lanes.sh run race $(TEST_OUT)/race.log $(GO) test -race -count=1 ./webhook/live/; race=$$?; \
-	[ $$rest = 0 ] && [ $$checks = 0 ] && [ $$after = 0 ] && [ $$race = 0 ]
-
-# The rest lane's checks (see test): what the release and the bench need,
-# built and run beside the rest lane's go test, and Argo Rollouts' controller
-# for test/argo.
-test-checks:
-	@hack/test-lanes.sh run checks $(TEST_OUT)/checks.log \
-		$(MAKE) --no-print-directory release-check-host bench-smoke argo-rollouts
+	[ $$race = 0 ] && [ $$checks = 0 ] && [ $$after = 0 ]
 
 # make test-compat: test/e2e against the oldest Kubernetes the README promises
 # (COMPAT_K8S_MINOR, hack/controlplane.mk), not part of make test. The suites'

@@ -47,11 +47,21 @@ const (
 // The wave of haltNS, in order: first (priority 10) fails on the bad value.
 var wave = []string{"first", "second", "third"}
 
+// The control plane is the suite's; each test runs a configstamp of its own
+// (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
-	os.Exit(framework.MainHolding(m, &env, framework.Config{
-		Plane: framework.Kwok, HashKey: hashKey,
-		Args: []string{"--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=" + progressDeadline.String()},
-	}, []string{waveHash("first", "bad")}, "no-such-node"))
+	os.Exit(framework.MainHolding(m, &env, framework.Config{Plane: framework.Kwok, NoConfigstamp: true},
+		[]string{waveHash("first", "bad")}, "no-such-node"))
+}
+
+// suiteFlags: a budget of 1, no debounce, a short progress deadline.
+var suiteFlags = []string{"--max-concurrent-rollouts=1", "--debounce=0", "--progress-deadline=" + progressDeadline.String()}
+
+// lane runs the test's own configstamp (framework.Lane) with the suite's key
+// and flags.
+func lane(t *testing.T) *framework.Lane {
+	t.Helper()
+	return env.LaneWith(t, framework.LaneOptions{HashKey: hashKey}, suiteFlags...)
 }
 
 // waveSpec reads key k of the shared ConfigMap through a keyRef (key
@@ -194,7 +204,9 @@ func holdsStill(t *testing.T, ns string, s *stamps, what string, names ...string
 // two waiting workloads are never stamped with the bad change; once the
 // tenant lifts the halt the documented way, each rolls exactly once.
 func TestHaltHolds(t *testing.T) {
-	env.Kubectl(t, "", "create", "namespace", haltNS)
+	t.Parallel()
+	l := lane(t)
+	l.NamespaceNamed(t, haltNS, nil)
 	kc := env.Tenant(t, haltNS)
 	s := watchStamps(t, haltNS)
 	objs := []client.Object{shared("good", "x")}
@@ -247,7 +259,7 @@ func TestHaltHolds(t *testing.T) {
 
 	// 3. A rotation of the hash key, as the README documents it, lifts nothing.
 	oldID := deployment(t, haltNS, "first").Annotations[stamp.AnnotationKeyID]
-	newKey := framework.Secret(framework.OwnNamespace, "configstamp-hash-key", map[string]string{"key": "a-rotated-adversarial-hmac-key!!!!"})
+	newKey := framework.Secret(l.Own, "configstamp-hash-key", map[string]string{"key": "a-rotated-adversarial-hmac-key!!!!"})
 	env.Apply(t, newKey)
 	framework.Eventually(t, time.Minute, func() (bool, string) {
 		id := deployment(t, haltNS, "first").Annotations[stamp.AnnotationKeyID]
@@ -256,7 +268,7 @@ func TestHaltHolds(t *testing.T) {
 	holdsStill(t, haltNS, s, "the key rotation", wave[1:]...)
 
 	// 4. A restart in the middle of the rotation still knows the previous key.
-	if err := env.Configstamp.Restart(t.Context()); err != nil {
+	if err := l.Restart(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	holdsStill(t, haltNS, s, "a restart after the rotation", wave[1:]...)
@@ -293,7 +305,9 @@ func TestHaltHolds(t *testing.T) {
 // before --progress-deadline). With a budget of 1, a change in another
 // namespace still rolls at once, and no slot is in use.
 func TestForgedRecordsHoldNoSlot(t *testing.T) {
-	ns := env.Namespace(t, "adv-forge", nil)
+	t.Parallel()
+	l := lane(t)
+	ns := l.Namespace(t, "adv-forge", nil)
 	kc := env.Tenant(t, ns)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "cfg")
@@ -323,7 +337,7 @@ func TestForgedRecordsHoldNoSlot(t *testing.T) {
 		rollout.AnnotationState+"=rolling", rollout.AnnotationStarted+"="+time.Now().UTC().Format(time.RFC3339),
 		rollout.AnnotationCause+"="+donor[rollout.AnnotationCause], rollout.AnnotationSeal+"="+donor[rollout.AnnotationSeal])
 
-	other := env.Namespace(t, "adv-other", nil)
+	other := l.Namespace(t, "adv-other", nil)
 	app := env.App(t, other)
 	waitComplete(t, other, app.Name)
 	before := framework.TemplateHash(deployment(t, other, app.Name))
@@ -342,7 +356,7 @@ func TestForgedRecordsHoldNoSlot(t *testing.T) {
 	}
 	waitComplete(t, other, app.Name)
 	framework.Eventually(t, 30*time.Second, func() (bool, string) {
-		v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use")
+		v, err := l.Metrics("configstamp_rollout_slots_in_use")
 		return err == nil && v == 0, fmt.Sprintf("%v slots in use (%v) with only forged records open", v, err)
 	})
 }
@@ -359,7 +373,9 @@ const legacyID = "0123456789abcdef"
 // stopped. After the upgrade the halt still holds, the in-flight rollout holds
 // its slot until it fails at its deadline, and no legacy id is left.
 func TestUpgradeTakesOverRecords(t *testing.T) {
-	ns := env.Namespace(t, "adv-upgrade", nil)
+	t.Parallel()
+	l := lane(t)
+	ns := l.Namespace(t, "adv-upgrade", nil)
 	s := watchStamps(t, ns)
 	objs := []client.Object{sharedIn(ns, "good", "x")}
 	for i, n := range wave {
@@ -374,7 +390,7 @@ func TestUpgradeTakesOverRecords(t *testing.T) {
 	}
 	env.Apply(t, objs...)
 	waitComplete(t, ns, wave[1:]...)
-	busyNS := env.Namespace(t, "adv-upgrade-busy", nil)
+	busyNS := l.Namespace(t, "adv-upgrade-busy", nil)
 	busySpec := framework.PodSpec()
 	framework.MountConfigMap(&busySpec, "cfg")
 	env.Apply(t, framework.ConfigMap(busyNS, "cfg", map[string]string{"v": "1"}, nil),
@@ -390,26 +406,26 @@ func TestUpgradeTakesOverRecords(t *testing.T) {
 	}
 
 	// What the previous release left: no seals, its own ids, no mark.
-	env.Configstamp.Stop()
+	l.Stop()
 	legacy := "ConfigMap/shared@" + legacyID
 	env.Kubectl(t, "", "-n", ns, "annotate", "--overwrite", "deployment", "first", rollout.AnnotationSeal+"-",
 		rollout.AnnotationCause+"="+legacy, rollout.AnnotationHalted+"="+legacy)
 	env.Kubectl(t, "", "-n", busyNS, "annotate", "--overwrite", "deployment", "busy",
 		rollout.AnnotationState+"=rolling", rollout.AnnotationStarted+"="+time.Now().UTC().Format(time.RFC3339),
 		rollout.AnnotationCause+"=ConfigMap/cfg@"+legacyID)
-	env.Kubectl(t, "", "-n", framework.OwnNamespace, "annotate", "secret", "configstamp-hash-key", hashkey.AnnotationRecordsSealed+"-")
+	env.Kubectl(t, "", "-n", l.Own, "annotate", "secret", "configstamp-hash-key", hashkey.AnnotationRecordsSealed+"-")
 
-	if err := env.Configstamp.Start(t.Context()); err != nil {
+	if err := l.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 30*time.Second, func() (bool, string) {
-		v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use")
+		v, err := l.Metrics("configstamp_rollout_slots_in_use")
 		return err == nil && v == 1, fmt.Sprintf("%v slots in use (%v): the in-flight rollout of the previous release must hold one", v, err)
 	})
 	// The mark follows the seals by one write: poll for it.
 	framework.Eventually(t, 30*time.Second, func() (bool, string) {
 		key := &corev1.Secret{}
-		key.Namespace, key.Name = framework.OwnNamespace, "configstamp-hash-key"
+		key.Namespace, key.Name = l.Own, "configstamp-hash-key"
 		env.Get(t, key)
 		return key.Annotations[hashkey.AnnotationRecordsSealed] != "",
 			fmt.Sprintf("the key Secret is not marked %s after the takeover", hashkey.AnnotationRecordsSealed)
@@ -442,8 +458,12 @@ func TestUpgradeTakesOverRecords(t *testing.T) {
 // rollout under way, which keeps its slot (budget 1) and its record now names
 // the newer change; the superseded rollout neither fails nor halts: the one
 // RolloutFailed, at the newer rollout's own deadline, names the newer change.
+//
+// Not parallel: "at once" is 5 s, measured on a control plane that no other
+// test loads (side by side, the stamp came after 7 s): it runs first, alone.
 func TestNewChangeSupersedesTheRollout(t *testing.T) {
-	ns := env.Namespace(t, "adv-supersede", nil)
+	l := lane(t)
+	ns := l.Namespace(t, "adv-supersede", nil)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "cfg")
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil),
@@ -477,7 +497,7 @@ func TestNewChangeSupersedesTheRollout(t *testing.T) {
 	if second.State != rollout.Rolling || second.Cause == first.Cause || second.Halted != "" {
 		t.Fatalf("record after the newer change %+v, was %+v: want rolling for the newer change", second, first)
 	}
-	if v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use"); err != nil || v != 1 {
+	if v, err := l.Metrics("configstamp_rollout_slots_in_use"); err != nil || v != 1 {
 		t.Errorf("%v slots in use (%v), want the one slow keeps", v, err)
 	}
 	slow := deployment(t, ns, "slow")

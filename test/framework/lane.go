@@ -39,15 +39,36 @@ type Lane struct {
 	env *Env
 }
 
+// LaneOptions are what a lane's configstamp is given besides its flags.
+type LaneOptions struct {
+	// HashKey, when set, is stored as the lane's HMAC key before its
+	// configstamp starts (as Config.HashKey is for the suite's), so a test
+	// can compute the stamps it expects.
+	HashKey []byte
+}
+
 // Lane starts a configstamp of t's own with args (see Lane), stopped and
 // cleaned up when t ends.
 func (e *Env) Lane(t testing.TB, args ...string) *Lane {
+	t.Helper()
+	return e.LaneWith(t, LaneOptions{}, args...)
+}
+
+// LaneWith is Lane with opts.
+func (e *Env) LaneWith(t testing.TB, opts LaneOptions, args ...string) *Lane {
 	t.Helper()
 	l := &Lane{Name: laneName(t), env: e}
 	l.Own = "cs-" + l.Name
 	ctx := context.WithoutCancel(t.Context())
 	if err := e.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: l.Own}}); err != nil {
 		t.Fatalf("creating the lane's namespace %s: %v", l.Own, err)
+	}
+	if opts.HashKey != nil {
+		key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: l.Own, Name: "configstamp-hash-key"},
+			Data: map[string][]byte{"key": opts.HashKey}}
+		if err := e.Client.Create(ctx, key); err != nil {
+			t.Fatalf("storing the lane's hash key: %v", err)
+		}
 	}
 	scoped := []string{"--namespace=" + l.Own, "--webhook-config-name=" + l.webhookConfig(),
 		"--namespace-selector=" + LaneLabel + "=" + l.Name}
@@ -64,11 +85,22 @@ func (e *Env) Lane(t testing.TB, args ...string) *Lane {
 // labels), deleted when the test ends.
 func (l *Lane) Namespace(t testing.TB, prefix string, labels map[string]string) string {
 	t.Helper()
+	return l.NamespaceNamed(t, prefix+"-"+rand.String(5), labels)
+}
+
+// NamespaceNamed creates namespace name in the lane (and labels), deleted
+// when the test ends: for a test whose stamps, known in advance, depend on
+// the namespace's name.
+func (l *Lane) NamespaceNamed(t testing.TB, name string, labels map[string]string) string {
+	t.Helper()
 	all := map[string]string{LaneLabel: l.Name}
 	for k, v := range labels {
 		all[k] = v
 	}
-	name := l.env.Namespace(t, prefix, all)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: all}}
+	if err := l.env.Client.Create(t.Context(), ns); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
 	t.Cleanup(func() {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if err := l.env.Client.Delete(context.WithoutCancel(t.Context()), ns); err != nil && !apierrors.IsNotFound(err) {

@@ -1,7 +1,6 @@
 package safety
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -42,9 +41,9 @@ func state(t *testing.T, obj client.Object) rollout.Record {
 	return rollout.Read(obj.GetAnnotations())
 }
 
-func slotsInUse(t *testing.T) float64 {
+func slotsInUse(t *testing.T, l *framework.Lane) float64 {
 	t.Helper()
-	v, err := env.Configstamp.Metrics("configstamp_rollout_slots_in_use")
+	v, err := l.Metrics("configstamp_rollout_slots_in_use")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,14 +64,13 @@ func waitState(t *testing.T, obj client.Object, want rollout.State) {
 // scaled, a node joins (its DaemonSet pod never becomes ready) and the
 // DaemonSet's image is bumped, past the progress deadline of their rollout. A
 // Deployment sharing the change, held back by a long debounce, must still roll.
+//
+// Not parallel: the node it adds is the cluster's, so it runs first, alone.
 func TestFinishedRolloutsStayFinished(t *testing.T) {
 	// The late Deployment's debounce annotation holds it back past the others'
 	// deadline; --debounce-max-wait must not cut it short.
-	if err := env.Configstamp.RestartWith(t.Context(), "--debounce-max-wait=2m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Configstamp.Restart(context.WithoutCancel(t.Context())) })
-	ns := env.Namespace(t, "life", nil)
+	l := lane(t, "--debounce-max-wait=2m")
+	ns := l.Namespace(t, "life", nil)
 	toleration := corev1.Toleration{Key: "configstamp-test/slow", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "shared")
@@ -121,7 +119,7 @@ func TestFinishedRolloutsStayFinished(t *testing.T) {
 		t.Fatalf("the late Deployment rolled %v after the others started, before their %v deadline: the test proves nothing", time.Since(started), progressDeadline)
 	}
 	waitComplete(t, ns, "late")
-	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	l.WaitIdle(t, map[string]float64{"deployment": 0})
 	for _, obj := range []client.Object{sts, ds} {
 		if n := env.CountEvents(t, obj, "RolloutFailed"); n != 0 {
 			t.Errorf("%s %s: %d RolloutFailed events after a finished rollout", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), n)
@@ -134,7 +132,7 @@ func TestFinishedRolloutsStayFinished(t *testing.T) {
 		t.Errorf("the late Deployment has %d ReplicaSets, want 2 (one rollout)", n)
 	}
 	framework.Eventually(t, 30*time.Second, func() (bool, string) {
-		n := slotsInUse(t)
+		n := slotsInUse(t, l)
 		return n == 0, fmt.Sprintf("%v rollout slots in use", n)
 	})
 }
@@ -155,11 +153,9 @@ func waitDone(t *testing.T, sts *appsv1.StatefulSet, ds *appsv1.DaemonSet) {
 // Problem 2: OnDelete and partitioned workloads first in a wave with a budget
 // of one must not hold the slot until the progress deadline.
 func TestOnDeleteAndPartitionedHoldNoSlot(t *testing.T) {
-	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=1"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Configstamp.Restart(context.WithoutCancel(t.Context())) })
-	ns := env.Namespace(t, "strategies", nil)
+	t.Parallel()
+	l := lane(t, "--max-concurrent-rollouts=1")
+	ns := l.Namespace(t, "strategies", nil)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "shared")
 	first := map[string]string{rollout.AnnotationPriority: "10"}
@@ -203,7 +199,7 @@ func TestOnDeleteAndPartitionedHoldNoSlot(t *testing.T) {
 	if took >= progressDeadline {
 		t.Errorf("the Deployments rolled %v after the change: something held the only slot until the %v deadline", took, progressDeadline)
 	}
-	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	l.WaitIdle(t, map[string]float64{"deployment": 0})
 	for _, o := range []client.Object{onDeleteSTS, onDeleteDS, canary} {
 		if r := state(t, o); r.State != rollout.Completed || r.Halted != "" {
 			t.Errorf("%s: record %+v, want completed, not halted", o.GetName(), r)
@@ -226,8 +222,9 @@ func TestOnDeleteAndPartitionedHoldNoSlot(t *testing.T) {
 // (opted out of the canary) hold the whole budget of five; a change in another namespace must still roll
 // once configstamp's own --progress-deadline gives their slots back.
 func TestStuckTenantCannotStarveTheBudget(t *testing.T) {
-	ns := tenantNamespace
-	env.Kubectl(t, "", "create", "namespace", ns)
+	t.Parallel()
+	l := lane(t)
+	ns := l.NamespaceNamed(t, tenantNamespace, nil)
 	var objs []client.Object
 	objs = append(objs, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil))
 	var stuck []string
@@ -243,7 +240,7 @@ func TestStuckTenantCannotStarveTheBudget(t *testing.T) {
 	env.Apply(t, objs...)
 	waitComplete(t, ns, stuck...)
 
-	other := env.Namespace(t, "other", nil)
+	other := l.Namespace(t, "other", nil)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "cfg")
 	app := framework.Deployment(other, "app", framework.OptIn, spec)
@@ -253,7 +250,7 @@ func TestStuckTenantCannotStarveTheBudget(t *testing.T) {
 
 	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
 	framework.Eventually(t, time.Minute, func() (bool, string) {
-		n := slotsInUse(t)
+		n := slotsInUse(t, l)
 		return n == 5, fmt.Sprintf("%v slots in use, waiting for the five stuck rollouts", n)
 	})
 	// The bound runs from when the five hold the budget: how long kubectl
@@ -278,23 +275,26 @@ func TestStuckTenantCannotStarveTheBudget(t *testing.T) {
 	}
 }
 
-// oneApp creates, in a new namespace, an opted-in Deployment "app" mounting
-// the ConfigMap "cfg" (v=1) and waits until it is available.
-func oneApp(t *testing.T, prefix string) (string, *appsv1.Deployment) {
+// oneApp creates, in a new namespace of a lane of its own, an opted-in
+// Deployment "app" mounting the ConfigMap "cfg" (v=1) and waits until it is
+// available.
+func oneApp(t *testing.T, prefix string) (*framework.Lane, string, *appsv1.Deployment) {
 	t.Helper()
-	ns := env.Namespace(t, prefix, nil)
+	l := lane(t)
+	ns := l.Namespace(t, prefix, nil)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "cfg")
 	app := framework.Deployment(ns, "app", framework.OptIn, spec)
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil), app)
 	waitComplete(t, ns, "app")
-	return ns, app
+	return l, ns, app
 }
 
 // Problem 5: a record made in another cluster (a restore) names source
 // versions this cluster never had; the next change must still roll.
 func TestRestoredRecordRollsOnNextChange(t *testing.T) {
-	ns, app := oneApp(t, "restore")
+	t.Parallel()
+	_, ns, app := oneApp(t, "restore")
 	before := framework.TemplateHash(get(t, app))
 	env.Kubectl(t, "", "-n", ns, "annotate", "--overwrite", "deployment", "app", stamp.AnnotationSourceVersions+"=ConfigMap/cfg=987654321")
 
@@ -313,27 +313,28 @@ func TestRestoredRecordRollsOnNextChange(t *testing.T) {
 // Problem 6: a manifest exported with kubectl get -o yaml and re-applied by a
 // GitOps tool carries a stale applied-hash; configstamp records quietly.
 func TestStaleAppliedHashRecordsQuietly(t *testing.T) {
-	ns, app := oneApp(t, "echo")
+	t.Parallel()
+	l, ns, app := oneApp(t, "echo")
 	old := framework.TemplateHash(get(t, app))
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil))
 	current := env.WaitTemplateHash(t, app, old)
 	waitComplete(t, ns, "app")
-	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	l.WaitIdle(t, map[string]float64{"deployment": 0})
 	startedBefore := get(t, app).Annotations[rollout.AnnotationStarted]
 	eventsBefore := env.CountEvents(t, app, "ConfigChanged")
-	rollouts, err := env.Configstamp.Metrics("configstamp_rollouts_started_total")
+	rollouts, err := l.Metrics("configstamp_rollouts_started_total")
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	since := map[string]float64{"deployment": env.Configstamp.ReconcileCounts(t)["deployment"]}
+	since := map[string]float64{"deployment": l.ReconcileCounts(t)["deployment"]}
 	env.Kubectl(t, "", "-n", ns, "annotate", "--overwrite", "deployment", "app", stamp.AnnotationAppliedHash+"="+old)
 	framework.Eventually(t, 30*time.Second, func() (bool, string) {
 		h := get(t, app).Annotations[stamp.AnnotationAppliedHash]
 		return h == current, "applied-hash is " + h
 	})
-	env.Configstamp.WaitIdle(t, since)
-	if after, _ := env.Configstamp.Metrics("configstamp_rollouts_started_total"); after != rollouts {
+	l.WaitIdle(t, since)
+	if after, _ := l.Metrics("configstamp_rollouts_started_total"); after != rollouts {
 		t.Errorf("rollouts started went from %v to %v for a re-applied stale record", rollouts, after)
 	}
 	if n := env.CountEvents(t, app, "ConfigChanged"); n != eventsBefore {

@@ -72,10 +72,9 @@ func TestDaemonSetDoesNotWaitForANotReadyNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _, _ = env.KubectlErr("", "delete", "node", agentNode, "--wait=false") })
-	ns := notReadyNamespace
-	if err := env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	// Not parallel: it adds nodes. Its namespace is named: its stamps are
+	// computed in advance (TestMain holds the crashing agent's pods).
+	ns := lane(t).NamespaceNamed(t, notReadyNamespace, nil)
 	agent := func(name, cm string) *appsv1.DaemonSet {
 		ds := framework.DaemonSet(ns, name, framework.OptIn, agentSpec(cm))
 		// No canary hold, and room for both nodes at once: with one node

@@ -4,9 +4,9 @@
 package safety
 
 import (
-	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -42,15 +42,24 @@ const (
 // failed workload, by removing its halted annotation.
 var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 
+// The control plane is the suite's; each test runs a configstamp of its own
+// (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
 	held := []string{tenantHash("stuck"), crashingAgentHash()}
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
-	os.Exit(framework.MainHolding(m, &env, framework.Config{
-		Plane: framework.Kwok, HashKey: hashKey,
-		Args: []string{"--max-concurrent-rollouts=5", "--debounce=2s", "--progress-deadline=" + progressDeadline.String()},
-	}, held, slowNode))
+	os.Exit(framework.MainHolding(m, &env, framework.Config{Plane: framework.Kwok, NoConfigstamp: true}, held, slowNode))
+}
+
+// suiteFlags: a budget of 5, a 2 s debounce, a short progress deadline.
+var suiteFlags = []string{"--max-concurrent-rollouts=5", "--debounce=2s", "--progress-deadline=" + progressDeadline.String()}
+
+// lane runs the test's own configstamp (framework.Lane) with the suite's key
+// and flags, then flags (later flags win).
+func lane(t *testing.T, flags ...string) *framework.Lane {
+	t.Helper()
+	return env.LaneWith(t, framework.LaneOptions{HashKey: hashKey}, append(slices.Clone(suiteFlags), flags...)...)
 }
 
 // haltSpec is the pod spec of halt-wave workload name: its own ConfigMap and the shared one.
@@ -166,9 +175,9 @@ func (c *concurrency) stats() (peak, done int) {
 }
 
 // startedRollouts is configstamp_rollouts_started_total for Deployments.
-func startedRollouts(t *testing.T) float64 {
+func startedRollouts(t *testing.T, l *framework.Lane) float64 {
 	t.Helper()
-	v, err := env.Configstamp.Metrics("configstamp_rollouts_started_total", `kind="Deployment"`)
+	v, err := l.Metrics("configstamp_rollouts_started_total", `kind="Deployment"`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +193,9 @@ func names(prefix string, n int) []string {
 }
 
 func TestBurstOfChangesGivesOneRollout(t *testing.T) {
-	ns := env.Namespace(t, "burst", nil)
+	t.Parallel()
+	l := lane(t)
+	ns := l.Namespace(t, "burst", nil)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "a")
 	spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
@@ -223,22 +234,24 @@ func TestBurstOfChangesGivesOneRollout(t *testing.T) {
 	}
 	env.WaitTemplateHash(t, dep, h0)
 	waitComplete(t, ns, "app")
-	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	l.WaitIdle(t, map[string]float64{"deployment": 0})
 	if n := replicaSets(t, ns, "app"); n != 2 {
 		t.Fatalf("ReplicaSets after five changes within a second: %d, want 2 (exactly one new)", n)
 	}
-	if d, err := env.Configstamp.Metrics("configstamp_debounced_changes_total"); err != nil || d < 1 {
+	if d, err := l.Metrics("configstamp_debounced_changes_total"); err != nil || d < 1 {
 		t.Fatalf("debounced changes metric = %v (%v), want at least 1", d, err)
 	}
 }
 
 func TestBudgetBoundsConcurrentRollouts(t *testing.T) {
-	ns := env.Namespace(t, "budget", nil)
+	t.Parallel()
+	l := lane(t)
+	ns := l.Namespace(t, "budget", nil)
 	wave := names("app", 30)
 	initial := createWave(t, ns, wave, nil)
 	c := watchConcurrency(t, ns, initial)
-	started := startedRollouts(t)
-	since := map[string]float64{"deployment": env.Configstamp.ReconcileCounts(t)["deployment"]}
+	started := startedRollouts(t, l)
+	since := map[string]float64{"deployment": l.ReconcileCounts(t)["deployment"]}
 
 	began := time.Now()
 	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "two"}, nil))
@@ -246,7 +259,7 @@ func TestBudgetBoundsConcurrentRollouts(t *testing.T) {
 		peak, done := c.stats()
 		return done == len(wave), fmt.Sprintf("%d of %d rolled out, peak %d", done, len(wave), peak)
 	})
-	stampedOnce(t, ns, wave, started, since)
+	stampedOnce(t, l, ns, wave, started, since)
 	peak, _ := c.stats()
 	t.Logf("30-workload wave with budget 5: %v, peak concurrent rollouts %d", time.Since(began).Round(time.Millisecond), peak)
 	if peak > 5 {
@@ -267,22 +280,19 @@ func TestBudgetBoundsConcurrentRollouts(t *testing.T) {
 // configstamp just wrote to it (the bench saw 10 to 16 of 100 workloads
 // stamped twice before the fix): each workload is stamped once.
 func TestWaveStampsEachWorkloadOnce(t *testing.T) {
-	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=10", "--debounce=0"); err != nil {
-		t.Fatal(err)
-	}
-	// t.Context is canceled before Cleanup functions run.
-	t.Cleanup(func() { _ = env.Configstamp.Restart(context.WithoutCancel(t.Context())) })
-	ns := env.Namespace(t, "once", nil)
+	t.Parallel()
+	l := lane(t, "--max-concurrent-rollouts=10", "--debounce=0")
+	ns := l.Namespace(t, "once", nil)
 	wave := names("app", 100)
 	c := watchConcurrency(t, ns, createWave(t, ns, wave, nil))
-	started := startedRollouts(t)
-	since := map[string]float64{"deployment": env.Configstamp.ReconcileCounts(t)["deployment"]}
+	started := startedRollouts(t, l)
+	since := map[string]float64{"deployment": l.ReconcileCounts(t)["deployment"]}
 	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "two"}, nil))
 	framework.Eventually(t, 5*time.Minute, func() (bool, string) {
 		peak, done := c.stats()
 		return done == len(wave), fmt.Sprintf("%d of %d rolled out, peak %d", done, len(wave), peak)
 	})
-	stampedOnce(t, ns, wave, started, since)
+	stampedOnce(t, l, ns, wave, started, since)
 	if peak, _ := c.stats(); peak > 10 {
 		t.Errorf("peak concurrent rollouts %d exceeds the budget of 10", peak)
 	}
@@ -297,14 +307,14 @@ const stampedOnceHold = 5 * time.Second
 // started each (started: startedRollouts before the change) and one
 // ConfigChanged event each (a repeat of an identical event counts through its
 // series).
-func stampedOnce(t *testing.T, ns string, wave []string, started float64, since map[string]float64) {
+func stampedOnce(t *testing.T, l *framework.Lane, ns string, wave []string, started float64, since map[string]float64) {
 	t.Helper()
-	env.Configstamp.WaitIdle(t, since)
+	l.WaitIdle(t, since)
 	// A reconcile asked to look again (rollout.StaleRecheck) waits where
 	// WaitIdle cannot see it: the count must hold past that, and past the
 	// suite's debounce, before the events are counted.
 	for hold := time.Now().Add(stampedOnceHold); ; <-time.After(500 * time.Millisecond) {
-		if got := startedRollouts(t) - started; got != float64(len(wave)) {
+		if got := startedRollouts(t, l) - started; got != float64(len(wave)) {
 			t.Errorf("configstamp started %v rollouts for a wave of %d workloads, want one each", got, len(wave))
 			break
 		}
@@ -327,18 +337,15 @@ func stampedOnce(t *testing.T, ns string, wave []string, started float64, since 
 	}
 }
 
-// haltTheWave runs a six-workload wave in ns, one at a time, whose third
-// workload fails (its pods never become ready with the bad data): the
-// remaining three are halted. It returns the initial stamps.
+// haltTheWave runs a six-workload wave in namespace ns of a lane of its own,
+// one at a time, whose third workload fails (its pods never become ready with
+// the bad data): the remaining three are halted. It returns the initial
+// stamps.
 func haltTheWave(t *testing.T, ns string) map[string]string {
 	t.Helper()
 	// One slot and no debounce make the wave strictly sequential: w-0, w-1, w-2 (fails), ...
-	if err := env.Configstamp.RestartWith(t.Context(), "--max-concurrent-rollouts=1", "--debounce=0"); err != nil {
-		t.Fatal(err)
-	}
-	// t.Context is canceled before Cleanup functions run.
-	t.Cleanup(func() { _ = env.Configstamp.Restart(context.WithoutCancel(t.Context())) })
-	env.Kubectl(t, "", "create", "namespace", ns)
+	l := lane(t, "--max-concurrent-rollouts=1", "--debounce=0")
+	l.NamespaceNamed(t, ns, nil)
 	short := func(d *appsv1.Deployment) {
 		d.Spec.ProgressDeadlineSeconds = new(int32(4))
 	}
@@ -360,7 +367,7 @@ func haltTheWave(t *testing.T, ns string) map[string]string {
 		d.Namespace, d.Name = ns, n
 		env.WaitEvent(t, d, "RolloutHalted", "ConfigMap/shared")
 	}
-	env.Configstamp.WaitIdle(t, map[string]float64{"deployment": 0})
+	l.WaitIdle(t, map[string]float64{"deployment": 0})
 	for i, n := range haltNames {
 		want := 1
 		if i <= 2 {
@@ -416,6 +423,7 @@ const (
 )
 
 func TestDeletingTheFailedWorkloadResumesTheWave(t *testing.T) {
+	t.Parallel()
 	ns := "halt-delete"
 	initial := haltTheWave(t, ns)
 	began := time.Now()
@@ -429,6 +437,7 @@ func TestDeletingTheFailedWorkloadResumesTheWave(t *testing.T) {
 }
 
 func TestRemovingTheHaltedAnnotationResumesTheWave(t *testing.T) {
+	t.Parallel()
 	ns := "halt-unannotate"
 	initial := haltTheWave(t, ns)
 	began := time.Now()
@@ -446,6 +455,7 @@ func TestRemovingTheHaltedAnnotationResumesTheWave(t *testing.T) {
 }
 
 func TestFailedRolloutHaltsTheWave(t *testing.T) {
+	t.Parallel()
 	ns := haltNamespace
 	initial := haltTheWave(t, ns)
 
@@ -474,7 +484,9 @@ func TestFailedRolloutHaltsTheWave(t *testing.T) {
 }
 
 func TestKilledMidWaveRollsEachOnce(t *testing.T) {
-	ns := env.Namespace(t, "resume", nil)
+	t.Parallel()
+	l := lane(t)
+	ns := l.Namespace(t, "resume", nil)
 	wave := names("app", 30)
 	initial := createWave(t, ns, wave, nil)
 	c := watchConcurrency(t, ns, initial)
@@ -486,13 +498,13 @@ func TestKilledMidWaveRollsEachOnce(t *testing.T) {
 		return peak >= 1 && done >= 1, fmt.Sprintf("peak %d done %d", peak, done)
 	})
 	_, doneAtKill := c.stats()
-	env.Configstamp.Kill()
+	l.Kill()
 	if doneAtKill >= len(wave) {
 		t.Fatalf("the wave finished (%d) before configstamp was killed", doneAtKill)
 	}
 	t.Logf("killed configstamp with %d of %d workloads rolled", doneAtKill, len(wave))
 	began := time.Now()
-	if err := env.Configstamp.Start(t.Context()); err != nil {
+	if err := l.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 5*time.Minute, func() (bool, string) {
