@@ -5,10 +5,13 @@ LOCALBIN ?= $(CURDIR)/bin
 export CONFIGSTAMP_BIN := $(LOCALBIN)
 GO ?= go
 # Every go command of every target, and those the tests run, builds with
-# -trimpath (as the binaries always were): one set of compiled packages in
-# the build cache, where a test built without it compiled each again (on a
-# fresh machine, minutes of CPU).
+# -trimpath and without cgo, as the Dockerfile, the node's images, the kubelet
+# and the release always built: one set of compiled packages in the build
+# cache, where each other set of flags compiled every package again (on a
+# fresh machine, minutes of CPU). The race detector needs cgo: its go test
+# sets CGO_ENABLED=1.
 export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
+export CGO_ENABLED ?= 0
 GOTEST_FLAGS ?=
 DEMO_DIR ?= $(CURDIR)/_output/demo
 
@@ -71,24 +74,24 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 # make test runs in two lanes at once. The suites on the machine's one real
 # node (test/localcp Options.RealNode) take its lock one after another, so
 # they are a go test of their own, one package at a time, the longest first:
-# the real-node lane. What it runs is built first, alone (a build beside
-# another would compile their shared packages twice); then the lane starts
+# the real-node lane, the longest. What it runs (the node's binaries and
+# images, and its test binaries) is built first, alone; then the lane starts
 # and, beside it, the rest lane: go test of every other package
 # (-p $(GOTEST_P); inside a package whose tests each run a configstamp of
-# their own, -parallel $(GOTEST_PARALLEL)) and, beside that, the checks:
-# webhook/live under the race detector, then the builds and runs of
-# release-check-host and bench-smoke, Argo Rollouts' controller, and
-# test/argo, which runs it. The suites mostly wait (for debounces, windows,
-# the kubelet), so on a fresh machine those builds take the CPU the suites
-# leave idle (at a lower priority) instead of adding their minutes before or
-# after them. (In one go test of ./..., a real-node package waiting for the
-# lock held one of the -p slots idle.) make lint is not part of make test: CI
-# runs it beside (.ci/run, .github/workflows/lint.yml). Each lane is a make of
-# its own: a failure in one does not stop the other. Their output is on
-# stdout, go test's lines prefixed [real-node], [rest], [race], [checks] or
+# their own, -parallel $(GOTEST_PARALLEL)) and, beside that, the checks (see
+# test-checks). The suites mostly wait (for debounces, windows, the kubelet),
+# so on a fresh machine the checks' builds take the CPU the suites leave idle
+# (at a lower priority) instead of adding their minutes before or after them.
+# (In one go test of ./..., a real-node package waiting for the lock held one
+# of the -p slots idle.) make lint is not part of make test: CI runs it beside
+# (.ci/run, .github/workflows/lint.yml). Each lane is a make of its own: a
+# failure in one does not stop the other. Their output is on stdout, go
+# test's lines prefixed [real-node], [rest], [checks], [race] or
 # [after-tools], and in $(TEST_OUT)/<lane>.log; a summary with each lane's
 # time ends the run.
 REALNODE_PKGS := ./test/realnode ./test/localcp
+# How many real-node tests run side by side, each on a configstamp of its own.
+REALNODE_PARALLEL ?= 6
 GOTEST_P ?= 2
 # How many tests of one package the rest lane runs side by side: the suites
 # whose tests each run a configstamp of their own (framework.Env.Lane).
@@ -132,13 +135,17 @@ test-realnode: $(TEST_REALNODE_DEPS)
 	@GO=$(GO) hack/realnode-preflight.sh $(TEST_OUT)/real-node.log; rc=$$?; \
 	if [ $$rc = 10 ]; then exit 0; elif [ $$rc != 0 ]; then exit $$rc; fi; \
 	hack/test-lanes.sh run real-node $(TEST_OUT)/real-node.log \
-		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m $(GOTEST_FLAGS) -p 1 -parallel 4 $(REALNODE_PKGS)
+		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m $(GOTEST_FLAGS) -p 1 -parallel $(REALNODE_PARALLEL) $(REALNODE_PKGS)
 
 # The real-node lane's test binaries, compiled before the lanes start (see
-# test): the lane's go test then only links them.
+# test): the lane's go test then finds its packages compiled.
+REALNODE_TEST_BINS := $(TEST_OUT)/bin/realnode.test $(TEST_OUT)/bin/localcp.test
 .PHONY: test-realnode-build
-test-realnode-build:
+test-realnode-build: $(REALNODE_TEST_BINS)
+
+$(REALNODE_TEST_BINS) &: $(shell git ls-files '*.go' 2>/dev/null) go.mod go.sum
 	$(GO) test -vet=off -c -o $(TEST_OUT)/bin/ $(REALNODE_PKGS)
+	@touch $(REALNODE_TEST_BINS)
 
 # The rest lane (see test): its go test and, beside it, the checks.
 test-rest: build controlplane controller-gen
@@ -148,17 +155,23 @@ test-rest: build controlplane controller-gen
 	wait $$checks; checks=$$?; \
 	[ $$rest = 0 ] && [ $$checks = 0 ]
 
-# The rest lane's checks (see test), beside its go test: webhook/live under
-# the race detector; what the release and the bench need, built (at a lower
-# CPU priority than the suites, which time what configstamp does) and run;
-# Argo Rollouts' controller, then test/argo, which runs it.
+# The rest lane's checks (see test), beside its go test: the builds of Argo
+# Rollouts' controller, of webhook/live's race test, of release-check-host and
+# bench-smoke (which then run), at a lower CPU priority than the suites, which
+# time what configstamp does; then the race test and test/argo, which runs
+# Argo's controller.
+RACE_PKGS := ./webhook/live/
 test-checks:
-	@hack/test-lanes.sh run race $(TEST_OUT)/race.log $(GO) test -race -count=1 ./webhook/live/; race=$$?; \
-	hack/test-lanes.sh run checks $(TEST_OUT)/checks.log \
-		nice -n 10 $(MAKE) --no-print-directory release-check-host bench-smoke argo-rollouts; checks=$$?; \
+	@hack/test-lanes.sh run checks $(TEST_OUT)/checks.log \
+		nice -n 10 $(MAKE) --no-print-directory argo-rollouts test-race-build release-check-host bench-smoke; checks=$$?; \
+	hack/test-lanes.sh run race $(TEST_OUT)/race.log env CGO_ENABLED=1 $(GO) test -race $(GOTEST_COMMON) $(RACE_PKGS); race=$$?; \
 	[ $$checks = 0 ] && hack/test-lanes.sh run after-tools $(TEST_OUT)/after-tools.log \
 		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 20m $(GOTEST_FLAGS) $(AFTER_TOOLS_PKGS); after=$$?; \
 	[ $$race = 0 ] && [ $$checks = 0 ] && [ $$after = 0 ]
+
+.PHONY: test-race-build
+test-race-build:
+	CGO_ENABLED=1 $(GO) test -race -vet=off -c -o $(TEST_OUT)/bin/ $(RACE_PKGS)
 
 # make test-compat: test/e2e against the oldest Kubernetes the README promises
 # (COMPAT_K8S_MINOR, hack/controlplane.mk), not part of make test. The suites'
