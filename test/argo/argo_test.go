@@ -4,7 +4,8 @@
 // plane (kube-controller-manager, scheduler, kwok). configstamp runs with the
 // kinds file users apply, config/kinds/argo-rollouts/kinds.yaml. Where
 // test/kinds writes a Rollout's status by hand, here Argo writes it: the
-// canary steps, the pause, the abort.
+// canary steps, the pause, the abort. It runs in `make test-argo` (and CI),
+// not in `make test`: building Argo's controller is minutes of CPU.
 package argo
 
 import (
