@@ -90,9 +90,8 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 # $(TEST_OUT)/<lane>.log; a summary with each lane's time ends the run.
 REALNODE_PKGS := ./test/realnode ./test/localcp
 # How many real-node tests run side by side, each on a configstamp of its own
-# (6 made pods miss their 2-minute readiness on a fresh machine's load); the
-# longest first (test/realnode/slots_test.go, which takes this from
-# CONFIGSTAMP_REALNODE_PARALLEL: go test's own -parallel is set out of its way).
+# (6 made pods miss their 2-minute readiness on a fresh machine's load; the
+# longest first, which put the heaviest together, failed two tests' bounds).
 REALNODE_PARALLEL ?= 4
 GOTEST_P ?= 2
 # How many tests of one package the rest lane runs side by side: the suites
@@ -137,7 +136,7 @@ test-realnode: $(TEST_REALNODE_DEPS)
 	@GO=$(GO) hack/realnode-preflight.sh $(TEST_OUT)/real-node.log; rc=$$?; \
 	if [ $$rc = 10 ]; then exit 0; elif [ $$rc != 0 ]; then exit $$rc; fi; \
 	hack/test-lanes.sh run real-node $(TEST_OUT)/real-node.log \
-		env $(GOTEST_ENV) CONFIGSTAMP_REALNODE_PARALLEL=$(REALNODE_PARALLEL) $(GO) test $(GOTEST_COMMON) -timeout 40m $(GOTEST_FLAGS) -p 1 -parallel 64 $(REALNODE_PKGS)
+		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m $(GOTEST_FLAGS) -p 1 -parallel $(REALNODE_PARALLEL) $(REALNODE_PKGS)
 
 # The real-node lane's test binaries, compiled before the lanes start (see
 # test): the lane's go test then finds its packages compiled.

@@ -58,13 +58,11 @@ var suiteFlags = []string{"--pin", "--max-concurrent-rollouts=1", "--progress-de
 // pinning installed.
 var defaultFlags = []string{"--pin"}
 
-// lane takes one of the side-by-side slots (slots_test.go) and runs the
-// test's own configstamp (framework.Lane) with flags, then
+// lane runs the test's own configstamp (framework.Lane) with flags, then
 // REALNODE_EXTRA_ARGS (e.g. --canary=false to see the negative checks
 // fail).
 func lane(t *testing.T, flags ...string) *framework.Lane {
 	t.Helper()
-	realnodeSlots.take(t)
 	return env.Lane(t, append(slices.Clone(flags), strings.Fields(os.Getenv("REALNODE_EXTRA_ARGS"))...)...)
 }
 
