@@ -158,9 +158,17 @@ func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*rollout
 		return nil, nil
 	}
 	o.Object = obj
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
+		return nil, fmt.Errorf("while reading namespace %s: %w", obj.GetNamespace(), err)
+	}
+	if !r.Scope.InScope(ns.Name, ns.Labels) {
+		o.OutOfScope = true
+		return o, nil
+	}
 	o.Verification = r.verification(ctx, obj)
 	o.Undo = r.undoFacts(ctx, obj, o.Verification)
-	p, err := r.compute(ctx, obj)
+	p, err := r.compute(ctx, obj, ns)
 	if p == nil || err != nil { // neither opted in nor matched by a rollout selector: not ours
 		return o, err
 	}
@@ -272,15 +280,9 @@ func (r *kindReconciler) tell(ctx context.Context, obj client.Object, e rollout.
 	}
 }
 
-// compute resolves and hashes obj's references; nil when obj is not ours.
-func (r *kindReconciler) compute(ctx context.Context, obj client.Object) (*computed, error) {
-	ns := &corev1.Namespace{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, ns); err != nil {
-		return nil, fmt.Errorf("while reading namespace %s: %w", obj.GetNamespace(), err)
-	}
-	if !r.Scope.InScope(ns.Name, ns.Labels) {
-		return nil, nil
-	}
+// compute resolves and hashes the references of obj, in namespace ns (in
+// scope); nil when obj is not ours.
+func (r *kindReconciler) compute(ctx context.Context, obj client.Object, ns *corev1.Namespace) (*computed, error) {
 	enabled, problems := stamp.Enabled(obj.GetLabels(), ns.Labels)
 	tmpl := r.Kind.PodTemplate(obj)
 	if tmpl == nil { // an extra kind's object with no template there (an Argo Rollout with workloadRef) or a malformed one

@@ -23,6 +23,11 @@ type Observation struct {
 	// Ours: opted in, or selected by a ConfigMap's rollout selector. The rest
 	// describe a workload of ours.
 	Ours bool
+	// OutOfScope: its namespace is outside this installation's scope
+	// (--watch-namespaces, --exclude-namespaces, --namespace-selector). Its
+	// record, even one this process can read (an installation sharing the
+	// hash key), is another installation's to judge.
+	OutOfScope bool
 	// Need is what its data asks for (NeedOf): NeedNothing, NeedRecord or
 	// NeedRollout.
 	Need Trigger

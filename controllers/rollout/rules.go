@@ -63,7 +63,9 @@ type Ruling struct {
 // Rules are the wave's rules, in the order they apply, as a pure function of
 // the situation and the policy:
 //
-//  1. Gone: it needs nothing, and holds no slot.
+//  1. Gone, or out of this installation's scope: it needs nothing, and
+//     holds no slot; an open record there is not this installation's to
+//     judge or close.
 //  2. Failed, halting its change, complete again with no sign of failure
 //     among the pods of its revision, and every one of them Ready with no
 //     restart for a full window (and for twice the longest run before a
@@ -91,6 +93,9 @@ func Rules(sit Situation, p Policy) Ruling {
 	o, rec := sit.Observation, sit.Record
 	if o.Object == nil {
 		return Ruling{Transition: Gone, On: Deleted}
+	}
+	if o.OutOfScope {
+		return Ruling{Transition: Settle, On: NotOurs}
 	}
 	var recheck time.Duration
 	if rec.State == Failed && rec.Halted != "" && !pin.RolledBack(o.Object.GetAnnotations(), o.Kind.PodTemplate(o.Object)) {

@@ -31,6 +31,7 @@ func TestRules(t *testing.T) {
 		record   *Record
 		gone     bool
 		ours     bool
+		outside  bool // out of this installation's scope
 		need     Trigger
 		behind   bool
 		stamping bool
@@ -56,6 +57,12 @@ func TestRules(t *testing.T) {
 		{name: "rolling past its deadline, halting off: close as failed only", policy: noHalt, record: &late, ours: true, want: CloseFailed,
 			written: &Record{State: Failed, Started: late.Started, Cause: late.Cause}, failure: true},
 		{name: "rolling, not ours: follow it by its deadline and its pods' poll", record: &open, want: Follow, after: PodPollMin},
+		// Another installation's workload whose record this one can read
+		// (the same hash key): never judged, closed, resumed or followed.
+		{name: "rolling, complete, out of scope: left to its installation", complete: true, record: &open, outside: true, want: Settle},
+		{name: "rolling past its deadline, out of scope: left to its installation", record: &late, outside: true, want: Settle},
+		{name: "rolling, out of scope: holds no slot", record: &open, outside: true, want: Settle},
+		{name: "failed, halting, complete, out of scope: its halt is not lifted here", complete: true, record: &halting, outside: true, want: Settle},
 		{name: "rolling, nothing new: follow it", record: &open, ours: true, need: NeedRecord, want: Follow, after: PodPollMin},
 		{name: "rolling, up to date: follow it", record: &open, ours: true, need: NeedNothing, want: Follow, after: PodPollMin},
 		{name: "rolling, a new change: gate it, to supersede", record: &open, ours: true, need: NeedRollout, want: Gate, after: PodPollMin},
@@ -78,7 +85,7 @@ func TestRules(t *testing.T) {
 				policy = halt
 			}
 			sit := Situation{Observation: Observation{Key: dep("w"), Kind: workload.NewRegistry().All()[0], Ours: tc.ours, Need: tc.need,
-				CacheBehind: tc.behind}, Now: t0, Stamping: tc.stamping}
+				CacheBehind: tc.behind, OutOfScope: tc.outside}, Now: t0, Stamping: tc.stamping}
 			if !tc.gone {
 				sit.Object = workloadIn("w", tc.complete, nil)
 			}
