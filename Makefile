@@ -76,8 +76,8 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 # they are a go test of their own, one package at a time, the longest first:
 # the real-node lane, the longest. What it runs (the node's binaries and
 # images, and its test binaries) is built first, alone; then the lane starts
-# and, beside it, the rest lane: go test of every other package
-# (-p $(GOTEST_P); inside a package whose tests each run a configstamp of
+# and, beside it, the rest lane: the tests of every other package
+# (hack/testlane, $(GOTEST_P) packages at once; inside a package whose tests each run a configstamp of
 # their own, -parallel $(GOTEST_PARALLEL)) and, beside that, the checks (see
 # test-checks). The suites mostly wait (for debounces, windows, the kubelet),
 # so on a fresh machine the checks' builds take the CPU the suites leave idle
@@ -98,8 +98,8 @@ GOTEST_P ?= 2
 # whose tests each run a configstamp of their own (framework.Env.Lane).
 GOTEST_PARALLEL ?= 8
 TEST_OUT ?= $(CURDIR)/_output/test
-# The rest lane's longest packages, started first (go test starts packages in
-# the order given): the lane's last minutes are then short ones side by side,
+# The rest lane's longest packages, started first (testlane builds and starts
+# packages in the order given): the lane's last minutes are then short ones side by side,
 # not one long suite alone.
 REST_FIRST := ./test/safety ./test/chaos ./test/pin ./test/adversarial ./test/plugin ./test/e2e ./test/kinds ./test/manifests
 # test/argo runs Argo Rollouts' real controller, built from its Go module:
@@ -148,13 +148,24 @@ $(REALNODE_TEST_BINS) &: $(shell git ls-files '*.go' 2>/dev/null) go.mod go.sum
 	$(GO) test -vet=off -c -o $(TEST_OUT)/bin/ $(REALNODE_PKGS)
 	@touch $(REALNODE_TEST_BINS)
 
-# The rest lane (see test): its go test and, beside it, the checks.
-test-rest: build controlplane controller-gen
+# The rest lane (see test): its tests and, beside them, the checks. The
+# tests run through hack/testlane, not go test -p: go test counts builds and
+# test runs against one limit, so while its two longest packages ran nothing
+# was built, and the lane's last minutes were its short packages compiled and
+# linked one by one. testlane builds each package's test binary in order
+# (at nice $(TESTLANE_NICE): the running suites keep the CPU they time) while
+# up to $(GOTEST_P) built ones run.
+TESTLANE_NICE ?= 5
+test-rest: build controlplane controller-gen $(LOCALBIN)/testlane
 	@$(MAKE) --no-print-directory test-checks & checks=$$!; \
 	hack/test-lanes.sh run rest $(TEST_OUT)/rest.log \
-		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m -p $(GOTEST_P) -parallel $(GOTEST_PARALLEL) $(GOTEST_FLAGS) $(REST_PKGS); rest=$$?; \
+		env $(GOTEST_ENV) $(LOCALBIN)/testlane -p $(GOTEST_P) -nice $(TESTLANE_NICE) -o $(TEST_OUT)/bin/rest \
+		-testflags "-count=1 -timeout 40m -parallel $(GOTEST_PARALLEL) $(GOTEST_FLAGS)" $(REST_PKGS); rest=$$?; \
 	wait $$checks; checks=$$?; \
 	[ $$rest = 0 ] && [ $$checks = 0 ]
+
+$(LOCALBIN)/testlane: $(wildcard hack/testlane/*.go)
+	$(GO) build -o $@ ./hack/testlane
 
 # The rest lane's checks (see test), beside its go test: the builds of
 # webhook/live's race test, of release-check-host and bench-smoke (which then
