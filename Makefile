@@ -73,9 +73,10 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 
 # make test runs in two lanes at once. The suites on the machine's one real
 # node (test/localcp Options.RealNode) take its lock one after another, so
-# they are a go test of their own, one package at a time, the longest first:
-# the real-node lane, the longest. What it runs (the node's binaries and
-# images, and its test binaries) is built first, alone; then the lane starts
+# they are a lane of their own, one package at a time (hack/testlane -p 1:
+# test/localcp's two tests run while test/realnode's binary is built): the
+# real-node lane, the longest. What it runs (the node's binaries and
+# images) is built first, alone; then the lane starts
 # and, beside it, the rest lane: the tests of every other package
 # (hack/testlane, $(GOTEST_P) packages at once; inside a package whose tests each run a configstamp of
 # their own, -parallel $(GOTEST_PARALLEL)) and, beside that, the checks (see
@@ -88,7 +89,7 @@ lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, gola
 # failure in one does not stop the other. Their output is on stdout, go
 # test's lines prefixed [real-node], [rest], [checks] or [race], and in
 # $(TEST_OUT)/<lane>.log; a summary with each lane's time ends the run.
-REALNODE_PKGS := ./test/realnode ./test/localcp
+REALNODE_PKGS := ./test/localcp ./test/realnode
 # How many real-node tests run side by side, each on a configstamp of its own
 # (6 made pods miss their 2-minute readiness on a fresh machine's load; the
 # longest first, which put the heaviest together, failed two tests' bounds).
@@ -108,13 +109,13 @@ ARGO_PKGS := ./test/argo
 # Every package but the real-node ones and test/argo, as import paths,
 # REST_FIRST first.
 REST_PKGS = $(shell $(GO) list $(REST_FIRST)) $(filter-out $(shell $(GO) list $(REALNODE_PKGS) $(ARGO_PKGS) $(REST_FIRST)),$(shell $(GO) list ./...))
-# What every go test of make test shares: the suites run the manager built
+# What every test run of make test shares: the suites run the manager built
 # once (bin/configstamp, by the build target) instead of linking their own
-# (framework.managerBinary), and go test vets nothing (make lint runs go vet
+# (framework.ManagerBinary), and their builds vet nothing (make lint runs go vet
 # on every package): on two cores, minutes of CPU each run.
 GOTEST_ENV := CONFIGSTAMP_TEST_MANAGER=$(LOCALBIN)/configstamp
 GOTEST_COMMON := -count=1 -vet=off
-TEST_REALNODE_DEPS := build controlplane realnode node-images test-realnode-build
+TEST_REALNODE_DEPS := build controlplane realnode node-images $(LOCALBIN)/testlane
 
 .PHONY: test test-realnode test-rest test-checks
 test: ## Unit, integration and end-to-end tests (starts local control planes), the release check, a smoke run of the bench (not lint: make lint).
@@ -136,17 +137,8 @@ test-realnode: $(TEST_REALNODE_DEPS)
 	@GO=$(GO) hack/realnode-preflight.sh $(TEST_OUT)/real-node.log; rc=$$?; \
 	if [ $$rc = 10 ]; then exit 0; elif [ $$rc != 0 ]; then exit $$rc; fi; \
 	hack/test-lanes.sh run real-node $(TEST_OUT)/real-node.log \
-		env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 40m $(GOTEST_FLAGS) -p 1 -parallel $(REALNODE_PARALLEL) $(REALNODE_PKGS)
-
-# The real-node lane's test binaries, compiled before the lanes start (see
-# test): the lane's go test then finds its packages compiled.
-REALNODE_TEST_BINS := $(TEST_OUT)/bin/realnode.test $(TEST_OUT)/bin/localcp.test
-.PHONY: test-realnode-build
-test-realnode-build: $(REALNODE_TEST_BINS)
-
-$(REALNODE_TEST_BINS) &: $(shell git ls-files '*.go' 2>/dev/null) go.mod go.sum
-	$(GO) test -vet=off -c -o $(TEST_OUT)/bin/ $(REALNODE_PKGS)
-	@touch $(REALNODE_TEST_BINS)
+		env $(GOTEST_ENV) $(LOCALBIN)/testlane -p 1 -o $(TEST_OUT)/bin/real-node \
+		-testflags "-count=1 -timeout 40m -parallel $(REALNODE_PARALLEL) $(GOTEST_FLAGS)" $(REALNODE_PKGS)
 
 # The rest lane (see test): its tests and, beside them, the checks. The
 # tests run through hack/testlane, not go test -p: go test counts builds and
@@ -167,7 +159,7 @@ test-rest: build controlplane controller-gen $(LOCALBIN)/testlane
 $(LOCALBIN)/testlane: $(wildcard hack/testlane/*.go)
 	$(GO) build -o $@ ./hack/testlane
 
-# The rest lane's checks (see test), beside its go test: the builds of
+# The rest lane's checks (see test), beside its tests: the builds of
 # webhook/live's race test, of release-check-host and bench-smoke (which then
 # run), at a lower CPU priority than the suites, which time what configstamp
 # does; then the race test.

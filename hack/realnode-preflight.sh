@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make's real-node lane runs this before its go test (the Makefile's
+# make's real-node lane runs this before its tests (the Makefile's
 # test-realnode): can this host run the real node (test/localcp
 # Options.RealNode)? It runs `go run ./hack/localcp preflight` (root, the
 # host's cgroup mode and what the kubelet needs of it, the host's programs,

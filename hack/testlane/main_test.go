@@ -130,3 +130,15 @@ func TestBinaryFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestBinaryNames(t *testing.T) {
+	pkgs := []pkg{{importPath: "m/test/pin"}, {importPath: "m/controllers/pin"}, {importPath: "m/x/controllers/pin"}, {importPath: "m/test/safety"}}
+	nameBinaries(pkgs)
+	var got []string
+	for _, p := range pkgs {
+		got = append(got, p.binary)
+	}
+	if want := []string{"pin.test", "controllers-pin.test", "x-controllers-pin.test", "safety.test"}; !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}

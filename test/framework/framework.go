@@ -162,11 +162,11 @@ func Main(m *testing.M, env **Env, cfg Config) int {
 	return code
 }
 
-// managerBinary is the configstamp binary the suite runs: the one named by
+// ManagerBinary is the configstamp binary a suite runs: the one named by
 // $CONFIGSTAMP_TEST_MANAGER (make test builds bin/configstamp once for every
 // suite: a link per suite cost each run minutes of CPU on two cores), or
 // else one built from the working tree into dir.
-func managerBinary(root, dir string) (string, error) {
+func ManagerBinary(root, dir string) (string, error) {
 	if bin := os.Getenv("CONFIGSTAMP_TEST_MANAGER"); bin != "" {
 		if _, err := os.Stat(bin); err != nil {
 			return "", fmt.Errorf("$CONFIGSTAMP_TEST_MANAGER: %w", err)
@@ -194,7 +194,7 @@ func start(cfg Config) (*Env, error) {
 		return nil, err
 	}
 	e.dir = dir
-	if e.Binary, err = managerBinary(root, dir); err != nil {
+	if e.Binary, err = ManagerBinary(root, dir); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -2,21 +2,23 @@ package manifests
 
 import (
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/configstamp/configstamp/test/framework"
 )
 
-// TestArgsAreFlags builds the binary and checks that every argument the
-// overlays pass is one of its flags, with a value unless it is a boolean, so a
-// renamed flag in cmd/main.go cannot leave a Deployment that exits at start.
+// TestArgsAreFlags checks that every argument the overlays pass is one of the
+// binary's flags (the one make test built from this tree, or one built here),
+// with a value unless it is a boolean, so a renamed flag in cmd/main.go cannot
+// leave a Deployment that exits at start.
 func TestArgsAreFlags(t *testing.T) {
-	root := repoRoot(t)
-	bin := filepath.Join(t.TempDir(), "configstamp")
-	run(t, root, 5*time.Minute, "go", "build", "-o", bin, "./cmd")
+	bin, err := framework.ManagerBinary(repoRoot(t), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	// flag prints the usage to stderr and exits 0 on -help.
 	help, err := exec.CommandContext(t.Context(), bin, "-help").CombinedOutput()
 	if err != nil {
