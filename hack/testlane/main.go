@@ -74,7 +74,7 @@ func run() error {
 			defer func() { _ = os.Remove(bin) }() // as go test does: forty binaries are gigabytes
 			return runBinary(pk, bin, args, stream)
 		},
-		print: func(r result) { os.Stdout.Write(r.report()) },
+		print: func(r result) { _, _ = os.Stdout.Write(r.report()) },
 	}
 	if failed := l.do(pkgs); failed > 0 {
 		os.Exit(1)

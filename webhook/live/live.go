@@ -13,54 +13,35 @@
 //
 // Arrive marks when an admission arrived; Reader.Get joins a read of the same
 // object that is not yet sent, or was sent after the caller arrived, and
-// otherwise sends a new one.
+// otherwise sends a new one. The sharing itself, which knows nothing of
+// Kubernetes, is package flight.
 package live
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/webhook/live/flight"
 )
 
 // Defaults: DefaultReads bounds the reads in flight of all admissions
 // together, so that no burst or workload can make configstamp fire thousands
 // of GETs at the API server at once; DefaultTimeout bounds one read.
 const (
-	DefaultReads   = 32
-	DefaultTimeout = 10 * time.Second
+	DefaultReads   = flight.DefaultReads
+	DefaultTimeout = flight.DefaultTimeout
 )
-
-// clock orders arrivals and reads: a read whose tick is above an arrival's
-// was sent after that admission arrived.
-var clock atomic.Uint64
-
-type arrivalKey struct{}
 
 // Arrive returns ctx marked with the moment it is called: a read shared by
 // Reader.Get on this context was sent after it.
-func Arrive(ctx context.Context) context.Context {
-	return context.WithValue(ctx, arrivalKey{}, clock.Add(1))
-}
+func Arrive(ctx context.Context) context.Context { return flight.Arrive(ctx) }
 
 // Arrived reports whether ctx carries Arrive's mark.
-func Arrived(ctx context.Context) bool {
-	_, ok := ctx.Value(arrivalKey{}).(uint64)
-	return ok
-}
-
-// arrival is ctx's mark, or now when it has none.
-func arrival(ctx context.Context) uint64 {
-	if t, ok := ctx.Value(arrivalKey{}).(uint64); ok {
-		return t
-	}
-	return clock.Add(1)
-}
+func Arrived(ctx context.Context) bool { return flight.Arrived(ctx) }
 
 // Reader reads objects from Reader (a client that reads the API server, not a
 // cache). Get shares reads as the package says; List passes through unshared.
@@ -79,35 +60,21 @@ type Reader struct {
 	// waits for it; 0 is DefaultTimeout.
 	Timeout time.Duration
 
-	once    sync.Once
-	slots   chan struct{}
-	mu      sync.Mutex
-	flights map[flightKey]*flight
+	once  sync.Once
+	reads *flight.Group[flightKey, client.Object]
 }
 
+// flightKey is what a shared read reads: an object of one Go type.
 type flightKey struct {
 	typ reflect.Type
 	key client.ObjectKey
 }
 
-// flight is one read and the callers waiting for it.
-type flight struct {
-	done chan struct{}
-	// cancel ends the read (nobody waits any more) or releases its context.
-	cancel context.CancelFunc
-	// sent is the clock's tick when the read was sent, 0 until then; waiters
-	// is how many callers still wait. Both under Reader.mu.
-	sent    uint64
-	waiters int
-	// obj and err are the outcome, set before done is closed.
-	obj client.Object
-	err error
-}
+func (k flightKey) String() string { return k.key.String() }
 
 func (r *Reader) init() {
 	r.once.Do(func() {
-		r.slots = make(chan struct{}, cmp.Or(r.MaxReads, DefaultReads))
-		r.flights = map[flightKey]*flight{}
+		r.reads = &flight.Group[flightKey, client.Object]{MaxReads: r.MaxReads, Timeout: r.Timeout}
 	})
 }
 
@@ -118,105 +85,17 @@ func (r *Reader) init() {
 // metadata), the read is the caller's own.
 func (r *Reader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	r.init()
-	if !obj.GetObjectKind().GroupVersionKind().Empty() || len(opts) > 0 {
-		return r.own(ctx, key, obj, opts)
-	}
 	k := flightKey{typ: reflect.TypeOf(obj), key: key}
-	f := r.join(ctx, k, arrival(ctx))
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-		r.leave(k, f)
-		return fmt.Errorf("while waiting to read %s: %w", key, ctx.Err())
+	if !obj.GetObjectKind().GroupVersionKind().Empty() || len(opts) > 0 {
+		return r.reads.Own(ctx, k, func(ctx context.Context) error { return r.Reader.Get(ctx, key, obj, opts...) })
 	}
-	if f.err != nil {
-		return f.err
-	}
-	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(f.obj).Elem()) // the struct only
-	return nil
-}
-
-// join returns the flight of k that a caller who arrived at tick may share,
-// starting one when there is none.
-func (r *Reader) join(ctx context.Context, k flightKey, tick uint64) *flight {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	f := r.flights[k]
-	if f == nil || f.sent != 0 && f.sent < tick {
-		flightCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		f = &flight{done: make(chan struct{}), cancel: cancel}
-		r.flights[k] = f
-		obj := reflect.New(k.typ.Elem()).Interface().(client.Object)
-		go r.fly(flightCtx, k, f, obj)
-	}
-	f.waiters++
-	return f
-}
-
-// leave is a caller giving up on f. When it was the last, the read is
-// cancelled, sent or not, and nobody can join it any more.
-func (r *Reader) leave(k flightKey, f *flight) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if f.waiters--; f.waiters == 0 {
-		if r.flights[k] == f {
-			delete(r.flights, k)
-		}
-		f.cancel()
-	}
-}
-
-// fly sends f's read once a slot is free, unless everyone left (ctx ends).
-// The timeout runs from the moment it is sent.
-func (r *Reader) fly(ctx context.Context, k flightKey, f *flight, obj client.Object) {
-	defer f.cancel()
-	defer r.land(k, f)
-	if f.err = r.acquire(ctx, k.key); f.err != nil {
-		return
-	}
-	defer r.release()
-	r.mu.Lock()
-	if err := ctx.Err(); err != nil { // everyone left: nobody can join it now
-		r.mu.Unlock()
-		f.err = fmt.Errorf("while waiting to read %s: %w", k.key, err)
-		return
-	}
-	f.sent = clock.Add(1)
-	r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, cmp.Or(r.Timeout, DefaultTimeout))
-	defer cancel()
-	f.err = r.Reader.Get(ctx, k.key, obj)
-	f.obj = obj
-}
-
-// land ends f: later callers start a read of their own.
-func (r *Reader) land(k flightKey, f *flight) {
-	r.mu.Lock()
-	if r.flights[k] == f {
-		delete(r.flights, k)
-	}
-	r.mu.Unlock()
-	close(f.done)
-}
-
-// own is a read of the caller's own, within the bound.
-func (r *Reader) own(ctx context.Context, key client.ObjectKey, obj client.Object, opts []client.GetOption) error {
-	if err := r.acquire(ctx, key); err != nil {
+	shared, err := r.reads.Do(ctx, k, func(ctx context.Context) (client.Object, error) {
+		into := reflect.New(k.typ.Elem()).Interface().(client.Object)
+		return into, r.Reader.Get(ctx, key, into)
+	})
+	if err != nil {
 		return err
 	}
-	defer r.release()
-	return r.Reader.Get(ctx, key, obj, opts...)
+	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(shared).Elem()) // the struct only
+	return nil
 }
-
-// acquire takes one of the slots to read key, unless ctx ends first.
-func (r *Reader) acquire(ctx context.Context, key client.ObjectKey) error {
-	select {
-	case r.slots <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("while waiting to read %s: %w", key, ctx.Err())
-	}
-}
-
-// release gives back a slot acquire took.
-func (r *Reader) release() { <-r.slots }

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -65,17 +66,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// waiting is how many callers wait for the read of name.
+// waiting is how many callers wait for the read of ConfigMap name.
 func (r *Reader) waiting(name string) int {
 	r.init()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k, f := range r.flights {
-		if k.key.Name == name {
-			return f.waiters
-		}
-	}
-	return 0
+	return r.reads.Waiting(flightKey{typ: reflect.TypeFor[*corev1.ConfigMap](), key: client.ObjectKey{Namespace: "ns", Name: name}})
 }
 
 type got struct {
@@ -148,154 +142,35 @@ func TestConcurrentAdmissionsShareOneRead(t *testing.T) {
 	}
 }
 
-// TestReadSentBeforeArrivalIsNotShared is the consistency rule: a read sent
-// before an admission arrived may miss a write that admission must see (its
-// ConfigMap applied a moment before its Deployment). That admission sends a
-// read of its own; a read not yet sent is shared, as it will see the write.
-func TestReadSentBeforeArrivalIsNotShared(t *testing.T) {
-	t.Run("sent before", func(t *testing.T) {
-		api := newAPIServer("v1")
-		r := &Reader{Reader: api}
-		early := admit(t.Context(), r, "cm")
-		waitFor(t, "the first GET sent", func() bool { return api.gets.Load() == 1 })
-		api.data.Store("v2") // the user's apply completes, then the Deployment arrives
-		late := admit(t.Context(), r, "cm")
-		waitFor(t, "a second GET (the late admission may not share a read sent before it arrived)", func() bool { return api.gets.Load() == 2 })
-		close(api.gate)
-		if g := <-early; g.err != nil || g.cm.Data["v"] != "v1" {
-			t.Fatalf("early admission read %v %v, want v1", g.err, g.cm.Data)
-		}
-		if g := <-late; g.err != nil || g.cm.Data["v"] != "v2" {
-			t.Fatalf("late admission read %v %v, want v2: it shared a read sent before it arrived", g.err, g.cm.Data)
-		}
-	})
-	t.Run("not sent yet", func(t *testing.T) {
-		api := newAPIServer("v1")
-		r := &Reader{Reader: api, MaxReads: 1}
-		busy := admit(t.Context(), r, "other") // takes the only slot
-		waitFor(t, "the slot taken", func() bool { return api.gets.Load() == 1 })
-		early := admit(t.Context(), r, "cm")
-		waitFor(t, "the early admission waiting", func() bool { return r.waiting("cm") == 1 })
-		api.data.Store("v2")
-		late := admit(t.Context(), r, "cm")
-		waitFor(t, "both admissions waiting", func() bool { return r.waiting("cm") == 2 })
-		close(api.gate)
-		<-busy
-		for _, out := range []chan got{early, late} {
-			if g := <-out; g.err != nil || g.cm.Data["v"] != "v2" {
-				t.Fatalf("read %v %v, want v2 (the shared read was sent after both arrived)", g.err, g.cm.Data)
-			}
-		}
-		if n := api.gets.Load(); n != 2 {
-			t.Errorf("%d GETs, want 2 (other, then cm once)", n)
-		}
-	})
-}
+// The rules of sharing (a read sent before an admission arrived is not
+// shared, the bound, callers giving up, the timeout) are package flight's,
+// tested there, under the race detector too.
 
-// TestReadsAreBounded: admissions reading 40 different objects have at most
-// MaxReads GETs in flight together, and each object is read.
-func TestReadsAreBounded(t *testing.T) {
-	for _, bound := range []int{0, 5} {
-		t.Run(fmt.Sprint(bound), func(t *testing.T) {
-			api := newAPIServer("v1")
-			r := &Reader{Reader: api, MaxReads: bound}
-			want := int64(min(40, bound))
-			if bound == 0 {
-				want = DefaultReads
-			}
-			var outs []chan got
-			for i := range 40 {
-				outs = append(outs, admit(t.Context(), r, fmt.Sprint("cm-", i)))
-			}
-			waitFor(t, fmt.Sprint(want, " GETs in flight"), func() bool { return api.inFlight.Load() == want })
-			close(api.gate)
-			for _, out := range outs {
-				if g := <-out; g.err != nil {
-					t.Fatal(g.err)
-				}
-			}
-			if most := api.most.Load(); most != want {
-				t.Errorf("%d GETs in flight at most, want %d", most, want)
-			}
-			if n := api.gets.Load(); n != 40 {
-				t.Errorf("%d GETs, want 40", n)
-			}
-		})
-	}
-}
-
-// TestCallerGivesUp: an admission whose context ends while it waits gets an
-// error, and a read nobody waits for any more is never sent.
-func TestCallerGivesUp(t *testing.T) {
+// TestOwnReadsAreNotShared: a Get with options, or of an object that carries
+// its kind, is the caller's own read (flight.Group.Own): two at once send two
+// GETs.
+func TestOwnReadsAreNotShared(t *testing.T) {
 	api := newAPIServer("v1")
-	r := &Reader{Reader: api, MaxReads: 1}
-	busy := admit(t.Context(), r, "other")
-	waitFor(t, "the slot taken", func() bool { return api.gets.Load() == 1 })
-	ctx, cancel := context.WithCancel(t.Context())
-	out := admit(ctx, r, "cm")
-	waitFor(t, "the admission waiting", func() bool { return r.waiting("cm") == 1 })
-	cancel()
-	if g := <-out; g.err == nil {
-		t.Fatalf("a cancelled admission read %v", g.cm.Data)
-	}
-	close(api.gate)
-	<-busy
-	waitFor(t, "no read left", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return len(r.flights) == 0
-	})
-	if n := api.gets.Load(); n != 1 {
-		t.Errorf("%d GETs, want 1: the read of cm was sent for nobody", n)
-	}
-}
-
-// TestAbandonedReadIsCancelled: when every admission waiting for a read has
-// given up, the GET is cancelled (its slot freed for reads someone waits for),
-// and a later admission sends a read of its own.
-func TestAbandonedReadIsCancelled(t *testing.T) {
-	api := newAPIServer("v1")
-	r := &Reader{Reader: api, MaxReads: 1, Timeout: time.Hour} // no timeout ends it
-	ctx, cancel := context.WithCancel(t.Context())
-	out := admit(ctx, r, "cm")
-	waitFor(t, "the GET sent", func() bool { return api.inFlight.Load() == 1 })
-	cancel()
-	if g := <-out; g.err == nil {
-		t.Fatalf("a cancelled admission read %v", g.cm.Data)
-	}
-	waitFor(t, "the abandoned GET cancelled", func() bool { return api.inFlight.Load() == 0 })
-	later := admit(t.Context(), r, "cm")
-	waitFor(t, "a second GET sent", func() bool { return api.gets.Load() == 2 })
-	close(api.gate)
-	if g := <-later; g.err != nil || g.cm.Data["v"] != "v1" {
-		t.Fatalf("later admission read %v %v", g.err, g.cm.Data)
-	}
-}
-
-// TestTimeoutRunsFromTheSend: a read that waited for a slot longer than the
-// timeout still gets the whole timeout once it is sent.
-func TestTimeoutRunsFromTheSend(t *testing.T) {
-	api := newAPIServer("v1")
-	r := &Reader{Reader: api, MaxReads: 1, Timeout: 50 * time.Millisecond}
-	busy := make(chan error, 1)
-	go func() { // a read of its own (with options): the timeout does not bound it
-		busy <- r.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "other"}, &corev1.ConfigMap{}, &client.GetOptions{})
+	r := &Reader{Reader: api}
+	outs := make(chan error, 2)
+	go func() {
+		outs <- r.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "cm"}, &corev1.ConfigMap{}, &client.GetOptions{})
 	}()
-	waitFor(t, "the slot taken", func() bool { return api.inFlight.Load() == 1 })
-	out := admit(t.Context(), r, "cm")
-	waitFor(t, "the admission waiting", func() bool { return r.waiting("cm") == 1 })
-	time.Sleep(4 * r.Timeout) // what is tested: time spent waiting for the slot
+	go func() {
+		withKind := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}}
+		outs <- r.Get(Arrive(t.Context()), client.ObjectKey{Namespace: "ns", Name: "cm"}, withKind)
+	}()
+	waitFor(t, "two GETs in flight", func() bool { return api.inFlight.Load() == 2 })
 	close(api.gate)
-	if err := <-busy; err != nil {
-		t.Fatal(err)
-	}
-	if g := <-out; g.err != nil {
-		t.Fatalf("a read that waited for its slot failed: %v", g.err)
+	for range 2 {
+		if err := <-outs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
 // TestManyOverlappingReaders: 200 admissions over 7 objects and 3 slots each
-// read what the object holds (make test also runs this package with -race).
+// read what the object holds.
 func TestManyOverlappingReaders(t *testing.T) {
 	api := newAPIServer("v1")
 	close(api.gate)
