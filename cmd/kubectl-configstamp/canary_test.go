@@ -34,9 +34,9 @@ func TestCanary(t *testing.T) {
 	started := now.Add(-10 * time.Second)
 	cause := "ConfigMap/cfg@c0ffee"
 	const hold = `[{"path":"spec.strategy.rollingUpdate.maxSurge","set":1,"was":null},` +
-		`{"path":"spec.strategy.rollingUpdate.maxUnavailable","set":0,"was":"25%"},{"path":"spec.minReadySeconds","set":30,"was":null}]`
+		`{"path":"spec.strategy.rollingUpdate.maxUnavailable","set":0,"was":"25%"},{"path":"spec.minReadySeconds","set":90,"was":null}]`
 	const heldText = "spec.strategy.rollingUpdate.maxSurge=1 (was: unset), spec.strategy.rollingUpdate.maxUnavailable=0 (was: 25%), " +
-		"spec.minReadySeconds=30 (was: unset)"
+		"spec.minReadySeconds=90 (was: unset)"
 	record := func(state string, extra ...string) map[string]string {
 		a := map[string]string{rollout.AnnotationState: state, rollout.AnnotationStarted: started.Format(time.RFC3339), rollout.AnnotationCause: cause}
 		for i := 0; i < len(extra); i += 2 {
@@ -264,7 +264,7 @@ func TestWhyCanaryPod(t *testing.T) {
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	started := now.Add(-20 * time.Second)
 	cause := "ConfigMap/cfg@c0ffee"
-	const hold = `[{"path":"spec.strategy.rollingUpdate.maxSurge","set":1,"was":null},{"path":"spec.minReadySeconds","set":30,"was":null}]`
+	const hold = `[{"path":"spec.strategy.rollingUpdate.maxSurge","set":1,"was":null},{"path":"spec.minReadySeconds","set":90,"was":null}]`
 	record := func(state string, extra ...string) map[string]string {
 		a := map[string]string{rollout.AnnotationState: state, rollout.AnnotationStarted: started.Format(time.RFC3339), rollout.AnnotationCause: cause,
 			stamp.AnnotationSources: "ConfigMap/cfg=c0ffee", rollout.AnnotationCanary: "running"}

@@ -224,7 +224,9 @@ func latestEvent(rec rollout.Record, events []eventView, reason string) *eventVi
 
 // verifyWindow is the workload's verification window when the plugin can
 // tell: its configstamp.io/verify-window, else the minReadySeconds its hold
-// raised to the window (false: --verify-window, which the plugin cannot see).
+// raised to the window and cswl.LateReadyMargin (false: --verify-window,
+// which the plugin cannot see). A hold cut to a Deployment's progress
+// deadline (a window within the margin of it) reads up to the margin short.
 func verifyWindow(annotations map[string]string, held []heldField) (time.Duration, bool) {
 	if d, err := time.ParseDuration(strings.TrimSpace(annotations[rollout.AnnotationVerifyWindow])); err == nil && d >= 0 {
 		return d, true
@@ -232,7 +234,7 @@ func verifyWindow(annotations map[string]string, held []heldField) (time.Duratio
 	for _, h := range held {
 		if h.Path == "spec.minReadySeconds" {
 			if n, err := strconv.Atoi(h.Set); err == nil {
-				return time.Duration(n) * time.Second, true
+				return max(0, time.Duration(n)*time.Second-cswl.LateReadyMargin), true
 			}
 		}
 	}

@@ -144,10 +144,10 @@ func TestFrozenCanaryThawsWithTheNextChange(t *testing.T) {
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
 	s.Halts = haltsFunc(func() string { return "" })
 	hold := workload.Hold{{Path: "spec.strategy.rollingUpdate.maxSurge", Set: float64(1)}, {Path: "spec.strategy.rollingUpdate.maxUnavailable", Set: float64(0)},
-		{Path: "spec.minReadySeconds", Set: float64(30)}, {Path: "spec.paused", Set: true}}
+		{Path: "spec.minReadySeconds", Set: float64(90)}, {Path: "spec.paused", Set: true}}
 	failed := StartRecord(t0.Add(-time.Minute), bad, false).AsCanary(hold.Encode()).Fail(true)
 	d := threeReplicas("a", &failed)
-	d.Spec.Paused, d.Spec.MinReadySeconds = true, 30
+	d.Spec.Paused, d.Spec.MinReadySeconds = true, 90
 	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
 	d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}
 	d.Status.UpdatedReplicas = 1
@@ -163,7 +163,7 @@ func TestFrozenCanaryThawsWithTheNextChange(t *testing.T) {
 		t.Fatalf("the next change: %+v %v; want a canary stamp", st, err)
 	}
 	patch := st.Hold.SetPatch()
-	if spec := patch["spec"].(map[string]any); spec["paused"] != nil || !hasKey(spec, "paused") || spec["minReadySeconds"] != float64(30) {
+	if spec := patch["spec"].(map[string]any); spec["paused"] != nil || !hasKey(spec, "paused") || spec["minReadySeconds"] != float64(90) {
 		t.Fatalf("the next canary's patch %v: want paused put back (null) and the hold kept", patch)
 	}
 	if after, _ := workload.DecodeHold(st.Record.Hold); after.Freezes(d) {

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"slices"
@@ -521,7 +522,13 @@ func containersReady(p *corev1.Pod) (bool, time.Time) {
 }
 
 // healthySince: whether p's containers are Ready, and since when they
-// have been Ready with no restart.
+// have been Ready with no restart as their node reports it: from their last
+// readiness change or restart, and never before the node last wrote p's
+// container statuses (statusWritten). A busy node's kubelet writes late (23 s
+// after a crash on this project's real-node tests): the Ready it wrote at W
+// says nothing of the time before W, when a crash it had not written yet
+// would look like health. Counted from W, a crash the node writes within a
+// window of its previous write is seen before the health lasted.
 func healthySince(p *corev1.Pod) (time.Time, bool) {
 	ready, since := containersReady(p)
 	if !ready {
@@ -532,7 +539,25 @@ func healthySince(p *corev1.Pod) (time.Time, bool) {
 			since = t.FinishedAt.Time
 		}
 	}
-	return since, true
+	return later(since, statusWritten(p)), true
+}
+
+// statusWritten is when p's container statuses were last written (zero
+// when not known): the time of the newest managedFields entry of the status
+// subresource that holds them, the node's kubelet (or kwok, or a virtual
+// kubelet). The API server sets it only on a write that changed a field, so
+// a pod whose health stands still keeps it; another writer of the pod's
+// status (a readiness gate's controller) is not counted, so its writes do
+// not put a halt's lift off.
+func statusWritten(p *corev1.Pod) time.Time {
+	var at time.Time
+	for _, e := range p.ManagedFields {
+		if e.Subresource != "status" || e.Time == nil || e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.Raw, []byte(`"f:containerStatuses"`)) {
+			continue
+		}
+		at = later(at, e.Time.Time)
+	}
+	return at
 }
 
 // longestRun is how long the longest-running container of p ran before

@@ -241,6 +241,15 @@ func TestInspectPodsByRule(t *testing.T) {
 			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", FinishedAt: metav1.NewTime(at)}
 		}
 	}
+	// writtenBy: manager wrote p's status (fields) at at, as the API
+	// server records it in managedFields.
+	writtenBy := func(manager, fields string, at time.Time) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate,
+				Subresource: "status", Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}})
+		}
+	}
+	const kubeletFields = `{"f:status":{"f:conditions":{},"f:containerStatuses":{},"f:phase":{}}}`
 	configError := func(p *corev1.Pod) {
 		p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `couldn't find key mode in ConfigMap ns/shared`}
 	}
@@ -304,6 +313,19 @@ func TestInspectPodsByRule(t *testing.T) {
 		"rolling: a start the config broke (StartError, exec) is the config's": {rule: RuleRolling,
 			pod:     base("a", startError(`failed to create containerd task: OCI runtime create failed: exec: "/scripts/run.sh": permission denied: unknown`)),
 			problem: "container app exited (exit code 128, StartError)"},
+		// A busy node's kubelet wrote a Ready of 40 s ago only 20 s ago:
+		// the health it proves starts then (t7: the crash it had not
+		// written yet lifted a halt).
+		"lasting: a Ready the kubelet wrote late counts from its write": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-41*time.Second)), readyAt(now.Add(-40*time.Second)),
+			writtenBy("kubelet", kubeletFields, now.Add(-20*time.Second))), healthy: true, since: now.Add(-20 * time.Second)},
+		"rolling: a canary's Ready the kubelet wrote late counts from its write": {rule: RuleRolling, pod: base("a", runningSince(now.Add(-41*time.Second)), readyAt(now.Add(-40*time.Second)),
+			writtenBy("kubelet", `{"f:status":{"f:podIP":{}}}`, now.Add(-50*time.Second)), writtenBy("kubelet", kubeletFields, now.Add(-20*time.Second))),
+			healthy: true, since: now.Add(-20 * time.Second)},
+		"lasting: a write before the Ready changes nothing": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-41*time.Second)), readyAt(now.Add(-40*time.Second)),
+			writtenBy("kubelet", kubeletFields, now.Add(-40*time.Second))), healthy: true, since: now.Add(-40 * time.Second)},
+		"lasting: a readiness gate's controller writing its condition later is not the node": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-41*time.Second)), readyAt(now.Add(-40*time.Second)),
+			writtenBy("kubelet", kubeletFields, now.Add(-39*time.Second)), writtenBy("gate-controller", `{"f:status":{"f:conditions":{"k:{\"type\":\"example.com/gate\"}":{}}}}`, now.Add(-5*time.Second))),
+			healthy: true, since: now.Add(-39 * time.Second)},
 		"lasting: Ready for a while, restarts long ago are history": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-50*time.Second)), readyAt(now.Add(-45*time.Second)), restartedAt(now.Add(-51*time.Second), 3)),
 			healthy: true, since: now.Add(-45 * time.Second)},
 	}

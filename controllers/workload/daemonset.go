@@ -72,7 +72,8 @@ func (daemonSet) RevisionNumber(rev client.Object) int64 { return controllerRevi
 
 // Hold: a rolling update over two nodes or more updates one node
 // at a time (a surge of one, or one unavailable) and goes on only once the
-// new pod stayed Ready for minReadySeconds, raised to the window.
+// new pod stayed Ready for minReadySeconds, raised to the window and
+// LateReadyMargin (a DaemonSet has no progress deadline to stay under).
 func (daemonSet) Hold(obj client.Object, window time.Duration) Hold {
 	d, ok := obj.(*appsv1.DaemonSet)
 	if !ok {
@@ -90,7 +91,7 @@ func (daemonSet) Hold(obj client.Object, window time.Duration) Hold {
 		surge = &zero
 	}
 	b := &holdBuilder{}
-	rollingHold(b, "spec.updateStrategy.rollingUpdate", d.Status.DesiredNumberScheduled, surge, unavailable, d.Spec.MinReadySeconds, window)
+	rollingHold(b, "spec.updateStrategy.rollingUpdate", d.Status.DesiredNumberScheduled, surge, unavailable, d.Spec.MinReadySeconds, window, 0)
 	return b.h
 }
 

@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -121,7 +122,8 @@ const annotationDeploymentRevision = "deployment.kubernetes.io/revision"
 // Hold: a rolling update of two replicas or more; the first new
 // pod is made by a surge of one (or, where the user allows no surge, in
 // place of one old pod), and its controller goes on only once it stayed
-// Ready for minReadySeconds, raised to the window. A Recreate Deployment,
+// Ready for minReadySeconds, raised to the window and LateReadyMargin
+// (within its progressDeadlineSeconds). A Recreate Deployment,
 // or one of one replica, is its whole rollout's canary.
 func (deployment) Hold(obj client.Object, window time.Duration) Hold {
 	d, ok := obj.(*appsv1.Deployment)
@@ -140,6 +142,6 @@ func (deployment) Hold(obj client.Object, window time.Duration) Hold {
 		surge, unavailable = ru.MaxSurge, ru.MaxUnavailable
 	}
 	b := &holdBuilder{}
-	rollingHold(b, "spec.strategy.rollingUpdate", replicas, surge, unavailable, d.Spec.MinReadySeconds, window)
+	rollingHold(b, "spec.strategy.rollingUpdate", replicas, surge, unavailable, d.Spec.MinReadySeconds, window, ptr.Deref(d.Spec.ProgressDeadlineSeconds, 600))
 	return b.h
 }

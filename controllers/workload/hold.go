@@ -310,13 +310,41 @@ func windowSeconds(window time.Duration) int32 {
 	return int32((window + time.Second - 1) / time.Second)
 }
 
+// LateReadyMargin is added to the window in a held canary's
+// minReadySeconds. The workload's own controller counts the new pod
+// available from its Ready condition's transition time, which the kubelet of
+// a busy node writes late (10 s, and a crash 23 s, on this project's
+// real-node tests); configstamp counts the window from that write
+// (rollout.InspectPods) and lifts the hold when the canary passes. With the
+// margin, the controller makes no second new pod before configstamp judged
+// the first, for a Ready written up to this late.
+const LateReadyMargin = time.Minute
+
+// HeldMinReady is the minReadySeconds a canary is held with for window: the
+// window and LateReadyMargin, at most limit (a Deployment's
+// progressDeadlineSeconds, which counts from the pod's Ready: a hold past it
+// would fail the rollout in its own controller; 0: none) but never below the
+// window. A window of 0 holds no time: the canary passes on its first
+// Ready, as reported, and so may its controller.
+func HeldMinReady(window time.Duration, limit int32) int32 {
+	if window <= 0 {
+		return 0
+	}
+	w := windowSeconds(window)
+	held := windowSeconds(window + LateReadyMargin)
+	if limit > 0 {
+		held = max(w, min(held, limit))
+	}
+	return held
+}
+
 // rollingHold holds a rolling update of replicas pods at one new pod: a
 // surge of one and none unavailable, or, where the user allows no surge,
-// one unavailable; and minReadySeconds at least the window, so the
-// workload's own controller counts the new pod available, and goes on,
-// only once it stayed Ready that long. surge and unavailable are the
-// user's (nil: the API's default, 25%).
-func rollingHold(b *holdBuilder, prefix string, replicas int32, surge, unavailable *intstr.IntOrString, minReady int32, window time.Duration) {
+// one unavailable; and minReadySeconds at least HeldMinReady (limit: its
+// cap), so the workload's own controller counts the new pod available, and
+// goes on, only once it stayed Ready that long. surge and unavailable are
+// the user's (nil: the API's default, 25%).
+func rollingHold(b *holdBuilder, prefix string, replicas int32, surge, unavailable *intstr.IntOrString, minReady int32, window time.Duration, limit int32) {
 	def := intstr.FromString("25%")
 	s, _ := intstr.GetScaledValueFromIntOrPercent(intstr.ValueOrDefault(surge, def), int(replicas), true)
 	wantSurge, wantUnavailable := intstr.FromInt32(1), intstr.FromInt32(0)
@@ -325,8 +353,8 @@ func rollingHold(b *holdBuilder, prefix string, replicas int32, surge, unavailab
 	}
 	b.set(prefix+".maxSurge", surge, wantSurge)
 	b.set(prefix+".maxUnavailable", unavailable, wantUnavailable)
-	if w := windowSeconds(window); w > minReady {
-		b.set("spec.minReadySeconds", orNil(minReady), w)
+	if held := HeldMinReady(window, limit); held > minReady {
+		b.set("spec.minReadySeconds", orNil(minReady), held)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 
 // A Deployment of three replicas with the API's defaults (25% surge and
 // unavailable, no minReadySeconds) is held by a surge of one, none
-// unavailable and minReadySeconds of the window; the hold read back from
+// unavailable and minReadySeconds of the window and LateReadyMargin; the hold read back from
 // its record puts the user's values back, except those the user changed
 // since.
 func TestDeploymentHoldAndItsRestore(t *testing.T) {
@@ -23,7 +23,7 @@ func TestDeploymentHoldAndItsRestore(t *testing.T) {
 			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &pct, MaxUnavailable: &pct}}}}
 	h := NewRegistry().All()[0].Hold(d, 30*time.Second)
 	got, _ := json.Marshal(h.SetPatch())
-	if want := `{"spec":{"minReadySeconds":30,"strategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}}}}`; string(got) != want {
+	if want := `{"spec":{"minReadySeconds":90,"strategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}}}}`; string(got) != want {
 		t.Fatalf("hold %s, want %s", got, want)
 	}
 	back, err := DecodeHold(h.Encode())
@@ -43,9 +43,9 @@ func TestDeploymentHoldAndItsRestore(t *testing.T) {
 		t.Fatalf("restore %s, want %s (the user's minReadySeconds wins)", got, want)
 	}
 	// A new canary over the held workload puts back the user's values, not the held ones.
-	d.Spec.MinReadySeconds = 30
+	d.Spec.MinReadySeconds = 90
 	again := NewRegistry().All()[0].Hold(d, 30*time.Second).Carry(back, d)
-	d.Spec.MinReadySeconds = 30
+	d.Spec.MinReadySeconds = 90
 	restore, _ = again.RestorePatch(d)
 	got, _ = json.Marshal(restore)
 	if want := `{"spec":{"minReadySeconds":null,"strategy":{"rollingUpdate":{"maxSurge":"25%","maxUnavailable":"25%"}}}}`; string(got) != want {
@@ -76,15 +76,50 @@ func TestHoldPerKind(t *testing.T) {
 		}
 	}
 	zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
-	noSurge := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(4)), MinReadySeconds: 60,
+	noSurge := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(4)), MinReadySeconds: 120,
 		Strategy: appsv1.DeploymentStrategy{RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &zero, MaxUnavailable: &one}}}}
 	if h := deploy.Hold(noSurge, 30*time.Second); len(h) != 0 {
-		t.Errorf("no surge, one unavailable, minReadySeconds above the window: hold %+v, want none (it holds itself)", h)
+		t.Errorf("no surge, one unavailable, minReadySeconds above the window and the margin: hold %+v, want none (it holds itself)", h)
 	}
 	s := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(3))}}
 	got, _ := json.Marshal(sts.Hold(s, time.Minute).SetPatch())
 	if want := `{"spec":{"updateStrategy":{"rollingUpdate":{"partition":2}}}}`; string(got) != want {
 		t.Errorf("StatefulSet hold %s, want %s", got, want)
+	}
+}
+
+// A held pod counts available for its workload's controller after the
+// window and LateReadyMargin, counted from its Ready's transition time (a
+// busy kubelet writes it late); never past a Deployment's progress deadline,
+// which would fail the rollout in its own controller, and never less than
+// the window.
+func TestHeldMinReady(t *testing.T) {
+	tests := []struct {
+		window time.Duration
+		limit  int32
+		want   int32
+	}{
+		{30 * time.Second, 600, 90},
+		{0, 600, 0},
+		{1500 * time.Millisecond, 0, 62},
+		{570 * time.Second, 600, 600},
+		{10 * time.Minute, 300, 600},
+		{10 * time.Minute, 0, 660},
+	}
+	for _, tc := range tests {
+		if got := HeldMinReady(tc.window, tc.limit); got != tc.want {
+			t.Errorf("HeldMinReady(%v, %d) = %d, want %d", tc.window, tc.limit, got, tc.want)
+		}
+	}
+	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(3)), ProgressDeadlineSeconds: ptr.To(int32(100))}}
+	got, _ := json.Marshal(NewRegistry().All()[0].Hold(d, 30*time.Second).SetPatch())
+	if want := `{"spec":{"minReadySeconds":90,"strategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}}}}`; string(got) != want {
+		t.Errorf("hold %s, want %s", got, want)
+	}
+	d.Spec.ProgressDeadlineSeconds = ptr.To(int32(60))
+	got, _ = json.Marshal(NewRegistry().All()[0].Hold(d, 30*time.Second).SetPatch())
+	if want := `{"spec":{"minReadySeconds":60,"strategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}}}}`; string(got) != want {
+		t.Errorf("within a progress deadline of 60 s: hold %s, want %s", got, want)
 	}
 }
 

@@ -51,7 +51,7 @@ var wave = []string{"first", "second", "third"}
 // (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
 	os.Exit(framework.MainHolding(m, &env, framework.Config{Plane: framework.Kwok, NoConfigstamp: true},
-		[]string{waveHash("first", "bad")}, "no-such-node"))
+		append([]string{waveHash("first", "bad")}, lateHeld()...), "no-such-node"))
 }
 
 // suiteFlags: a budget of 1, no debounce, a short progress deadline.
@@ -89,8 +89,11 @@ func unschedulable(spec corev1.PodSpec) corev1.PodSpec {
 }
 
 // waveHash is the stamp of wave workload name when shared's k holds k.
-func waveHash(name, k string) string {
-	return framework.StampOf(hashKey, haltNS, waveSpec(name), shared(k, "x"), framework.ConfigMap(haltNS, "own-"+name, map[string]string{"v": name}, nil))
+func waveHash(name, k string) string { return waveHashIn(haltNS, name, k) }
+
+// waveHashIn is waveHash in namespace ns.
+func waveHashIn(ns, name, k string) string {
+	return framework.StampOf(hashKey, ns, waveSpec(name), sharedIn(ns, k, "x"), framework.ConfigMap(ns, "own-"+name, map[string]string{"v": name}, nil))
 }
 
 func kubectlAs(kubeconfig, stdin string, args ...string) (string, string, error) {

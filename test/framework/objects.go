@@ -261,6 +261,19 @@ func (e *Env) LivePods(t testing.TB, ns string, labels map[string]string) []core
 	return live
 }
 
+// PodsStamped are the live pods of workload app (label app) in ns whose
+// template was stamped hash.
+func (e *Env) PodsStamped(t testing.TB, ns, app, hash string) []corev1.Pod {
+	t.Helper()
+	var out []corev1.Pod
+	for _, p := range e.LivePods(t, ns, map[string]string{"app": app}) {
+		if p.Annotations[stamp.AnnotationHash] == hash {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // ReplicaSets returns the ReplicaSets of the Deployment whose pods are labelled app=name.
 func (e *Env) ReplicaSets(t testing.TB, ns, name string) []appsv1.ReplicaSet {
 	t.Helper()

@@ -67,7 +67,7 @@ func TestCanaryPlanStatusWhy(t *testing.T) {
 		t.Errorf("status does not mark %s's canary:\n%s", canary, out)
 	}
 	human := ok(t, "why", canary, "-n", ns)
-	if !regexp.MustCompile(`Canary:\s+running: one new pod first, judged for its verification window; .*held: .*spec\.minReadySeconds=10 \(was: unset\)`).MatchString(human) {
+	if !regexp.MustCompile(`Canary:\s+running: one new pod first, judged for its verification window; .*held: .*spec\.minReadySeconds=70 \(was: unset\)`).MatchString(human) {
 		t.Errorf("why %s while its canary runs:\n%s", canary, human)
 	}
 	var why struct {
