@@ -2,6 +2,7 @@ package adversarial
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,6 +31,14 @@ const (
 	// without one: framework.Lane).
 	window = 30 * time.Second
 )
+
+// lateFlags are the suite's flags with configstamp's default window and
+// debounce: with no debounce, second may ask for the change before first is
+// announced, and be the change's canary (the wave's order needs the quiet
+// window to be known).
+func lateFlags(extra ...string) []string {
+	return append(append(slices.Clone(suiteFlags), "--verify-window="+window.String(), "--debounce=2s"), extra...)
+}
 
 // lateHeld are the stamps of the bad change in the two namespaces, whose
 // pods kwok holds (TestMain).
@@ -139,7 +148,7 @@ func staysHalted(t *testing.T, ns string, s *stamps, until time.Time, what strin
 // once.
 func TestLateKubeletPassesNoCanary(t *testing.T) {
 	t.Parallel()
-	l := env.LaneWith(t, framework.LaneOptions{HashKey: hashKey}, append(suiteFlags, "--verify-window="+window.String(), "--max-concurrent-rollouts=5")...)
+	l := env.LaneWith(t, framework.LaneOptions{HashKey: hashKey}, lateFlags("--max-concurrent-rollouts=5")...)
 	ns := l.NamespaceNamed(t, lateCanaryNS, nil)
 	s := watchStamps(t, ns)
 	lateWave(t, ns, 2)
@@ -175,7 +184,7 @@ func TestLateKubeletPassesNoCanary(t *testing.T) {
 // this reproduces), and second is never stamped with the bad change.
 func TestLateKubeletLiftsNoHalt(t *testing.T) {
 	t.Parallel()
-	l := env.LaneWith(t, framework.LaneOptions{HashKey: hashKey}, append(suiteFlags, "--verify-window="+window.String())...)
+	l := env.LaneWith(t, framework.LaneOptions{HashKey: hashKey}, lateFlags()...)
 	ns := l.NamespaceNamed(t, lateHaltNS, nil)
 	s := watchStamps(t, ns)
 	lateWave(t, ns, 1)
