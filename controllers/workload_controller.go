@@ -168,6 +168,7 @@ func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*rollout
 	}
 	o.Verification = r.verification(ctx, obj)
 	o.Undo = r.undoFacts(ctx, obj, o.Verification)
+	o.ReadAt = time.Now()
 	p, err := r.compute(ctx, obj, ns)
 	if p == nil || err != nil { // neither opted in nor matched by a rollout selector: not ours
 		return o, err

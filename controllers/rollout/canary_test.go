@@ -319,6 +319,54 @@ func TestLateReconcileKeepsItsPlaceInTheWave(t *testing.T) {
 	}
 }
 
+// A reconcile that read the sources before a change was announced finds
+// nothing new; the change's own reconcile is queued behind it. It keeps the
+// workload's place in the wave: before, it dropped it, and on a loaded node
+// (t10's real-node run) the workload of priority 0 asked first and took the
+// change's canary.
+func TestReconcileOnOlderDataKeepsItsPlaceInTheWave(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	wants := func(name string, priority int) Observation {
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
+			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second, Priority: priority,
+			Window: 2 * time.Second, ReadAt: c.now()}
+	}
+	older := wants("first", 10)
+	older.Need, older.Hash = NeedNothing, "v1-old"
+	c.advance(100 * time.Millisecond)
+	s.Announce(dep("first"), 10, ref)
+	s.Announce(dep("second"), 0, ref)
+	if d, err := s.Decide(t.Context(), older); err != nil || d.Transition != Settle {
+		t.Fatalf("first, read before the change: %+v %v; want nothing to do", d, err)
+	}
+	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Transition == Stamp {
+		t.Fatalf("second within the debounce: %+v %v; want it to wait", d, err)
+	}
+	c.advance(2100 * time.Millisecond)
+	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Transition == Stamp {
+		t.Fatalf("second, after its debounce, with first (priority 10) queued on the change: %+v %v; want it to wait for first's canary", d, err)
+	}
+	d, err := s.Decide(t.Context(), wants("first", 10))
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
+		t.Fatalf("first, on the change: %+v %v; want the canary's stamp", d, err)
+	}
+	// A reconcile that read the sources after the announce and found nothing
+	// drops the place: the change does not concern it after all.
+	s.Announce(dep("third"), 5, ref)
+	c.advance(time.Millisecond)
+	none := wants("third", 5)
+	none.Need, none.Hash, none.ReadAt = NeedNothing, "v1-old", c.now()
+	if d, err := s.Decide(t.Context(), none); err != nil || d.Transition != Settle {
+		t.Fatalf("third, read after the announce: %+v %v; want nothing to do", d, err)
+	}
+	if _, ok := s.pending[dep("third")]; ok {
+		t.Errorf("third still has its place in the wave after it found nothing to roll out")
+	}
+}
+
 // A workload announced again before its reconcile asked (a second change
 // to its source) debounces from the newer change, not the first.
 func TestAnnouncedAgainDebouncesFromTheNewerChange(t *testing.T) {

@@ -33,6 +33,10 @@ type Observation struct {
 	Need Trigger
 	// CacheBehind: its record names source versions newer than this cache's.
 	CacheBehind bool
+	// ReadAt: when its sources were about to be read. A change announced
+	// after it (Scheduler.Announce) is one this observation may not show:
+	// its Need says nothing of it.
+	ReadAt time.Time
 	// Hash is the stamp its data asks for; Sources the keyed digest of what it
 	// references of each source now (workload.Computation.Sources), which
 	// name the changes behind a rollout.
@@ -145,10 +149,10 @@ func (s *Scheduler) take(ctx context.Context, sit Situation, ruling Ruling) (Dec
 	s.suspect(o.Key, sit.Record, ruling.Suspect && !closes, sit.Now)
 	switch ruling.Transition {
 	case Gone:
-		s.settle(o.Key)
+		s.settle(o.Key, time.Time{})
 		s.Release(o.Key)
 	case Settle:
-		s.settle(o.Key)
+		s.settle(o.Key, o.ReadAt)
 	case CloseCompleted, CloseFailed:
 		// The slot stays counted until the cache shows the closed record (it
 		// is read from the open records there), so the halt a failure writes
@@ -326,8 +330,8 @@ func (s *Scheduler) checkHalt(ctx context.Context, sit Situation) (Decision, boo
 	return d, true, nil
 }
 
-// settle: k needs no rollout now.
-func (s *Scheduler) settle(k Key) {
-	s.Forget(k)
+// settle: k needs no rollout now, as its sources read at readAt say.
+func (s *Scheduler) settle(k Key, readAt time.Time) {
+	s.forgetRead(k, readAt)
 	s.ClearHalted(k)
 }

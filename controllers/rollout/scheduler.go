@@ -404,9 +404,21 @@ func (s *Scheduler) stamping(k Key) bool {
 
 // Forget drops k's pending state: it no longer needs a rollout.
 func (s *Scheduler) Forget(k Key) {
+	s.forgetRead(k, time.Time{})
+}
+
+// forgetRead drops k's pending state, as its sources read at readAt showed
+// nothing to roll out, unless a change of them was announced since (zero
+// readAt: whatever was announced). Such a change's reconcile is queued and
+// will say; until then k keeps its place in the change's wave. Dropped, it
+// would let the next workload of the wave ask first and take the change's
+// canary.
+func (s *Scheduler) forgetRead(k Key, readAt time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.pending, k)
+	if p := s.pending[k]; p == nil || !p.announced || readAt.IsZero() || !p.seen.After(readAt) {
+		delete(s.pending, k)
+	}
 	s.report()
 }
 
