@@ -552,7 +552,7 @@ func healthySince(p *corev1.Pod) (time.Time, bool) {
 func statusWritten(p *corev1.Pod) time.Time {
 	var at time.Time
 	for _, e := range p.ManagedFields {
-		if e.Subresource != "status" || e.Time == nil || e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.Raw, []byte(`"f:containerStatuses"`)) {
+		if e.Subresource != "status" || e.Time == nil || e.FieldsV1 == nil || !bytes.Contains(e.FieldsV1.GetRawBytes(), []byte(`"f:containerStatuses"`)) {
 			continue
 		}
 		at = later(at, e.Time.Time)

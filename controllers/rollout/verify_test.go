@@ -246,7 +246,7 @@ func TestInspectPodsByRule(t *testing.T) {
 	writtenBy := func(manager, fields string, at time.Time) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
 			p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate,
-				Subresource: "status", Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}})
+				Subresource: "status", Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)})
 		}
 	}
 	const kubeletFields = `{"f:status":{"f:conditions":{},"f:containerStatuses":{},"f:phase":{}}}`
