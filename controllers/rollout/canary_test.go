@@ -294,12 +294,8 @@ func TestCanariesAreTheSchedulersOwn(t *testing.T) {
 func TestLateReconcileKeepsItsPlaceInTheWave(t *testing.T) {
 	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
 	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
-	s.Halts = haltsFunc(func() string { return "" })
-	wants := func(name string, priority int) Observation {
-		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
-			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second, Priority: priority, Window: 2 * time.Second}
-	}
+	s, c := waveScheduler(t)
+	wants := func(name string, priority int) Observation { return wantsChange(name, priority, cause, c.now()) }
 	s.Announce(dep("first"), 10, ref)
 	s.Announce(dep("second"), 0, ref)
 	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Transition == Stamp {
@@ -319,6 +315,22 @@ func TestLateReconcileKeepsItsPlaceInTheWave(t *testing.T) {
 	}
 }
 
+// waveScheduler is a scheduler of canaries with a budget of 10, halting,
+// and no halt in force.
+func waveScheduler(t *testing.T) (*Scheduler, *clock) {
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	return s, c
+}
+
+// wantsChange observes name, of priority, three replicas, whose sources
+// (read at readAt) ask for a rollout of cause after a 2 s debounce.
+func wantsChange(name string, priority int, cause []Change, readAt time.Time) Observation {
+	return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
+		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second, Priority: priority,
+		Window: 2 * time.Second, ReadAt: readAt}
+}
+
 // A reconcile that read the sources before a change was announced finds
 // nothing new; the change's own reconcile is queued behind it. It keeps the
 // workload's place in the wave: before, it dropped it, and on a loaded node
@@ -327,13 +339,8 @@ func TestLateReconcileKeepsItsPlaceInTheWave(t *testing.T) {
 func TestReconcileOnOlderDataKeepsItsPlaceInTheWave(t *testing.T) {
 	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
 	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
-	s.Halts = haltsFunc(func() string { return "" })
-	wants := func(name string, priority int) Observation {
-		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
-			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second, Priority: priority,
-			Window: 2 * time.Second, ReadAt: c.now()}
-	}
+	s, c := waveScheduler(t)
+	wants := func(name string, priority int) Observation { return wantsChange(name, priority, cause, c.now()) }
 	older := wants("first", 10)
 	older.Need, older.Hash = NeedNothing, "v1-old"
 	c.advance(100 * time.Millisecond)
