@@ -17,10 +17,13 @@ import (
 // the same control plane, waits until its caches are synced, and reads its
 // memory: what the required libraries cost before configstamp adds anything.
 func memoryFloor(ctx context.Context, e *env) (procMemory, error) {
-	bin := filepath.Join(e.cfg.outDir, "floormanager")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./hack/bench/floormanager")
-	if out, err := build.CombinedOutput(); err != nil {
-		return procMemory{}, fmt.Errorf("building the floor manager: %w: %s", err, out)
+	bin := e.cfg.floorManagerBin
+	if bin == "" {
+		bin = filepath.Join(e.cfg.outDir, "floormanager")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./hack/bench/floormanager")
+		if out, err := build.CombinedOutput(); err != nil {
+			return procMemory{}, fmt.Errorf("building the floor manager: %w: %s", err, out)
+		}
 	}
 	port, err := freePort()
 	if err != nil {

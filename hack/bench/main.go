@@ -33,6 +33,7 @@ import (
 // config is what one run measures, from the flags.
 type config struct {
 	configstampBin  string
+	floorManagerBin string
 	outDir          string
 	full            bool
 	scale           bool
@@ -119,6 +120,7 @@ func parseFlags(args []string) (*config, error) {
 	cfg := &config{}
 	var size, sweepSizes, quota, extra, scenarios string
 	fs.StringVar(&cfg.configstampBin, "configstamp", "", "configstamp binary (default: $CONFIGSTAMP_BIN/configstamp, else bin/configstamp of the repository)")
+	fs.StringVar(&cfg.floorManagerBin, "floor-manager", "", "a built hack/bench/floormanager (default: built into -out at the start of the memory scenario)")
 	fs.StringVar(&cfg.outDir, "out", "_output/bench", "directory for results.md, logs and the control plane state")
 	fs.BoolVar(&cfg.full, "full", false, "the issue's scale for the memory scenario: 10,000 ConfigMaps + 10,000 Secrets, 1,000 Deployments (explicit flags still win)")
 	fs.BoolVar(&cfg.scale, "scale", false, "10x the default fixture: 100 namespaces, 10,000 ConfigMaps + 10,000 Secrets, 5,000 Deployments, a fan-out of 1,000 (explicit flags still win)")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -202,7 +203,8 @@ func createObject(ctx context.Context, c client.Client, obj client.Object) error
 			return nil
 		}
 		retriable := apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) ||
-			apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+			apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) ||
+			transportError(err)
 		if !retriable || attempt == 5 {
 			return fmt.Errorf("creating %T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err)
 		}
@@ -213,6 +215,15 @@ func createObject(ctx context.Context, c client.Client, obj client.Object) error
 		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 		}
 	}
+}
+
+// transportError reports whether err came without an answer from the API
+// server: a reset stream (an API server past its request timeout aborts the
+// stream, HTTP/2 INTERNAL_ERROR) or a cut connection. The request may have
+// been applied; createObject's retry then finds the object and counts it.
+func transportError(err error) bool {
+	var status apierrors.APIStatus
+	return !errors.As(err, &status) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // parallel runs fn(0..n-1) on workers goroutines; the first error cancels the rest.
