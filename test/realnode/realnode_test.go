@@ -68,7 +68,8 @@ func lane(t *testing.T, flags ...string) *framework.Lane {
 
 // appOptions shape one test app workload.
 type appOptions struct {
-	// env: extra APP_* settings (APP_FAIL_MODE, APP_FAIL_AFTER, ...).
+	// env: extra APP_* settings (APP_FAIL_MODE, APP_FAIL_AFTER, ...);
+	// APP_REJECT "" makes an app that takes every value.
 	env map[string]string
 	// probe: a readiness probe on the app's /ready.
 	probe bool
@@ -94,7 +95,11 @@ type appOptions struct {
 // and rejecting any value that contains "bad".
 func appSpec(cm string, o appOptions) corev1.PodSpec {
 	vars := []corev1.EnvVar{{Name: "APP_DIRS", Value: "/config"}, {Name: "APP_REJECT", Value: "bad"}}
-	for k, v := range o.env {
+	for k, v := range o.env { // o.env's value of a variable set above replaces it
+		if i := slices.IndexFunc(vars, func(e corev1.EnvVar) bool { return e.Name == k }); i >= 0 {
+			vars[i].Value = v
+			continue
+		}
 		vars = append(vars, corev1.EnvVar{Name: k, Value: v})
 	}
 	c := corev1.Container{
