@@ -154,10 +154,28 @@ func (a *admissions) stopExcusing(t *testing.T, during string, from, to time.Tim
 	case a.total == 0:
 		t.Fatalf("%s: no CREATE was made", during)
 	case len(other) > 0:
-		t.Fatalf("%s: %d of %d CREATEs unstamped: %s; want every admission stamped", during, len(other), a.total, strings.Join(other, "; "))
+		t.Fatalf("%s: %d of %d CREATEs unstamped: %s; want every admission stamped; %s", during, len(other), a.total,
+			strings.Join(other, "; "), failedOpen())
 	case from.IsZero() && failOpen != 0:
-		t.Fatalf("%s: every CREATE was stamped, but the API server counted %.0f calls to configstamp failing open", during, failOpen)
+		t.Fatalf("%s: every CREATE was stamped, but the API server counted %.0f calls to configstamp failing open; %s", during, failOpen, failedOpen())
 	}
+}
+
+// failedOpen is what the API server logged of its last webhook calls that
+// failed open: why each failed (a timeout, a certificate it did not trust,
+// a refused connection), which its fail-open count does not say.
+func failedOpen() string {
+	data, err := os.ReadFile(env.CP.LogPath("kube-apiserver"))
+	if err != nil {
+		return fmt.Sprintf("the API server's log: %v", err)
+	}
+	var lines []string
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, "failing open") {
+			lines = append(lines, strings.TrimSpace(line))
+		}
+	}
+	return fmt.Sprintf("the API server logged %d calls failing open, the last: %s", len(lines), strings.Join(lines[max(0, len(lines)-5):], " | "))
 }
 
 // pauseSpec is a pod spec whose container runs the pause image on the node.
