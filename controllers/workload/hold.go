@@ -321,19 +321,23 @@ func windowSeconds(window time.Duration) int32 {
 const LateReadyMargin = time.Minute
 
 // HeldMinReady is the minReadySeconds a canary is held with for window: the
-// window and LateReadyMargin, at most limit (a Deployment's
-// progressDeadlineSeconds, which counts from the pod's Ready: a hold past it
-// would fail the rollout in its own controller; 0: none) but never below the
-// window. A window of 0 holds no time: the canary passes on its first
-// Ready, as reported, and so may its controller.
+// window and LateReadyMargin, below limit (a Deployment's
+// progressDeadlineSeconds; 0: none). The API server rejects a Deployment
+// whose minReadySeconds is not less than its progressDeadlineSeconds, and
+// the deadline counts from the pod's Ready, so a hold at or past it would
+// fail every stamp write, or the rollout in its own controller. A window
+// at or past the limit is held for limit-1 seconds: the controller may go
+// on to its second new pod before configstamp judged the first for the
+// whole window (docs/rollout-safety.md says so). A window of 0 holds no
+// time: the canary passes on its first Ready, as reported, and so may its
+// controller.
 func HeldMinReady(window time.Duration, limit int32) int32 {
 	if window <= 0 {
 		return 0
 	}
-	w := windowSeconds(window)
 	held := windowSeconds(window + LateReadyMargin)
 	if limit > 0 {
-		held = max(w, min(held, limit))
+		held = min(held, limit-1)
 	}
 	return held
 }

@@ -90,9 +90,10 @@ func TestHoldPerKind(t *testing.T) {
 
 // A held pod counts available for its workload's controller after the
 // window and LateReadyMargin, counted from its Ready's transition time (a
-// busy kubelet writes it late); never past a Deployment's progress deadline,
-// which would fail the rollout in its own controller, and never less than
-// the window.
+// busy kubelet writes it late); always below a Deployment's progress
+// deadline: the API server rejects a minReadySeconds that is not less than
+// progressDeadlineSeconds (the issue's "every stamp write is rejected"),
+// and the deadline counts from the pod's Ready.
 func TestHeldMinReady(t *testing.T) {
 	tests := []struct {
 		window time.Duration
@@ -102,8 +103,10 @@ func TestHeldMinReady(t *testing.T) {
 		{30 * time.Second, 600, 90},
 		{0, 600, 0},
 		{1500 * time.Millisecond, 0, 62},
-		{570 * time.Second, 600, 600},
-		{10 * time.Minute, 300, 600},
+		{570 * time.Second, 600, 599},
+		{10 * time.Minute, 300, 299},
+		{30 * time.Second, 60, 59},
+		{30 * time.Second, 1, 0},
 		{10 * time.Minute, 0, 660},
 	}
 	for _, tc := range tests {
@@ -118,7 +121,7 @@ func TestHeldMinReady(t *testing.T) {
 	}
 	d.Spec.ProgressDeadlineSeconds = ptr.To(int32(60))
 	got, _ = json.Marshal(NewRegistry().All()[0].Hold(d, 30*time.Second).SetPatch())
-	if want := `{"spec":{"minReadySeconds":60,"strategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}}}}`; string(got) != want {
+	if want := `{"spec":{"minReadySeconds":59,"strategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}}}}`; string(got) != want {
 		t.Errorf("within a progress deadline of 60 s: hold %s, want %s", got, want)
 	}
 }
