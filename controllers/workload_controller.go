@@ -40,6 +40,7 @@ const (
 	ReasonRolloutRecovered = rollout.ReasonRolloutRecovered
 	ReasonCanaryPassed     = rollout.ReasonCanaryPassed
 	ReasonStampDropped     = rollout.ReasonStampDropped
+	ReasonHoldRejected     = rollout.ReasonHoldRejected
 )
 
 // FieldManager is the field manager of every write configstamp makes.
@@ -186,6 +187,11 @@ func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*rollout
 // written; the counters, logs and events; the undo; the wake-ups.
 func (r *kindReconciler) act(ctx context.Context, o *rollout.Observation, d rollout.Decision) (reconcile.Result, error) {
 	stale, err := r.write(ctx, o, d.Patches)
+	if err != nil && d.Unheld != nil && rollout.HoldRejected(err) {
+		r.tell(ctx, o.Object, d.Unheld.Rejected(err))
+		d.Stamp = d.Unheld.Stamp
+		stale, err = r.write(ctx, o, []rollout.Patch{d.Unheld.Patch})
+	}
 	if stale || err != nil {
 		if d.Release {
 			r.Scheduler.Release(o.Key)

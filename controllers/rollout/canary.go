@@ -121,8 +121,10 @@ func CanaryJudgedUntil(v Verification, window time.Duration) (time.Time, bool) {
 // (granted by this process, or open in the cache), or another workload
 // that comes first in the wave waits to roll one of them out and will be
 // the canary. 0: no canary to wait for (k may be the canary itself).
-// s.mu held.
-func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes []Change, now time.Time) (time.Duration, error) {
+// A workload that can make no pod now (idle: paused by its user) is never
+// the canary: the others do not wait for it, and it waits for any other
+// that will be, wherever that one is in the wave. s.mu held.
+func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes []Change, idle bool, now time.Time) (time.Duration, error) {
 	refs := refsOf(s.unpassed(k.Namespace, causes, now))
 	if len(refs) == 0 {
 		return 0, nil
@@ -156,7 +158,7 @@ func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes
 	}
 	me := entryOf{k, &pending{priority: priority}}
 	for j, p := range s.pending {
-		if j != k && j.Namespace == k.Namespace && p.candidate(now) && p.concerns(refs) && inNamespace(entryOf{j, p}, me) < 0 {
+		if j != k && j.Namespace == k.Namespace && !p.idle && p.candidate(now) && p.concerns(refs) && (idle || inNamespace(entryOf{j, p}, me) < 0) {
 			return canaryWait, nil
 		}
 	}
@@ -164,27 +166,30 @@ func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes
 }
 
 // CanaryAhead is canaryAhead for the gate, before it asks for a slot.
-func (s *Scheduler) CanaryAhead(ctx context.Context, k Key, priority int, causes []Change) (time.Duration, error) {
+func (s *Scheduler) CanaryAhead(ctx context.Context, k Key, priority int, causes []Change, idle bool) (time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.canaryAhead(ctx, k, priority, causes, s.now())
+	return s.canaryAhead(ctx, k, priority, causes, idle, s.now())
 }
 
 // ClaimCanary, once k holds its slot: whether k is the canary of its
 // change (no canary passed for one of causes), or how long it waits for
 // another's (canaryAhead, looked at again now the slot is k's). A granted
 // canary counts at once for the rest of the wave; Release drops it when
-// the stamp did not happen.
-func (s *Scheduler) ClaimCanary(ctx context.Context, k Key, priority int, causes []Change) (bool, time.Duration, error) {
+// the stamp did not happen. An idle workload (paused by its user) is no
+// canary: with no other to wait for, it is stamped (it makes no pod) and
+// its change stays unpassed, so the next workload that can make a pod is
+// the canary.
+func (s *Scheduler) ClaimCanary(ctx context.Context, k Key, priority int, causes []Change, idle bool) (bool, time.Duration, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	wait, err := s.canaryAhead(ctx, k, priority, causes, now)
+	wait, err := s.canaryAhead(ctx, k, priority, causes, idle, now)
 	if err != nil || wait > 0 {
 		return false, wait, err
 	}
 	unpassed := s.unpassed(k.Namespace, causes, now)
-	if len(unpassed) == 0 {
+	if len(unpassed) == 0 || idle {
 		return false, 0, nil
 	}
 	s.canaryClaims[k] = canaryClaim{refs: refsOf(unpassed), at: now}

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -384,5 +385,119 @@ func TestAnnouncedAgainDebouncesFromTheNewerChange(t *testing.T) {
 	s.Announce(dep("a"), 0, ref)
 	if wait := s.Debounce(dep("a"), "v1-new", 2*time.Second, 0); wait != 2*time.Second {
 		t.Fatalf("debounce after a change announced 8 s after the first: wait %v, want the whole window (2s) from the newer change", wait)
+	}
+}
+
+// The first edge: a, first in the wave (rollout-priority 10), was
+// paused by its user. It can make no pod of the change, so it is never the
+// change's canary: b, the next in the wave, is (held at one new pod), the
+// others wait for b even though a comes before them, and a itself waits
+// for b's canary as the others do. Broken on purpose (a could be the
+// canary), a "passed" with no pod and the rest were stamped at once.
+func TestAPausedWorkloadIsNeverTheCanary(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	wants := func(name string, priority int) Observation {
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout, Priority: priority,
+			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+	}
+	paused := wants("a", 10)
+	paused.Object.(*appsv1.Deployment).Spec.Paused = true
+	for _, n := range []string{"a", "b", "c", "d"} {
+		s.Announce(dep(n), map[string]int{"a": 10}[n], ref)
+	}
+	if d, err := s.Decide(t.Context(), paused); err != nil || d.Transition == Stamp {
+		t.Fatalf("a, paused, while b can be the canary: %+v %v; want it to wait for b's canary", d, err)
+	}
+	for _, n := range []string{"d", "c"} { // they come after b
+		if d, err := s.Decide(t.Context(), wants(n, 0)); err != nil || d.Transition == Stamp {
+			t.Fatalf("%s before b's canary: %+v %v; want it to wait", n, d, err)
+		}
+	}
+	d, err := s.Decide(t.Context(), wants("b", 0))
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || len(d.Hold) == 0 {
+		t.Fatalf("b, the first that can make a pod: %+v %v; want the canary, held", d, err)
+	}
+	for _, o := range []Observation{paused, wants("c", 0), wants("d", 0)} {
+		if d, err := s.Decide(t.Context(), o); err != nil || d.Transition == Stamp {
+			t.Fatalf("%s while b's canary runs: %+v %v; want it to wait", o.Key.Name, d, err)
+		}
+	}
+}
+
+// With no other workload of the change to be its canary, a paused one is
+// stamped (it makes no pod) as no canary: its change stays unpassed, and
+// the next workload that can make a pod is the canary.
+func TestAPausedWorkloadAloneIsStampedAsNoCanary(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	o := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", nil), Ours: true, Need: NeedRollout,
+		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+	o.Object.(*appsv1.Deployment).Spec.Paused = true
+	d, err := s.Decide(t.Context(), o)
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != NoCanary || len(d.Hold) != 0 {
+		t.Fatalf("a, paused and alone: %+v %v; want a plain stamp, no canary", d, err)
+	}
+	b := o
+	b.Key, b.Object = dep("b"), threeReplicas("b", nil)
+	if d, err := s.Decide(t.Context(), b); err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
+		t.Fatalf("b after the paused a was stamped: %+v %v; want b the change's canary", d, err)
+	}
+}
+
+// A canary its user pauses mid-way made no judged pod: it does not pass
+// (nor fail by the deadline, which its controller does not count while
+// paused); it is followed.
+func TestAPausedCanaryDoesNotPass(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	one := workloadIn("a", true, nil) // one replica: its whole rollout is its canary
+	d, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: one, Ours: true, Need: NeedRollout,
+		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
+	if err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning || len(d.Hold) != 0 {
+		t.Fatalf("a: %+v %v; want the canary, unheld", d, err)
+	}
+	rec := *d.Record
+	obj := workloadIn("a", true, nil)
+	sealed(obj, rec, testKeys.Current())
+	obj.Spec.Paused = true
+	c.advance(2 * time.Minute) // past the progress deadline
+	f, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedNothing, Canary: true,
+		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true}})
+	if err != nil || f.Transition != Follow || f.After <= 0 {
+		t.Fatalf("the canary paused by its user: %+v %v; want it followed, neither passed nor failed", f, err)
+	}
+}
+
+// A hold the API server rejects (an admission policy forbids the fields
+// it sets) must not block the stamp: the decision carries the same stamp
+// without the hold, its record the canary's, unheld.
+func TestUnheldStampIsTheFallbackOfAHold(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	d, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", nil), Ours: true, Need: NeedRollout,
+		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
+	if err != nil || d.Transition != Stamp || len(d.Hold) == 0 || d.Unheld == nil {
+		t.Fatalf("a: %+v %v; want a held canary stamp with its unheld fallback", d, err)
+	}
+	p := d.Unheld.Patch
+	spec, _ := p.Spec["spec"].(map[string]any)
+	if _, ok := spec["strategy"]; ok || spec["minReadySeconds"] != nil || !slices.Contains(p.Writes, WriteStamp) || slices.Contains(p.Writes, WriteHold) {
+		t.Fatalf("the unheld patch %+v still sets the hold, or stamps nothing", p)
+	}
+	if p.Meta[AnnotationCanary] != string(CanaryRunning) || p.Meta[AnnotationHold] != nil || !p.Judged {
+		t.Fatalf("the unheld patch's record %+v: want the canary's, no hold, on the judged version", p.Meta)
+	}
+	e := d.Unheld.Rejected(errors.New("denied by a policy"))
+	if len(e.Events) != 1 || e.Events[0].Reason != ReasonHoldRejected || !strings.Contains(e.Events[0].Message, "denied by a policy") {
+		t.Fatalf("the rejection tells %+v; want one HoldRejected event with the API server's answer", e.Events)
 	}
 }

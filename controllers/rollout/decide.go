@@ -73,8 +73,10 @@ type HaltFinder interface {
 // decides nothing: the Patches, one after the other, stopping at the first
 // that finds the workload changed or gone (stale: nothing more is done; ask
 // again shortly; the slot a Stamp took goes back when Release says so);
-// then what the Stamp write did (StampWrite.Landed, judged from what the
-// API server returned); the scheduler told the record Written; the
+// a hold the API server rejected (an admission policy that forbids the
+// fields it sets) is written again without it (Unheld); then what the
+// Stamp write did (StampWrite.Landed, judged from what the API server
+// returned); the scheduler told the record Written; the
 // Effects; the Undo (its outcome told by Undo.Done); the Wake.
 type Decision struct {
 	Transition Transition
@@ -108,6 +110,9 @@ type Decision struct {
 	Release bool
 	// Stamp: how the stamp Patches write is judged once it landed.
 	Stamp *StampWrite
+	// Unheld: a held canary's stamp without its hold, written instead when
+	// the API server rejects the hold (Unheld.Rejected); nil: no hold.
+	Unheld *Unheld
 	// Written: the record to tell the scheduler of once written
 	// (Scheduler.CanaryWritten): a canary's pass, a close.
 	Written *Record
@@ -256,18 +261,23 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 		return Decision{After: wait}, false, false, nil
 	}
 	wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority)
-	s.wants(o.Key, sit.Causes)
+	// Paused by its user (not by its failed canary's freeze, which its
+	// stamp puts back), it makes no pod of the change now: it is never the
+	// change's canary (a canary passes only on a judged pod).
+	prev, _ := workload.DecodeHold(sit.Record.Hold) // sealed: configstamp's own
+	idle := o.Kind.Status(prev.Thawed(o.Object)).Paused
+	s.wants(o.Key, sit.Causes, idle)
 	if wait > 0 {
 		return Decision{After: wait}, false, false, nil
 	}
 	canaries := o.Canary && s.Policy.Canary && s.Policy.Tracks() && !NothingToWaitFor(o.Kind, o.Object)
 	if canaries { // another's canary of the change runs, or comes first: wait for it
-		if wait, err := s.CanaryAhead(ctx, o.Key, o.Priority, sit.Causes); err != nil || wait > 0 {
+		if wait, err := s.CanaryAhead(ctx, o.Key, o.Priority, sit.Causes, idle); err != nil || wait > 0 {
 			return Decision{After: wait}, false, false, err
 		}
 	}
 	if supersedes { // its rollout holds a slot already, and keeps it
-		canary, wait, err := s.claim(ctx, o, sit.Causes, canaries)
+		canary, wait, err := s.claim(ctx, o, sit.Causes, canaries, idle)
 		if err != nil || wait > 0 {
 			return Decision{After: wait}, false, false, err
 		}
@@ -291,7 +301,7 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 		s.Release(o.Key)
 		return Decision{After: wait}, false, false, nil
 	}
-	canary, wait, err := s.claim(ctx, o, sit.Causes, canaries)
+	canary, wait, err := s.claim(ctx, o, sit.Causes, canaries, idle)
 	if err != nil || wait > 0 {
 		s.Release(o.Key)
 		return Decision{After: wait}, false, false, err
@@ -301,11 +311,11 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 
 // claim: whether o is its change's canary, or how long it waits for
 // another's (ClaimCanary), when canaries apply to it.
-func (s *Scheduler) claim(ctx context.Context, o Observation, causes []Change, canaries bool) (bool, time.Duration, error) {
+func (s *Scheduler) claim(ctx context.Context, o Observation, causes []Change, canaries, idle bool) (bool, time.Duration, error) {
 	if !canaries {
 		return false, 0, nil
 	}
-	return s.ClaimCanary(ctx, o.Key, o.Priority, causes)
+	return s.ClaimCanary(ctx, o.Key, o.Priority, causes, idle)
 }
 
 // checkHalt reports whether one of the changes is halted, and notes that the

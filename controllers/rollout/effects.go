@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/configstamp/configstamp/controllers/pin"
@@ -24,6 +25,9 @@ const (
 	ReasonCanaryPassed = "CanaryPassed"
 	// ReasonStampDropped: the API server pruned the stamp (StampWrite.Landed).
 	ReasonStampDropped = "StampDropped"
+	// ReasonHoldRejected: the API server rejected a canary's hold; the
+	// stamp was written without it (Unheld).
+	ReasonHoldRejected = "HoldRejected"
 )
 
 // Event is one Kubernetes event a decision emits about the workload, or
@@ -185,8 +189,51 @@ func (p Policy) effects(sit Situation, d Decision) Decision {
 		d.log(1, "recorded hash", "hash", o.Data.Hash, "baseline", currentStamp(o) == "")
 	case Stamp:
 		d.Patches, d.Stamp, d.Release = []Patch{d.stampPatch(sit)}, d.stampWrite(o), !d.Supersedes
+		if len(d.Hold) > 0 && d.Record != nil {
+			d.Unheld = d.unheld(sit)
+		}
 	}
 	return d
+}
+
+// Unheld is a held canary's stamp without its hold: the workload is then
+// its change's canary whole (no other workload gets the change before its
+// whole rollout completed and was verified). A hold is computed within the
+// API's own rules (workload.HeldMinReady), but a cluster's admission
+// policy (a ValidatingAdmissionPolicy, Kyverno, Gatekeeper) may forbid the
+// fields it sets: the stamp must not wait on that.
+type Unheld struct {
+	Patch Patch
+	Stamp *StampWrite
+	kind  string
+}
+
+// unheld is d's stamp without its hold.
+func (d Decision) unheld(sit Situation) *Unheld {
+	u := d
+	u.Hold = nil
+	rec := d.Record.AsCanary("")
+	u.Record = &rec
+	return &Unheld{Patch: u.stampPatch(sit), Stamp: u.stampWrite(sit.Observation), kind: sit.Kind.Name}
+}
+
+// HoldRejected reports whether err, the answer to a stamp write with a
+// canary's hold, is the API server refusing what was written (validation,
+// an admission policy or webhook), not a failure to write at all.
+func HoldRejected(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)
+}
+
+// Rejected is what the hold's rejection tells: a Warning event with the
+// API server's answer, and a count.
+func (u *Unheld) Rejected(err error) Effects {
+	var e Effects
+	e.count(MetricCanaries, "unheld", u.kind)
+	e.log(0, "the API server rejected the canary's hold; stamping without it", "error", err.Error())
+	e.event(corev1.EventTypeWarning, ReasonHoldRejected, "Canary",
+		"the API server rejected the fields configstamp sets to hold this canary at one new pod (%v): stamped without them, "+
+			"so this whole workload is its change's canary, judged before any other workload gets the change", err)
+	return e
 }
 
 // closed fills in the effects of a rollout's close (not an undo's own).

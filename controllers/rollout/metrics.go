@@ -74,7 +74,7 @@ var (
 	// CanariesTotal counts canaries by how they ended (passed, failed) and kind.
 	CanariesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricCanaries,
-		Help: "Canaries of a change (its first workload, held at one new pod where its kind allows), by result (passed, failed) and kind.",
+		Help: "Canaries of a change (its first workload, held at one new pod where its kind allows), by result (passed, failed; unheld: its hold rejected by the API server, stamped without it) and kind.",
 	}, []string{"result", "kind"})
 	// UndosTotal counts configstamp's undos of failed rollouts by result:
 	// undone (the template returned to its last verified revision), then

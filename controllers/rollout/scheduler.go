@@ -112,6 +112,9 @@ type pending struct {
 	seen    time.Time
 	// refs: the sources whose change it waits to roll out (none known: any).
 	refs []stamp.ObjectRef
+	// idle: it can make no pod of the change now (paused by its user): never
+	// the change's canary, so no other waits for it to be (canaryAhead).
+	idle bool
 }
 
 // concerns reports whether p waits to roll out a change of one of refs
@@ -251,12 +254,14 @@ func appendNew(to []stamp.ObjectRef, refs ...stamp.ObjectRef) []stamp.ObjectRef 
 	return to
 }
 
-// wants notes which changes k waits to roll out (Ongoing reads them).
-func (s *Scheduler) wants(k Key, causes []Change) {
+// wants notes which changes k waits to roll out (Ongoing reads them), and
+// whether it can make no pod of them now (idle: no canary, see canaryAhead).
+func (s *Scheduler) wants(k Key, causes []Change, idle bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.pending[k]; p != nil {
 		p.refs = appendNew(p.refs[:0:0], refsOf(causes)...)
+		p.idle = idle
 	}
 }
 

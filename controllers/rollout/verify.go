@@ -521,8 +521,27 @@ func containersReady(p *corev1.Pod) (bool, time.Time) {
 	return false, p.CreationTimestamp.Time
 }
 
-// healthySince: whether p's containers are Ready, and since when they
-// have been Ready with no restart as their node reports it: from their last
+// gatesTrue reports whether every readiness gate of p's spec has its
+// condition True (a load balancer's health, a mesh's), and since when the
+// last of them turned so (zero: p has none). Kubernetes counts a pod Ready,
+// and its workload's controller counts it available, only then: a canary
+// whose new pod's gate never turns True has not passed. The pod's Ready
+// condition itself is not read, since the node lifecycle controller turns
+// it False on a NotReady node whatever the config did.
+func gatesTrue(p *corev1.Pod) (bool, time.Time) {
+	var since time.Time
+	for _, g := range p.Spec.ReadinessGates {
+		i := slices.IndexFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == g.ConditionType })
+		if i < 0 || p.Status.Conditions[i].Status != corev1.ConditionTrue {
+			return false, time.Time{}
+		}
+		since = later(since, p.Status.Conditions[i].LastTransitionTime.Time)
+	}
+	return true, since
+}
+
+// healthySince: whether p's containers are Ready and its readiness gates
+// True (gatesTrue), and since when they have been Ready with no restart as their node reports it: from their last
 // readiness change or restart, and never before the node last wrote p's
 // container statuses (statusWritten). A busy node's kubelet writes late (23 s
 // after a crash on this project's real-node tests): the Ready it wrote at W
@@ -534,6 +553,11 @@ func healthySince(p *corev1.Pod) (time.Time, bool) {
 	if !ready {
 		return time.Time{}, false
 	}
+	gated, at := gatesTrue(p)
+	if !gated {
+		return time.Time{}, false
+	}
+	since = later(since, at)
 	for _, cs := range longRunning(p) {
 		if t := cs.LastTerminationState.Terminated; t != nil && t.FinishedAt.After(since) {
 			since = t.FinishedAt.Time

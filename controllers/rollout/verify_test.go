@@ -416,3 +416,42 @@ func TestOwnPods(t *testing.T) {
 		t.Errorf("db's pods: %v", got)
 	}
 }
+
+// A pod with readiness gates (a load balancer's health) is healthy only
+// once every gate's condition is True, and from when the last turned so:
+// Kubernetes counts it Ready, and its controller available, only then. A
+// canary whose new pod's gate is never set has not passed, however long
+// its containers are Ready; broken on purpose (gates not read), it passed.
+func TestReadinessGatesCountForHealth(t *testing.T) {
+	ready := t0.Add(5 * time.Second)
+	gated := func(gate corev1.ConditionStatus, at time.Time) corev1.Pod {
+		p := corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "a", CreationTimestamp: metav1.NewTime(t0), Annotations: map[string]string{stamp.AnnotationHash: "v1-new"}},
+			Spec:       corev1.PodSpec{ReadinessGates: []corev1.PodReadinessGate{{ConditionType: "example.com/lb-ready"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning,
+				Conditions: []corev1.PodCondition{
+					{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(ready)},
+					{Type: corev1.PodReady, Status: gate, LastTransitionTime: metav1.NewTime(at)}},
+				ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Ready: true,
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0)}}}}},
+		}
+		if gate != "" {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: "example.com/lb-ready", Status: gate, LastTransitionTime: metav1.NewTime(at)})
+		}
+		return p
+	}
+	seen := func(p corev1.Pod) Verification {
+		return InspectPods(PodsSeen{Rule: RuleRolling, Pods: []corev1.Pod{p}, Hash: "v1-new", Started: t0, Now: t0.Add(10 * time.Minute)})
+	}
+	for name, p := range map[string]corev1.Pod{"gate never set": gated("", time.Time{}), "gate False": gated(corev1.ConditionFalse, ready)} {
+		v := seen(p)
+		if _, ok := CanaryJudgedUntil(v, 30*time.Second); ok || v.Healthy || v.Problem != "" {
+			t.Errorf("%s: %+v; want not healthy, no canary pass, and no failure of the config", name, v)
+		}
+	}
+	at := t0.Add(40 * time.Second)
+	v := seen(gated(corev1.ConditionTrue, at))
+	if until, ok := CanaryJudgedUntil(v, 30*time.Second); !ok || !v.Healthy || !until.Equal(at.Add(30*time.Second)) {
+		t.Errorf("gate True at +40 s: %+v, passes at %v (%v); want healthy from the gate's turn, passing at %v", v, until, ok, at.Add(30*time.Second))
+	}
+}
