@@ -41,6 +41,7 @@ const (
 	ReasonCanaryPassed     = rollout.ReasonCanaryPassed
 	ReasonStampDropped     = rollout.ReasonStampDropped
 	ReasonHoldRejected     = rollout.ReasonHoldRejected
+	ReasonPauseLifted      = rollout.ReasonPauseLifted
 )
 
 // FieldManager is the field manager of every write configstamp makes.

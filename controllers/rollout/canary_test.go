@@ -136,9 +136,12 @@ func TestCanaryFailureKeepsItsHold(t *testing.T) {
 	}
 }
 
-// A canary that failed is paused; its pods recovering lift no halt while
-// it is paused, and the next change's canary unpauses it in its stamp and
-// holds it as any canary.
+// A canary that failed is paused; while its pod is not healthy no halt
+// lifts, and the next change's canary unpauses it in its stamp and holds
+// it as any canary. Its pod healthy for a full window (a restart at its
+// start, then lasting health) lifts the halt and puts back the pause and
+// the hold: the change was not the config's fault after all (issue 52: a
+// pause that outlived lasting health left the Deployment paused for good).
 func TestFrozenCanaryThawsWithTheNextChange(t *testing.T) {
 	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
 	bad := []Change{{Ref: ref, Content: "00aa"}}
@@ -152,12 +155,25 @@ func TestFrozenCanaryThawsWithTheNextChange(t *testing.T) {
 	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
 	d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}
 	d.Status.UpdatedReplicas = 1
-	recovering := Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Need: NeedNothing, Canary: true, VerifyWindow: 30 * time.Second,
-		Verification: Verification{Window: 30 * time.Second, Read: true, Healthy: true, Pods: 3, HealthySince: t0.Add(-time.Hour)}}
-	if r, err := s.Decide(t.Context(), recovering); err != nil || r.Transition == Resume {
-		t.Fatalf("paused after its failure: %+v %v; want no recovery while paused", r, err)
+	crashing := Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Need: NeedNothing, Canary: true, VerifyWindow: 30 * time.Second,
+		Verification: Verification{Window: 0, Read: true, Healthy: false, Pods: 1}}
+	if r, err := s.Decide(t.Context(), crashing); err != nil || r.Transition == Resume {
+		t.Fatalf("paused after its failure, its pod not healthy: %+v %v; want no recovery", r, err)
 	}
-	next := recovering
+	recovering := crashing
+	recovering.Verification = Verification{Window: 0, Read: true, Healthy: true, Pods: 1, HealthySince: t0.Add(-20 * time.Second)}
+	if r, err := s.Decide(t.Context(), recovering); err != nil || r.Transition == Resume || r.After <= 0 {
+		t.Fatalf("its pod healthy for 20 s of a 30 s window (its effective window 0, minReadySeconds held): %+v %v; want no recovery yet, a look again", r, err)
+	}
+	recovering.Verification.HealthySince = t0.Add(-31 * time.Second)
+	r, err := s.Decide(t.Context(), recovering)
+	if err != nil || r.Transition != Resume || r.Record.Halted != "" || r.Record.Hold != "" || len(r.Patches) != 1 {
+		t.Fatalf("its pod healthy for a full window: %+v %v; want the halt lifted and the hold put back", r, err)
+	}
+	if spec, _ := r.Patches[0].Spec["spec"].(map[string]any); spec["paused"] != nil || !hasKey(spec, "paused") || !hasKey(spec, "minReadySeconds") {
+		t.Fatalf("the recovery's patch %v: want paused and the hold put back", r.Patches[0].Spec)
+	}
+	next := crashing
 	next.Need, next.Hash, next.Data, next.Sources = NeedRollout, "v1-fixed", dataOf("v1-fixed"), sourcesOf([]Change{{Ref: ref, Content: "00bb"}})
 	st, err := s.Decide(t.Context(), next)
 	if err != nil || st.Transition != Stamp || st.Record.Canary != CanaryRunning {
@@ -499,5 +515,47 @@ func TestUnheldStampIsTheFallbackOfAHold(t *testing.T) {
 	e := d.Unheld.Rejected(errors.New("denied by a policy"))
 	if len(e.Events) != 1 || e.Events[0].Reason != ReasonHoldRejected || !strings.Contains(e.Events[0].Message, "denied by a policy") {
 		t.Fatalf("the rejection tells %+v; want one HoldRejected event with the API server's answer", e.Events)
+	}
+}
+
+// The issue's third edge: a bad value halts a; the user runs `kubectl
+// configstamp resume` (its halted annotation removed), which unseals the
+// record. The pause and the hold its failed canary set are put back at
+// once (not left for good), and a later change's stamp puts back any still
+// set; a user's own value since stands.
+func TestResumeByHandPutsBackTheFailedCanarysHold(t *testing.T) {
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	hold := workload.Hold{{Path: "spec.minReadySeconds", Set: float64(90)}, {Path: "spec.paused", Set: true}}
+	failed := StartRecord(t0.Add(-time.Minute), lifecycleCause, false).AsCanary(hold.Encode()).Fail(true)
+	d := threeReplicas("a", &failed)
+	d.Spec.Paused, d.Spec.MinReadySeconds = true, 90
+	delete(d.Annotations, AnnotationHalted)
+	o := Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Need: NeedNothing, Canary: true, VerifyWindow: 30 * time.Second}
+	got, err := s.Decide(t.Context(), o)
+	if err != nil || got.Transition != Settle || len(got.Patches) != 1 {
+		t.Fatalf("resumed by hand: %+v %v; want its hold put back", got, err)
+	}
+	p := got.Patches[0]
+	if spec, _ := p.Spec["spec"].(map[string]any); !hasKey(spec, "paused") || spec["paused"] != nil || !hasKey(spec, "minReadySeconds") || !p.Judged {
+		t.Fatalf("the patch %+v: want paused and minReadySeconds put back, on the judged version", p)
+	}
+	if v, ok := p.Meta[AnnotationHold]; !ok || v != nil || len(got.Events) != 1 || got.Events[0].Reason != ReasonPauseLifted {
+		t.Fatalf("the patch's annotations %+v, events %+v: want the hold annotation removed and a PauseLifted event", p.Meta, got.Events)
+	}
+	// The user set minReadySeconds since: theirs stands; the pause goes.
+	d.Spec.MinReadySeconds = 5
+	if got, _ := s.Decide(t.Context(), o); len(got.Patches) != 1 || hasKey(got.Patches[0].Spec["spec"].(map[string]any), "minReadySeconds") {
+		t.Fatalf("after the user's edit: %+v; want the pause alone put back", got.Patches)
+	}
+	// A later change's stamp, before the thaw landed, puts it back too.
+	next := o
+	next.Need, next.Hash, next.Data, next.Sources = NeedRollout, "v1-fixed", dataOf("v1-fixed"), sourcesOf([]Change{{Ref: lifecycleCause[0].Ref, Content: "00bb"}})
+	st, err := s.Decide(t.Context(), next)
+	if err != nil || st.Transition != Stamp || len(st.Patches) != 1 {
+		t.Fatalf("the next change: %+v %v; want a stamp", st, err)
+	}
+	if spec, _ := st.Patches[0].Spec["spec"].(map[string]any); !hasKey(spec, "paused") || spec["paused"] != nil {
+		t.Fatalf("the next change's stamp %v: want the pause put back", st.Patches[0].Spec)
 	}
 }

@@ -206,6 +206,7 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 		// retired): it holds no slot and halts nothing. Removing the halted
 		// annotation, the documented resume, lands here too.
 		log.FromContext(ctx).V(1).Info("rollout record not sealed by configstamp; ignored", "why", err.Error())
+		sit.Stray = StrayHold(o.Object)
 	}
 	if o.Need == NeedRollout {
 		sit.Causes = Causes(o.Object.GetAnnotations(), o.Sources)
@@ -215,6 +216,16 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 		sit.Progressed = s.progressed(o.Key, o.Kind.Status(o.Object).Mark, sit.Now)
 	}
 	return sit
+}
+
+// prevHold is the hold still set by an earlier rollout: its sealed
+// record's, or the freeze a record no longer sealed left (Stray).
+func (sit Situation) prevHold() workload.Hold {
+	prev, _ := workload.DecodeHold(sit.Record.Hold) // sealed: configstamp's own
+	if len(prev) == 0 {
+		return sit.Stray
+	}
+	return prev
 }
 
 // gate lets a rollout start only when its change is not halted, its debounce
@@ -241,7 +252,7 @@ func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Dura
 			start.Started = sit.Record.Started // the slot's bound counts from the first stamp
 		}
 		if canary {
-			prev, _ := workload.DecodeHold(sit.Record.Hold) // sealed: configstamp's own
+			prev := sit.prevHold()
 			d.Hold = sit.Kind.Hold(prev.Thawed(sit.Object), sit.VerifyWindow).Carry(prev, sit.Object)
 			start = start.AsCanary(d.Hold.Encode())
 		}
@@ -264,8 +275,7 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	// Paused by its user (not by its failed canary's freeze, which its
 	// stamp puts back), it makes no pod of the change now: it is never the
 	// change's canary (a canary passes only on a judged pod).
-	prev, _ := workload.DecodeHold(sit.Record.Hold) // sealed: configstamp's own
-	idle := o.Kind.Status(prev.Thawed(o.Object)).Paused
+	idle := o.Kind.Status(sit.prevHold().Thawed(o.Object)).Paused
 	s.wants(o.Key, sit.Causes, idle)
 	if wait > 0 {
 		return Decision{After: wait}, false, false, nil

@@ -28,6 +28,9 @@ const (
 	// ReasonHoldRejected: the API server rejected a canary's hold; the
 	// stamp was written without it (Unheld).
 	ReasonHoldRejected = "HoldRejected"
+	// ReasonPauseLifted: a failed canary's pause put back once its halt
+	// was removed by hand (Situation.Stray).
+	ReasonPauseLifted = "PauseLifted"
 )
 
 // Event is one Kubernetes event a decision emits about the workload, or
@@ -184,6 +187,14 @@ func (p Policy) effects(sit Situation, d Decision) Decision {
 		d.Patches = []Patch{d.recordPatch(sit, true)}
 		d.log(0, "rollout complete; verifying that it stays healthy", "until", d.Record.Until.UTC().Format(time.RFC3339),
 			"elapsed", elapsed(d.Judged, sit.Now))
+	case Settle:
+		if d.On == NeedNothing && len(sit.Stray) > 0 {
+			d.Patches = []Patch{thawPatch(sit)}
+			d.log(0, "halt removed: the failed canary's hold and pause put back", "hold", sit.Stray.Encode())
+			d.event(corev1.EventTypeNormal, ReasonPauseLifted, "Resume",
+				"its halt was removed (kubectl configstamp resume, or the %s annotation deleted): configstamp put back what it set on this spec when its canary ran and failed (%s)",
+				AnnotationHalted, strings.Join(sit.Stray.Paths(), ", "))
+		}
 	case Baseline:
 		d.Patches = []Patch{{Meta: dataRecord(o.Data), Writes: []string{WriteDataRecord}}}
 		d.log(1, "recorded hash", "hash", o.Data.Hash, "baseline", currentStamp(o) == "")
@@ -331,6 +342,14 @@ func (d Decision) stampPatch(sit Situation) Patch {
 	return p
 }
 
+// thawPatch puts back sit.Stray, a failed canary's hold and pause whose
+// record no longer counts, and drops the hold annotation that named it; on the
+// judged version only.
+func thawPatch(sit Situation) Patch {
+	back, _ := sit.Stray.RestorePatch(sit.Object) // not nil: see StrayHold
+	return Patch{Meta: map[string]any{AnnotationHold: nil}, Spec: back, Judged: true, Writes: []string{WriteHoldBack}}
+}
+
 // stampWrite is how the stamp d writes is judged once it landed.
 func (d Decision) stampWrite(o Observation) *StampWrite {
 	w := &StampWrite{Kind: o.Kind.Name, TemplateFields: o.Kind.TemplateFields(), Proposed: o.Data.Hash, Previous: currentStamp(o),
@@ -355,10 +374,13 @@ func (d *Decision) holdPatch(sit Situation) map[string]any {
 	if len(d.Hold) > 0 {
 		return d.Hold.SetPatch()
 	}
-	if d.Judged.Hold == "" || (d.Record != nil && d.Record.Hold != "") {
+	if (d.Judged.Hold == "" && len(sit.Stray) == 0) || (d.Record != nil && d.Record.Hold != "") {
 		return nil
 	}
 	held, err := workload.DecodeHold(d.Judged.Hold)
+	if len(held) == 0 {
+		held = sit.Stray // a freeze its record no longer seals
+	}
 	if err == nil {
 		var back map[string]any
 		if back, err = held.RestorePatch(sit.Object); err == nil {

@@ -202,6 +202,8 @@ var Lifecycle = []Row{
 	{On: NotOurs, Transition: Settle},
 	{On: CacheBehind, Transition: Stale},
 	{From: closed, On: NeedNothing, Transition: Settle},
+	{From: closed, On: NeedNothing, When: "its failed canary's pause, its halt removed by hand", Transition: Settle,
+		Effects: Summary{Writes: []string{WriteHoldBack}, Events: []string{ReasonPauseLifted}}},
 	{From: closed, On: NeedRecord, Transition: Baseline, Effects: Summary{Writes: []string{WriteDataRecord}}},
 	{On: NeedRollout, When: "the gate is open", Transition: Stamp, To: string(Rolling),
 		Effects: Summary{Writes: []string{WriteDataRecord, WriteRecord, WriteStamp}, Events: []string{ReasonConfigChanged}, Counts: []string{MetricStarted}, Slot: "takes"}},

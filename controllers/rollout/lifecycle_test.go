@@ -103,11 +103,25 @@ func lifecycleFixtures() []fixture {
 		{o: with(observation(true, nil, NeedNothing), func(o *Observation) { o.Ours = false })},
 		{o: with(observation(true, nil, NeedRollout), func(o *Observation) { o.CacheBehind = true })},
 		{o: observation(true, &done, NeedNothing)},
+		{o: resumedByHand()},
 		{o: observation(true, nil, NeedRecord)},
 		{o: observation(true, nil, NeedRollout)},
 		{o: observation(true, nil, NeedRollout), halted: FormatChanges(lifecycleCause)},
 		{o: with(observation(true, nil, NeedRollout), func(o *Observation) { o.Window = time.Second })},
 	}
+}
+
+// resumedByHand is a failed canary, paused by configstamp, whose halted
+// annotation a user removed (kubectl configstamp resume): its record no
+// longer sealed, the pause still set.
+func resumedByHand() Observation {
+	hold := workload.Hold{{Path: "spec.paused", Set: true}}
+	failed := StartRecord(t0.Add(-time.Minute), lifecycleCause, false).AsCanary(hold.Encode()).Fail(true)
+	o := observation(true, &failed, NeedNothing)
+	d := o.Object.(*appsv1.Deployment)
+	d.Spec.Paused = true
+	delete(d.Annotations, AnnotationHalted)
+	return o
 }
 
 // TestLifecycle walks the lifecycle table: each row's situation is

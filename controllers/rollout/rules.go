@@ -3,6 +3,8 @@ package rollout
 import (
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -36,6 +38,11 @@ type Situation struct {
 	// Progressed: when this process last saw its open rollout's status
 	// change (zero: never); its progress deadline counts from then.
 	Progressed time.Time
+	// Stray: the hold and pause its failed canary set, still set, of a
+	// record no longer sealed: its halt was removed by hand or by `kubectl
+	// configstamp resume`, which ends their reason. Put back at once
+	// (Settle) or by the next stamp (StrayHold).
+	Stray workload.Hold
 }
 
 // Ruling is what Rules decide: the transition, on what trigger, and the
@@ -67,10 +74,11 @@ type Ruling struct {
 //     holds no slot; an open record there is not this installation's to
 //     judge or close.
 //  2. Failed, halting its change, complete again with no sign of failure
-//     among the pods of its revision, and every one of them Ready with no
+//     among the pods of its revision (a canary paused by its failure: its
+//     new pods, at least one), and every one of them Ready with no
 //     restart for a full window (and for twice the longest run before a
 //     container's last crash: a crash loop never looks recovered): resume
-//     (lift the halt). Not yet that long: ask again when it will be
+//     (lift the halt, and put back the canary's pause). Not yet that long: ask again when it will be
 //     (Recheck). One Ready read lifts nothing.
 //     A pinned workload a user rolled back to an earlier revision's snapshots
 //     runs other data, and recovers nothing.
@@ -169,8 +177,16 @@ func later(a, b time.Time) time.Time {
 // permission): complete is all there is to go by.
 func recovered(o Observation, rec Record, now time.Time) (time.Time, bool) {
 	v := o.Verification
-	if frozenNow(o, rec) { // paused by its canary's failure: complete says nothing
-		return time.Time{}, false
+	if frozenNow(o, rec) {
+		// Paused by its canary's failure, complete says nothing; its new
+		// revision's pods do (the canary's one pod, a restart at its start
+		// since history): every one of them healthy for the window as set
+		// (not less the minReadySeconds its hold raised) and twice its
+		// longest run before a crash, so a crash loop never looks recovered.
+		if !v.Read || v.Unread || v.Pods == 0 || !v.Healthy {
+			return time.Time{}, false
+		}
+		return v.HealthySince.Add(max(o.VerifyWindow, v.Window, v.Outlast)), true
 	}
 	if complete, _ := Complete(o.Kind, o.Object); !complete || v.Unread || v.Problem != "" || (v.Read && !v.Healthy) {
 		return time.Time{}, false
@@ -230,4 +246,21 @@ func judged(sit Situation, p Policy) Ruling {
 		return Ruling{Transition: Baseline, On: NeedRecord}
 	}
 	return Ruling{Transition: Gate, On: NeedRollout, After: following}
+}
+
+// StrayHold is obj's rollout-hold annotation, as written, when obj's
+// record is not sealed and obj still has one of its fields at the value it
+// set (nil otherwise): a failed canary's hold and pause, whose record
+// stopped counting when its halt was removed, and which nothing else would
+// put back. A hand-written one puts back only fields of obj's own spec that
+// its writer could have set itself.
+func StrayHold(obj client.Object) workload.Hold {
+	h, err := workload.DecodeHold(Read(obj.GetAnnotations()).Hold)
+	if err != nil || len(h) == 0 {
+		return nil
+	}
+	if back, err := h.RestorePatch(obj); err != nil || back == nil {
+		return nil
+	}
+	return h
 }

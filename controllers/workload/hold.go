@@ -250,6 +250,15 @@ func (h Hold) Thawed(obj client.Object) client.Object {
 	return out
 }
 
+// Paths are the fields h sets.
+func (h Hold) Paths() []string {
+	out := make([]string, len(h))
+	for i, f := range h {
+		out[i] = f.Path
+	}
+	return out
+}
+
 func (h Hold) has(path string) bool {
 	for _, f := range h {
 		if f.Path == path {
