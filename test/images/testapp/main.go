@@ -31,6 +31,11 @@
 //	               and exits 0 at once unless it rejects it (then as
 //	               APP_FAIL_MODE=exit says).
 //	APP_LISTEN     HTTP listen address (default ":8080").
+//	APP_EXIT_FIRST a file path (on a volume that outlives the container,
+//	               an emptyDir): when it does not exist, the app creates it
+//	               and exits 1 after printing its config, as an app whose
+//	               dependency is not up yet at its first start; when it
+//	               does, the app runs as the other settings say.
 //
 // HTTP (GET or HEAD):
 //
@@ -90,6 +95,7 @@ type config struct {
 	Flap      time.Duration
 	Once      bool
 	Listen    string
+	ExitFirst string
 	Values    map[string]string // the APP_VALUE_* variables
 }
 
@@ -138,6 +144,7 @@ func parseConfig(environ []string) (config, error) {
 		cfg.Flap = d
 	}
 	cfg.Once = env["APP_ONCE"] == "true"
+	cfg.ExitFirst = env["APP_EXIT_FIRST"]
 	if v := env["APP_LISTEN"]; v != "" {
 		cfg.Listen = v
 	}
@@ -332,6 +339,16 @@ func run(ctx context.Context, environ []string, stdout, stderr io.Writer, listen
 		return exitSetup
 	}
 	_, _ = fmt.Fprintf(stdout, "%s\n", line)
+	if cfg.ExitFirst != "" {
+		if _, err := os.Stat(cfg.ExitFirst); errors.Is(err, fs.ErrNotExist) {
+			if err := os.WriteFile(cfg.ExitFirst, []byte("started once\n"), 0o600); err != nil {
+				logf(stderr, "APP_EXIT_FIRST: %v", err)
+				return exitSetup
+			}
+			logf(stderr, "first start: exiting with code 1 (APP_EXIT_FIRST)")
+			return 1
+		}
+	}
 
 	if cfg.Once && !a.snap.Rejected {
 		return 0

@@ -369,3 +369,27 @@ func TestRunOnce(t *testing.T) {
 		t.Errorf("a bad config checked once: exit code %d, want 4", code)
 	}
 }
+
+// APP_EXIT_FIRST: the first start exits 1 and leaves its file; the next
+// start, finding it, runs.
+func TestRunExitFirst(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "started")
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"APP_EXIT_FIRST=" + mark, "APP_LISTEN=127.0.0.1:0"}, &stdout, &stderr, func(net.Addr) {
+		t.Error("listened at its first start")
+	}); code != 1 {
+		t.Fatalf("first start: exit code %d, want 1 (%s)", code, stderr.String())
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the first start left no file: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	listened := make(chan struct{})
+	go func() {
+		<-listened
+		cancel()
+	}()
+	if code := run(ctx, []string{"APP_EXIT_FIRST=" + mark, "APP_LISTEN=127.0.0.1:0"}, &stdout, &stderr, func(net.Addr) { close(listened) }); code != 0 {
+		t.Fatalf("second start: exit code %d, want 0 on its stop (%s)", code, stderr.String())
+	}
+}
