@@ -1,0 +1,81 @@
+package safety
+
+// A canary's hold against a cluster's admission policy.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/test/framework"
+)
+
+// TestRejectedHoldStillStamps: the cluster forbids changing a
+// Deployment's rollout strategy (a ValidatingAdmissionPolicy, as a platform
+// pins it with Kyverno or Gatekeeper), which a canary's hold sets (its
+// surge and unavailable). configstamp, the canary on, still stamps the
+// change: without the hold, with a HoldRejected event quoting the API
+// server, and the strategy left as applied; the rollout completes. Before, every stamp write was rejected
+// and retried, and nothing rolled.
+func TestRejectedHoldStillStamps(t *testing.T) {
+	t.Parallel()
+	l := lane(t)
+	ns := l.Namespace(t, "policy", nil)
+	name := "pin-strategy-" + ns
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+				}}},
+			},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "object.spec.strategy == oldObject.spec.strategy",
+				Message:    "the rollout strategy is set by the platform",
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	for _, o := range []client.Object{policy, binding} {
+		if err := env.Client.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(t.Context()), o) })
+	}
+
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "app-config")
+	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
+	dep.Spec.Replicas = ptr.To[int32](3)
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "1"}, nil), dep)
+	got := dep.DeepCopy()
+	h1 := env.WaitTemplateHash(t, got, "")
+	// The policy is in force: the hold's fields cannot be changed.
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		_, _, err := env.KubectlErr("", "-n", ns, "patch", "deployment", "app", "--type=merge", "-p", `{"spec":{"strategy":{"rollingUpdate":{"maxSurge":1}}}}`)
+		return err != nil, "the policy does not deny a change of the strategy yet"
+	})
+
+	env.Apply(t, framework.ConfigMap(ns, "app-config", map[string]string{"a": "2"}, nil))
+	env.WaitTemplateHash(t, got, h1)
+	env.WaitEvent(t, got, controllers.ReasonHoldRejected, "the rollout strategy is set by the platform")
+	waitComplete(t, ns, "app")
+	env.Get(t, got)
+	if got.Spec.MinReadySeconds != 0 || got.Spec.Strategy.RollingUpdate == nil || got.Spec.Strategy.RollingUpdate.MaxSurge.String() != "25%" {
+		t.Fatalf("the spec after the rollout: minReadySeconds %d, strategy %+v; want them as applied (the hold was not written)", got.Spec.MinReadySeconds, got.Spec.Strategy)
+	}
+}
