@@ -2,7 +2,9 @@
 #
 #   make docker-build IMG=registry.example/configstamp:v0.1.0
 #
-# config/manager/kustomization.yaml deploys the image configstamp:latest;
+# config/manager/kustomization.yaml deploys the image
+# ghcr.io/configstamp/configstamp at the tag it names (newTag, this tree's
+# release), which is also IMG's default in the Makefile;
 # `make build-installer IMG=...` and `make deploy IMG=...` set another.
 
 FROM golang:1.26 AS builder

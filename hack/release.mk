@@ -34,8 +34,8 @@ KREW_BINS := $(abspath $(LOCALBIN))/krew $(abspath $(LOCALBIN))/validate-krew-ma
 
 plugin-dist: ## Cross-compile the plugin for linux, darwin, windows x amd64, arm64 into $(PLUGIN_DIST)/ (version $(PLUGIN_VERSION)).
 	@rm -rf $(PLUGIN_DIST) && mkdir -p $(PLUGIN_DIST)
-	@# -X main.version is for the day the plugin prints its version (it declares no
-	@# such variable yet, so today the linker ignores it).
+	@# -X main.version sets the plugin's version (cmd/kubectl-configstamp/main.go;
+	@# "devel" without it): what `kubectl configstamp version` prints.
 	@set -e; for p in $(PLUGIN_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; ext=; [ "$$os" = windows ] && ext=.exe; \
 		echo "==> kubectl-configstamp $(PLUGIN_VERSION) $$os/$$arch"; \
