@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -557,5 +558,35 @@ func TestResumeByHandPutsBackTheFailedCanarysHold(t *testing.T) {
 	}
 	if spec, _ := st.Patches[0].Spec["spec"].(map[string]any); !hasKey(spec, "paused") || spec["paused"] != nil {
 		t.Fatalf("the next change's stamp %v: want the pause put back", st.Patches[0].Spec)
+	}
+}
+
+// A workload with nothing to roll (no replicas here; OnDelete, a partition
+// that holds every pod) is no canary either, and no longer gets the change
+// while the canary runs: it waits for it as the others do. Before, it was
+// stamped at once, so a bad change reached it before any pod was judged,
+// and it ran the change unjudged when it scaled up.
+func TestAWorkloadWithNothingToRollWaitsForTheCanary(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	wants := func(name string) Observation {
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
+			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+	}
+	zero := wants("a")
+	zero.Object.(*appsv1.Deployment).Spec.Replicas = ptr.To(int32(0))
+	s.Announce(dep("a"), 0, ref)
+	s.Announce(dep("b"), 0, ref)
+	if d, err := s.Decide(t.Context(), zero); err != nil || d.Transition == Stamp {
+		t.Fatalf("a, no replicas, first in the wave: %+v %v; want it to wait for b's canary", d, err)
+	}
+	d, err := s.Decide(t.Context(), wants("b"))
+	if err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
+		t.Fatalf("b: %+v %v; want the canary", d, err)
+	}
+	if d, err := s.Decide(t.Context(), zero); err != nil || d.Transition == Stamp {
+		t.Fatalf("a while b's canary runs: %+v %v; want it to wait", d, err)
 	}
 }

@@ -273,14 +273,17 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	}
 	wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority)
 	// Paused by its user (not by its failed canary's freeze, which its
-	// stamp puts back), it makes no pod of the change now: it is never the
-	// change's canary (a canary passes only on a judged pod).
-	idle := o.Kind.Status(sit.prevHold().Thawed(o.Object)).Paused
+	// stamp puts back), or with nothing to roll (no replicas, OnDelete, a
+	// partition that holds every pod), it makes no pod of the change now:
+	// it is never the change's canary (a canary passes only on a judged
+	// pod), and it waits for the one that will be.
+	st := o.Kind.Status(sit.prevHold().Thawed(o.Object))
+	idle := st.Paused || st.NothingToWaitFor
 	s.wants(o.Key, sit.Causes, idle)
 	if wait > 0 {
 		return Decision{After: wait}, false, false, nil
 	}
-	canaries := o.Canary && s.Policy.Canary && s.Policy.Tracks() && !NothingToWaitFor(o.Kind, o.Object)
+	canaries := o.Canary && s.Policy.Canary && s.Policy.Tracks()
 	if canaries { // another's canary of the change runs, or comes first: wait for it
 		if wait, err := s.CanaryAhead(ctx, o.Key, o.Priority, sit.Causes, idle); err != nil || wait > 0 {
 			return Decision{After: wait}, false, false, err
