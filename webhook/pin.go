@@ -23,6 +23,11 @@ import (
 // change (the reconciler's event for a waiting workload has the same reason).
 const ReasonHeldByHalt = "RolloutHalted"
 
+// ReasonHeldByCanary is the Warning event of a user's update of a pinned
+// workload that kept its snapshots because the new configuration's canary,
+// another workload, has not passed yet.
+const ReasonHeldByCanary = "WaitingForCanary"
+
 // ReasonPinFailed is the Warning event of a snapshot configstamp could not
 // make; configstamp_warnings_total{reason="PinFailed"} counts them.
 const ReasonPinFailed = "PinFailed"
@@ -129,28 +134,54 @@ func (s *Stamper[T]) stampFor(p pinRequest, old client.Object) string {
 }
 
 // heldByHalt is pinned's error for a user's update of a pinned workload that
-// would take a halted change.
-type heldByHalt struct{ change string }
+// would take a halted change, or one whose canary still runs (canary).
+type heldByHalt struct {
+	change string
+	canary bool
+}
 
 func (e *heldByHalt) Error() string {
+	if e.canary {
+		return fmt.Sprintf("the change %s is being tried on another workload, its canary: this update keeps the current snapshots and stamp, "+
+			"and configstamp rolls the new configuration once the canary passed", e.change)
+	}
 	return fmt.Sprintf("the change %s failed on another workload and is halted: this update keeps the current snapshots and stamp, "+
 		"and configstamp rolls the new configuration when the halt lifts", e.change)
 }
 
+// reason is the event reason of e.
+func (e *heldByHalt) reason() string {
+	if e.canary {
+		return ReasonHeldByCanary
+	}
+	return ReasonHeldByHalt
+}
+
 // halted returns a heldByHalt when p, a user's update of an already pinned
-// workload, would take a change that is halted in its namespace: the new
-// configuration then comes only through the wave, as the reconciler's
-// rollout, so that a halted change reaches no pinned workload, not even with
-// its own update (an image bump). The update itself is admitted.
+// workload, would take a change that is halted in its namespace, or whose
+// canary (another workload) has not passed yet: the new configuration then
+// comes only through the wave, as the reconciler's rollout, so that an
+// untried or halted change reaches no pinned workload, not even with its
+// own update (an image bump, a `kubectl rollout restart`). The update
+// itself is admitted.
 func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object) error {
 	if old == nil || s.Halts == nil || p.req.UserInfo.Username == s.Self || pin.Pinned(p.kind.PodTemplate(old)) == nil {
 		return nil
 	}
-	halt, err := s.Halts.By(ctx, p.req.Namespace, rollout.Causes(old.GetAnnotations(), p.comp.Sources))
-	if err != nil || halt == "" {
+	causes := rollout.Causes(old.GetAnnotations(), p.comp.Sources)
+	halt, err := s.Halts.By(ctx, p.req.Namespace, causes)
+	if err != nil || halt != "" {
+		if halt != "" {
+			return &heldByHalt{change: halt}
+		}
 		return err
 	}
-	return &heldByHalt{change: halt}
+	self := rollout.Key{Kind: p.kind.Name, Namespace: p.req.Namespace, Name: old.GetName()}
+	canary, err := s.Halts.Canary(ctx, p.req.Namespace, self, causes)
+	if err != nil || canary == "" {
+		return err
+	}
+	return &heldByHalt{change: canary, canary: true}
 }
 
 // rollback reports whether p is a user's UPDATE that brings back an earlier
@@ -356,7 +387,7 @@ func (s *Stamper[T]) pinFailed(ctx context.Context, p pinRequest, err error) {
 		p.logger.Error(kerr, "while decoding the old object; admitting unchanged")
 	}
 	if held := (*heldByHalt)(nil); errors.As(err, &held) {
-		s.warn(ctx, p.obj, p.req.Namespace, ReasonHeldByHalt, "Pin", err.Error(), p.dryRun)
+		s.warn(ctx, p.obj, p.req.Namespace, held.reason(), "Pin", err.Error(), p.dryRun)
 		return
 	}
 	p.logger.Error(err, "while pinning; keeping the workload on its current snapshots")

@@ -114,3 +114,38 @@ func (h *Halts) inForce(ctx context.Context, kind workload.Kind, w client.Object
 	}
 	return "", nil
 }
+
+// Canary returns the change of a canary that one of causes waits for, or
+// "": a workload of namespace other than self whose sealed record is open
+// and its change's canary, still running, and that changes a source of
+// causes. No other workload of the namespace gets a change of that source
+// before it passed (the reconciler's gate, canaryAhead); the webhook holds
+// a pinned workload's own update to it too.
+func (h *Halts) Canary(ctx context.Context, namespace string, self Key, causes []Change) (string, error) {
+	refs := refsOf(causes)
+	if len(refs) == 0 {
+		return "", nil
+	}
+	for _, kind := range h.Kinds.All() {
+		list := kind.NewList()
+		if err := h.Reader.List(ctx, list, client.InNamespace(namespace),
+			client.MatchingFields{IndexRolling: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+			return "", fmt.Errorf("while looking up running canaries: %w", err)
+		}
+		for _, w := range kind.Items(list) {
+			if kind.Name == self.Kind && w.GetName() == self.Name {
+				continue
+			}
+			rec, err := Unseal(w, h.Resolver.Keys)
+			if err != nil || !rec.Open() || rec.Canary != CanaryRunning {
+				continue
+			}
+			for _, c := range ParseChanges(rec.Cause) {
+				if slices.Contains(refs, c.Ref) {
+					return c.String(), nil
+				}
+			}
+		}
+	}
+	return "", nil
+}
