@@ -405,6 +405,22 @@ func TestAnnouncedAgainDebouncesFromTheNewerChange(t *testing.T) {
 	}
 }
 
+// edgeWave is a scheduler at configstamp's defaults (a budget of ten, the
+// canary on, a 30 s window, halting) with no halt in force, the change its
+// workloads roll (of ConfigMap shared), and what a workload of three
+// replicas of a priority that wants it is observed as.
+func edgeWave(t *testing.T) (*Scheduler, *clock, stamp.ObjectRef, func(name string, priority int) Observation) {
+	t.Helper()
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	return s, c, ref, func(name string, priority int) Observation {
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout, Priority: priority,
+			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+	}
+}
+
 // The first edge: a, first in the wave (rollout-priority 10), was
 // paused by its user. It can make no pod of the change, so it is never the
 // change's canary: b, the next in the wave, is (held at one new pod), the
@@ -412,14 +428,7 @@ func TestAnnouncedAgainDebouncesFromTheNewerChange(t *testing.T) {
 // for b's canary as the others do. Broken on purpose (a could be the
 // canary), a "passed" with no pod and the rest were stamped at once.
 func TestAPausedWorkloadIsNeverTheCanary(t *testing.T) {
-	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
-	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
-	s.Halts = haltsFunc(func() string { return "" })
-	wants := func(name string, priority int) Observation {
-		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout, Priority: priority,
-			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
-	}
+	s, _, ref, wants := edgeWave(t)
 	paused := wants("a", 10)
 	paused.Object.(*appsv1.Deployment).Spec.Paused = true
 	for _, n := range []string{"a", "b", "c", "d"} {
@@ -448,20 +457,14 @@ func TestAPausedWorkloadIsNeverTheCanary(t *testing.T) {
 // stamped (it makes no pod) as no canary: its change stays unpassed, and
 // the next workload that can make a pod is the canary.
 func TestAPausedWorkloadAloneIsStampedAsNoCanary(t *testing.T) {
-	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
-	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
-	s.Halts = haltsFunc(func() string { return "" })
-	o := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", nil), Ours: true, Need: NeedRollout,
-		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+	s, _, _, wants := edgeWave(t)
+	o := wants("a", 0)
 	o.Object.(*appsv1.Deployment).Spec.Paused = true
 	d, err := s.Decide(t.Context(), o)
 	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != NoCanary || len(d.Hold) != 0 {
 		t.Fatalf("a, paused and alone: %+v %v; want a plain stamp, no canary", d, err)
 	}
-	b := o
-	b.Key, b.Object = dep("b"), threeReplicas("b", nil)
-	if d, err := s.Decide(t.Context(), b); err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
+	if d, err := s.Decide(t.Context(), wants("b", 0)); err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
 		t.Fatalf("b after the paused a was stamped: %+v %v; want b the change's canary", d, err)
 	}
 }
@@ -470,13 +473,10 @@ func TestAPausedWorkloadAloneIsStampedAsNoCanary(t *testing.T) {
 // (nor fail by the deadline, which its controller does not count while
 // paused); it is followed.
 func TestAPausedCanaryDoesNotPass(t *testing.T) {
-	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
-	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
-	s.Halts = haltsFunc(func() string { return "" })
-	one := workloadIn("a", true, nil) // one replica: its whole rollout is its canary
-	d, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: one, Ours: true, Need: NeedRollout,
-		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
+	s, c, _, wants := edgeWave(t)
+	o := wants("a", 0)
+	o.Object = workloadIn("a", true, nil) // one replica: its whole rollout is its canary
+	d, err := s.Decide(t.Context(), o)
 	if err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning || len(d.Hold) != 0 {
 		t.Fatalf("a: %+v %v; want the canary, unheld", d, err)
 	}
@@ -484,7 +484,7 @@ func TestAPausedCanaryDoesNotPass(t *testing.T) {
 	obj := workloadIn("a", true, nil)
 	sealed(obj, rec, testKeys.Current())
 	obj.Spec.Paused = true
-	c.advance(2 * time.Minute) // past the progress deadline
+	c.advance(11 * time.Minute) // past the progress deadline
 	f, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedNothing, Canary: true,
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true}})
 	if err != nil || f.Transition != Follow || f.After <= 0 {
@@ -496,12 +496,8 @@ func TestAPausedCanaryDoesNotPass(t *testing.T) {
 // it sets) must not block the stamp: the decision carries the same stamp
 // without the hold, its record the canary's, unheld.
 func TestUnheldStampIsTheFallbackOfAHold(t *testing.T) {
-	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
-	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
-	s.Halts = haltsFunc(func() string { return "" })
-	d, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", nil), Ours: true, Need: NeedRollout,
-		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
+	s, _, _, wants := edgeWave(t)
+	d, err := s.Decide(t.Context(), wants("a", 0))
 	if err != nil || d.Transition != Stamp || len(d.Hold) == 0 || d.Unheld == nil {
 		t.Fatalf("a: %+v %v; want a held canary stamp with its unheld fallback", d, err)
 	}
@@ -525,8 +521,7 @@ func TestUnheldStampIsTheFallbackOfAHold(t *testing.T) {
 // once (not left for good), and a later change's stamp puts back any still
 // set; a user's own value since stands.
 func TestResumeByHandPutsBackTheFailedCanarysHold(t *testing.T) {
-	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
-	s.Halts = haltsFunc(func() string { return "" })
+	s, _, _, _ := edgeWave(t)
 	hold := workload.Hold{{Path: "spec.minReadySeconds", Set: float64(90)}, {Path: "spec.paused", Set: true}}
 	failed := StartRecord(t0.Add(-time.Minute), lifecycleCause, false).AsCanary(hold.Encode()).Fail(true)
 	d := threeReplicas("a", &failed)
@@ -567,22 +562,15 @@ func TestResumeByHandPutsBackTheFailedCanarysHold(t *testing.T) {
 // stamped at once, so a bad change reached it before any pod was judged,
 // and it ran the change unjudged when it scaled up.
 func TestAWorkloadWithNothingToRollWaitsForTheCanary(t *testing.T) {
-	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
-	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
-	s.Halts = haltsFunc(func() string { return "" })
-	wants := func(name string) Observation {
-		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
-			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
-	}
-	zero := wants("a")
+	s, _, ref, wants := edgeWave(t)
+	zero := wants("a", 0)
 	zero.Object.(*appsv1.Deployment).Spec.Replicas = ptr.To(int32(0))
 	s.Announce(dep("a"), 0, ref)
 	s.Announce(dep("b"), 0, ref)
 	if d, err := s.Decide(t.Context(), zero); err != nil || d.Transition == Stamp {
 		t.Fatalf("a, no replicas, first in the wave: %+v %v; want it to wait for b's canary", d, err)
 	}
-	d, err := s.Decide(t.Context(), wants("b"))
+	d, err := s.Decide(t.Context(), wants("b", 0))
 	if err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
 		t.Fatalf("b: %+v %v; want the canary", d, err)
 	}
