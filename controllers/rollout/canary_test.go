@@ -469,9 +469,9 @@ func TestAPausedWorkloadAloneIsStampedAsNoCanary(t *testing.T) {
 	}
 }
 
-// A canary its user pauses mid-way made no judged pod: it does not pass
-// (nor fail by the deadline, which its controller does not count while
-// paused); it is followed.
+// A canary its user pauses mid-way, or scales to 0, made no judged pod: it
+// does not pass (nor fail by the deadline, which its controller does not
+// count while paused); it is followed.
 func TestAPausedCanaryDoesNotPass(t *testing.T) {
 	s, c, _, wants := edgeWave(t)
 	o := wants("a", 0)
@@ -489,6 +489,13 @@ func TestAPausedCanaryDoesNotPass(t *testing.T) {
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true}})
 	if err != nil || f.Transition != Follow || f.After <= 0 {
 		t.Fatalf("the canary paused by its user: %+v %v; want it followed, neither passed nor failed", f, err)
+	}
+	// Scaled to no replicas instead: no pod, no pass either.
+	obj.Spec.Paused, obj.Spec.Replicas = false, ptr.To(int32(0))
+	z, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedNothing, Canary: true,
+		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true}})
+	if err != nil || z.Transition != Follow {
+		t.Fatalf("the canary scaled to 0: %+v %v; want it followed, not passed", z, err)
 	}
 }
 

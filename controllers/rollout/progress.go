@@ -46,10 +46,11 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 	}
 	st := kind.Status(obj)
 	switch {
-	case st.Complete && st.Paused && rec.Canary == CanaryRunning:
-		// Paused by its user mid-canary: it made no judged pod, so it has not
-		// passed. Followed, not failed: its own controller counts no deadline
-		// while paused, and its slot ends at its bound (SlotBound).
+	case st.Complete && (st.Paused || st.NothingToWaitFor) && rec.Canary == CanaryRunning:
+		// Paused by its user mid-canary, or scaled to no replicas: it made
+		// no judged pod, so it has not passed. Followed, not failed: its own
+		// controller counts no deadline while paused, and its slot ends at
+		// its bound (SlotBound), when the next workload may be the canary.
 		return Judgement{Trigger: Progressing, Recheck: v.poll(now.Sub(rec.Started))}
 	case st.Complete && v.Window > 0 && !st.Paused && !st.NothingToWaitFor:
 		return Judgement{Trigger: RolloutComplete}
