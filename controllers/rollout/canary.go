@@ -156,6 +156,14 @@ func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes
 			return canaryWait, nil
 		}
 	}
+	if overlaps(s.canaryOpen[k]) {
+		// k is the running canary of one of these sources: a newer change
+		// supersedes its rollout as the canary, and the others wait for it.
+		// Were it to wait for one that comes first in the wave, that one
+		// would wait for k's open canary: neither would move until k's slot
+		// ended (a fix applied while a lower-priority canary ran).
+		return 0, nil
+	}
 	me := entryOf{k, &pending{priority: priority}}
 	for j, p := range s.pending {
 		if j != k && j.Namespace == k.Namespace && !p.idle && p.candidate(now) && p.concerns(refs) && (idle || inNamespace(entryOf{j, p}, me) < 0) {

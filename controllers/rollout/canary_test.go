@@ -585,3 +585,44 @@ func TestAWorkloadWithNothingToRollWaitsForTheCanary(t *testing.T) {
 		t.Fatalf("a while b's canary runs: %+v %v; want it to wait", d, err)
 	}
 }
+
+// A fix applied while b, second in the wave, runs the canary of the bad
+// change (its pods started after the fix, so they are healthy): b
+// supersedes its rollout with the fix and stays the canary; a, first in
+// the wave, waits for it. Before, b waited for a (first in the wave) and a
+// for b's open canary: neither moved until b's slot ended (the real-node
+// edge table's resume row, in make test).
+func TestARunningCanarySupersededStaysTheCanary(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	bad, fix := []Change{{Ref: ref, Content: "00aa"}}, []Change{{Ref: ref, Content: "00bb"}}
+	hold := deploymentKind.Hold(threeReplicas("b", nil), 30*time.Second)
+	running := StartRecord(t0.Add(-10*time.Second), bad, false).AsCanary(hold.Encode())
+	b := threeReplicas("b", &running)
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second}, b)
+	s.Halts = haltsFunc(func() string { return "" })
+	wantsFix := func(name string, priority int, obj *appsv1.Deployment) Observation {
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedRollout, Priority: priority,
+			Hash: "v1-fix", Data: dataOf("v1-fix"), Sources: sourcesOf(fix), Canary: true, VerifyWindow: 30 * time.Second,
+			Verification: Verification{Read: true, Pods: 1}}
+	}
+	s.Announce(dep("a"), 10, ref)
+	s.Announce(dep("b"), 0, ref)
+	if d, err := s.Decide(t.Context(), wantsFix("a", 10, threeReplicas("a", nil))); err != nil || d.Transition == Stamp {
+		t.Fatalf("a while b's canary runs: %+v %v; want it to wait", d, err)
+	}
+	for _, complete := range []bool{false, true} {
+		// Its one new pod not yet available; or its controller went on by
+		// itself once the pod was available for the held minReadySeconds,
+		// and its rollout is complete.
+		obj := b.DeepCopy()
+		if !complete {
+			obj.Status.UpdatedReplicas = 1
+		}
+		d, err := s.Decide(t.Context(), wantsFix("b", 0, obj))
+		if err != nil || d.Transition != Stamp || !d.Supersedes || d.Record == nil || d.Record.Canary != CanaryRunning {
+			t.Fatalf("b, the running canary, complete %v, when the fix comes: %+v %v; want the fix stamped over it, still the canary", complete, d, err)
+		}
+		s.Release(dep("b"))
+		s.canaryClaims = map[Key]canaryClaim{}
+	}
+}

@@ -144,8 +144,13 @@ func Rules(sit Situation, p Policy) Ruling {
 	ruling := judged(sit, p)
 	if held && (ruling.Transition == CloseCompleted || ruling.Transition == StartVerify) {
 		// Held at one pod, its workload may look complete (a StatefulSet's
-		// partition): the rest of it has not rolled. It passes as a canary first.
-		ruling = Ruling{Transition: Follow, On: ruling.On, After: o.Verification.poll(sit.Now.Sub(rec.Started))}
+		// partition): the rest of it has not rolled. It passes as a canary
+		// first; a newer change supersedes it (it is judged no more).
+		after := o.Verification.poll(sit.Now.Sub(rec.Started))
+		ruling = Ruling{Transition: Follow, On: ruling.On, After: after}
+		if o.Need == NeedRollout {
+			ruling = Ruling{Transition: Gate, On: NeedRollout, After: after}
+		}
 	}
 	if recheck > 0 && (ruling.Recheck == 0 || recheck < ruling.Recheck) {
 		ruling.Recheck = recheck
