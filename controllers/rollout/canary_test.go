@@ -626,3 +626,35 @@ func TestARunningCanarySupersededStaysTheCanary(t *testing.T) {
 		s.canaryClaims = map[Key]canaryClaim{}
 	}
 }
+
+// With a budget of one, workloads that can make no pod come first in the
+// wave (priority 10: an OnDelete StatefulSet, a paused Deployment) and wait
+// for the change's canary; the canary, after them in the wave, still gets
+// the one slot. Before, it counted them ahead of it for the slot and waited
+// for them while they waited for it (test/safety
+// TestOnDeleteAndPartitionedHoldNoSlot, in make test).
+func TestIdleWorkloadsAheadDoNotKeepTheCanaryFromItsSlot(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s.Halts = haltsFunc(func() string { return "" })
+	wants := func(name string, priority int) Observation {
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout, Priority: priority,
+			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+	}
+	zero, paused := wants("a", 10), wants("b", 10)
+	zero.Object.(*appsv1.Deployment).Spec.Replicas = ptr.To(int32(0))
+	paused.Object.(*appsv1.Deployment).Spec.Paused = true
+	for _, n := range []string{"a", "b", "c"} {
+		s.Announce(dep(n), map[string]int{"a": 10, "b": 10}[n], ref)
+	}
+	for _, o := range []Observation{zero, paused} {
+		if d, err := s.Decide(t.Context(), o); err != nil || d.Transition == Stamp {
+			t.Fatalf("%s, idle, before the canary: %+v %v; want it to wait", o.Key.Name, d, err)
+		}
+	}
+	d, err := s.Decide(t.Context(), wants("c", 0))
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
+		t.Fatalf("c, the only one that can make a pod, budget 1: %+v %v; want the canary stamp", d, err)
+	}
+}

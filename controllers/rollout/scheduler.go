@@ -687,7 +687,10 @@ func (s *Scheduler) rank(k Key, held map[Key]bool, now time.Time) int {
 	count := map[string]int{} // candidates per namespace
 	inLine := 0               // candidates of k's namespace ahead of k
 	for j, p := range s.pending {
-		if !p.candidate(now) {
+		// An idle workload (paused, nothing to roll) waits for its change's
+		// canary, which it can never be: counted ahead of that canary, it
+		// would keep it from a slot (a budget of one: neither moves).
+		if !p.candidate(now) || (p.idle && j != k) {
 			continue
 		}
 		count[j.Namespace]++
