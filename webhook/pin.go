@@ -170,11 +170,11 @@ func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object
 	}
 	causes := rollout.Causes(old.GetAnnotations(), p.comp.Sources)
 	halt, err := s.Halts.By(ctx, p.req.Namespace, causes)
-	if err != nil || halt != "" {
-		if halt != "" {
-			return &heldByHalt{change: halt}
-		}
+	if err != nil {
 		return err
+	}
+	if halt != "" {
+		return &heldByHalt{change: halt}
 	}
 	self := rollout.Key{Kind: p.kind.Name, Namespace: p.req.Namespace, Name: old.GetName()}
 	canary, err := s.Halts.Canary(ctx, p.req.Namespace, self, causes)

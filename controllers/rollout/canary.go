@@ -121,7 +121,7 @@ func CanaryJudgedUntil(v Verification, window time.Duration) (time.Time, bool) {
 // (granted by this process, or open in the cache), or another workload
 // that comes first in the wave waits to roll one of them out and will be
 // the canary. 0: no canary to wait for (k may be the canary itself).
-// A workload that can make no pod now (idle: paused by its user) is never
+// A workload that can make no pod now (idle: workload.Status.Idle) is never
 // the canary: the others do not wait for it, and it waits for any other
 // that will be, wherever that one is in the wave. s.mu held.
 func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes []Change, idle bool, now time.Time) (time.Duration, error) {
@@ -184,7 +184,7 @@ func (s *Scheduler) CanaryAhead(ctx context.Context, k Key, priority int, causes
 // change (no canary passed for one of causes), or how long it waits for
 // another's (canaryAhead, looked at again now the slot is k's). A granted
 // canary counts at once for the rest of the wave; Release drops it when
-// the stamp did not happen. An idle workload (paused by its user) is no
+// the stamp did not happen. An idle workload (workload.Status.Idle) is no
 // canary: with no other to wait for, it is stamped (it makes no pod) and
 // its change stays unpassed, so the next workload that can make a pod is
 // the canary.

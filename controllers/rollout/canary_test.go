@@ -405,15 +405,15 @@ func TestAnnouncedAgainDebouncesFromTheNewerChange(t *testing.T) {
 	}
 }
 
-// edgeWave is a scheduler at configstamp's defaults (a budget of ten, the
-// canary on, a 30 s window, halting) with no halt in force, the change its
+// edgeWave is a scheduler at configstamp's defaults (the canary on, a 30 s
+// window, halting) with a budget (the default: ten) and no halt in force, the change its
 // workloads roll (of ConfigMap shared), and what a workload of three
 // replicas of a priority that wants it is observed as.
-func edgeWave(t *testing.T) (*Scheduler, *clock, stamp.ObjectRef, func(name string, priority int) Observation) {
+func edgeWave(t *testing.T, budget int) (*Scheduler, *clock, stamp.ObjectRef, func(name string, priority int) Observation) {
 	t.Helper()
 	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
 	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: budget, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
 	s.Halts = haltsFunc(func() string { return "" })
 	return s, c, ref, func(name string, priority int) Observation {
 		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout, Priority: priority,
@@ -428,7 +428,7 @@ func edgeWave(t *testing.T) (*Scheduler, *clock, stamp.ObjectRef, func(name stri
 // for b's canary as the others do. Broken on purpose (a could be the
 // canary), a "passed" with no pod and the rest were stamped at once.
 func TestAPausedWorkloadIsNeverTheCanary(t *testing.T) {
-	s, _, ref, wants := edgeWave(t)
+	s, _, ref, wants := edgeWave(t, 10)
 	paused := wants("a", 10)
 	paused.Object.(*appsv1.Deployment).Spec.Paused = true
 	for _, n := range []string{"a", "b", "c", "d"} {
@@ -457,7 +457,7 @@ func TestAPausedWorkloadIsNeverTheCanary(t *testing.T) {
 // stamped (it makes no pod) as no canary: its change stays unpassed, and
 // the next workload that can make a pod is the canary.
 func TestAPausedWorkloadAloneIsStampedAsNoCanary(t *testing.T) {
-	s, _, _, wants := edgeWave(t)
+	s, _, _, wants := edgeWave(t, 10)
 	o := wants("a", 0)
 	o.Object.(*appsv1.Deployment).Spec.Paused = true
 	d, err := s.Decide(t.Context(), o)
@@ -473,7 +473,7 @@ func TestAPausedWorkloadAloneIsStampedAsNoCanary(t *testing.T) {
 // does not pass (nor fail by the deadline, which its controller does not
 // count while paused); it is followed.
 func TestAPausedCanaryDoesNotPass(t *testing.T) {
-	s, c, _, wants := edgeWave(t)
+	s, c, _, wants := edgeWave(t, 10)
 	o := wants("a", 0)
 	o.Object = workloadIn("a", true, nil) // one replica: its whole rollout is its canary
 	d, err := s.Decide(t.Context(), o)
@@ -503,7 +503,7 @@ func TestAPausedCanaryDoesNotPass(t *testing.T) {
 // it sets) must not block the stamp: the decision carries the same stamp
 // without the hold, its record the canary's, unheld.
 func TestUnheldStampIsTheFallbackOfAHold(t *testing.T) {
-	s, _, _, wants := edgeWave(t)
+	s, _, _, wants := edgeWave(t, 10)
 	d, err := s.Decide(t.Context(), wants("a", 0))
 	if err != nil || d.Transition != Stamp || len(d.Hold) == 0 || d.Unheld == nil {
 		t.Fatalf("a: %+v %v; want a held canary stamp with its unheld fallback", d, err)
@@ -528,7 +528,7 @@ func TestUnheldStampIsTheFallbackOfAHold(t *testing.T) {
 // once (not left for good), and a later change's stamp puts back any still
 // set; a user's own value since stands.
 func TestResumeByHandPutsBackTheFailedCanarysHold(t *testing.T) {
-	s, _, _, _ := edgeWave(t)
+	s, _, _, _ := edgeWave(t, 10)
 	hold := workload.Hold{{Path: "spec.minReadySeconds", Set: float64(90)}, {Path: "spec.paused", Set: true}}
 	failed := StartRecord(t0.Add(-time.Minute), lifecycleCause, false).AsCanary(hold.Encode()).Fail(true)
 	d := threeReplicas("a", &failed)
@@ -569,7 +569,7 @@ func TestResumeByHandPutsBackTheFailedCanarysHold(t *testing.T) {
 // stamped at once, so a bad change reached it before any pod was judged,
 // and it ran the change unjudged when it scaled up.
 func TestAWorkloadWithNothingToRollWaitsForTheCanary(t *testing.T) {
-	s, _, ref, wants := edgeWave(t)
+	s, _, ref, wants := edgeWave(t, 10)
 	zero := wants("a", 0)
 	zero.Object.(*appsv1.Deployment).Spec.Replicas = ptr.To(int32(0))
 	s.Announce(dep("a"), 0, ref)
@@ -634,14 +634,7 @@ func TestARunningCanarySupersededStaysTheCanary(t *testing.T) {
 // for them while they waited for it (test/safety
 // TestOnDeleteAndPartitionedHoldNoSlot, in make test).
 func TestIdleWorkloadsAheadDoNotKeepTheCanaryFromItsSlot(t *testing.T) {
-	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
-	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
-	s.Halts = haltsFunc(func() string { return "" })
-	wants := func(name string, priority int) Observation {
-		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout, Priority: priority,
-			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
-	}
+	s, _, ref, wants := edgeWave(t, 1)
 	zero, paused := wants("a", 10), wants("b", 10)
 	zero.Object.(*appsv1.Deployment).Spec.Replicas = ptr.To(int32(0))
 	paused.Object.(*appsv1.Deployment).Spec.Paused = true

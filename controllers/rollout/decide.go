@@ -218,14 +218,14 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 	return sit
 }
 
-// prevHold is the hold still set by an earlier rollout: its sealed
-// record's, or the freeze a record no longer sealed left (Stray).
-func (sit Situation) prevHold() workload.Hold {
-	prev, _ := workload.DecodeHold(sit.Record.Hold) // sealed: configstamp's own
-	if len(prev) == 0 {
-		return sit.Stray
+// prevHold is the hold an earlier rollout left set: its sealed record's,
+// or the one a record no longer sealed left (Stray).
+func (sit Situation) prevHold() (workload.Hold, error) {
+	prev, err := workload.DecodeHold(sit.Record.Hold)
+	if len(prev) == 0 && err == nil {
+		return sit.Stray, nil
 	}
-	return prev
+	return prev, err
 }
 
 // gate lets a rollout start only when its change is not halted, its debounce
@@ -252,7 +252,7 @@ func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Dura
 			start.Started = sit.Record.Started // the slot's bound counts from the first stamp
 		}
 		if canary {
-			prev := sit.prevHold()
+			prev, _ := sit.prevHold() // sealed: configstamp's own
 			d.Hold = sit.Kind.Hold(prev.Thawed(sit.Object), sit.VerifyWindow).Carry(prev, sit.Object)
 			start = start.AsCanary(d.Hold.Encode())
 		}
@@ -277,8 +277,8 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	// partition that holds every pod), it makes no pod of the change now:
 	// it is never the change's canary (a canary passes only on a judged
 	// pod), and it waits for the one that will be.
-	st := o.Kind.Status(sit.prevHold().Thawed(o.Object))
-	idle := st.Paused || st.NothingToWaitFor
+	prev, _ := sit.prevHold() // sealed: configstamp's own
+	idle := o.Kind.Status(prev.Thawed(o.Object)).Idle()
 	s.wants(o.Key, sit.Causes, idle)
 	if wait > 0 {
 		return Decision{After: wait}, false, false, nil

@@ -216,7 +216,6 @@ func (p Policy) effects(sit Situation, d Decision) Decision {
 type Unheld struct {
 	Patch Patch
 	Stamp *StampWrite
-	kind  string
 }
 
 // unheld is d's stamp without its hold.
@@ -225,7 +224,7 @@ func (d Decision) unheld(sit Situation) *Unheld {
 	u.Hold = nil
 	rec := d.Record.AsCanary("")
 	u.Record = &rec
-	return &Unheld{Patch: u.stampPatch(sit), Stamp: u.stampWrite(sit.Observation), kind: sit.Kind.Name}
+	return &Unheld{Patch: u.stampPatch(sit), Stamp: u.stampWrite(sit.Observation)}
 }
 
 // HoldRejected reports whether err, the answer to a stamp write with a
@@ -239,7 +238,7 @@ func HoldRejected(err error) bool {
 // API server's answer, and a count.
 func (u *Unheld) Rejected(err error) Effects {
 	var e Effects
-	e.count(MetricCanaries, "unheld", u.kind)
+	e.count(MetricCanaries, "unheld", u.Stamp.Kind)
 	e.log(0, "the API server rejected the canary's hold; stamping without it", "error", err.Error())
 	e.event(corev1.EventTypeWarning, ReasonHoldRejected, "Canary",
 		"the API server rejected the fields configstamp sets to hold this canary at one new pod (%v): stamped without them, "+
@@ -374,12 +373,12 @@ func (d *Decision) holdPatch(sit Situation) map[string]any {
 	if len(d.Hold) > 0 {
 		return d.Hold.SetPatch()
 	}
-	if (d.Judged.Hold == "" && len(sit.Stray) == 0) || (d.Record != nil && d.Record.Hold != "") {
+	if d.Record != nil && d.Record.Hold != "" {
 		return nil
 	}
-	held, err := workload.DecodeHold(d.Judged.Hold)
-	if len(held) == 0 {
-		held = sit.Stray // a freeze its record no longer seals
+	held, err := sit.prevHold() // d.Judged's, or Stray
+	if err == nil && len(held) == 0 {
+		return nil
 	}
 	if err == nil {
 		var back map[string]any

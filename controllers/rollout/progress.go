@@ -46,7 +46,7 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 	}
 	st := kind.Status(obj)
 	switch {
-	case st.Complete && (st.Paused || st.NothingToWaitFor) && rec.Canary == CanaryRunning:
+	case st.Complete && st.Idle() && rec.Canary == CanaryRunning:
 		// Paused by its user mid-canary, or scaled to no replicas: it made
 		// no judged pod, so it has not passed. Followed, not failed: its own
 		// controller counts no deadline while paused, and its slot ends at

@@ -112,7 +112,7 @@ type pending struct {
 	seen    time.Time
 	// refs: the sources whose change it waits to roll out (none known: any).
 	refs []stamp.ObjectRef
-	// idle: it can make no pod of the change now (paused by its user): never
+	// idle: it can make no pod of the change now (workload.Status.Idle): never
 	// the change's canary, so no other waits for it to be (canaryAhead).
 	idle bool
 }

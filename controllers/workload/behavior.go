@@ -70,6 +70,11 @@ type Status struct {
 	MinReady time.Duration
 }
 
+// Idle reports whether the workload can make no pod of a new template now:
+// paused, or nothing to wait for. Such a workload is never its change's
+// canary (a canary passes only on a judged pod).
+func (s Status) Idle() bool { return s.Paused || s.NothingToWaitFor }
+
 // otherStatus is the status of an object of no rollout configstamp follows:
 // complete.
 var otherStatus = Status{Complete: true}
