@@ -213,7 +213,7 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 	}
 	sit.Stamping = s.stamping(o.Key)
 	if sit.Record.Open() {
-		sit.Progressed = s.progressed(o.Key, o.Kind.Status(o.Object).Mark, sit.Now)
+		sit.Progressed = s.progressed(o.Key, o.Kind.Status(o.Object).Mark, sit.Now, o.Verification)
 	}
 	return sit
 }

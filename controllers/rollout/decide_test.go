@@ -256,3 +256,37 @@ func TestSuspectHoldsTheWave(t *testing.T) {
 func dataOf(hash string) *workload.Computation {
 	return &workload.Computation{Result: stamp.Result{Hash: hash}, KeyID: testKeys.Current().KeyID(), Hasher: testKeys.Current()}
 }
+
+// A restart (a new leader) continues an open rollout's progress deadline
+// from the last progress its pods show, not from its first look: a rollout
+// stuck since 50 s of a one-minute deadline fails 10 s later, not a minute.
+// With no pods read, it counts from the first look, as before.
+func TestRestartKeepsTheProgressDeadline(t *testing.T) {
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	open := StartRecord(t0.Add(-50*time.Second), cause, false)
+	policy := Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute, HaltOnFailure: true}
+	stuck := func(v Verification) Observation {
+		return Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", false, &open), Ours: true, Verification: v}
+	}
+	podMade := t0.Add(-49 * time.Second) // its one new pod, never Ready
+	read := Verification{Read: true, Progressed: podMade}
+
+	s, c := newTestScheduler(t, policy, workloadIn("w", false, &open))
+	d, err := s.Decide(t.Context(), stuck(read))
+	if err != nil || d.Transition != Follow {
+		t.Fatalf("first look of a new leader, the pods' last progress 49 s ago: %+v %v; want it followed", d, err)
+	}
+	c.advance(12 * time.Second)
+	if d, err := s.Decide(t.Context(), stuck(read)); err != nil || d.Transition != CloseFailed {
+		t.Fatalf("12 s later, 61 s after its last progress: %+v %v; want it failed by the deadline", d, err)
+	}
+
+	s, c = newTestScheduler(t, policy, workloadIn("w", false, &open))
+	if d, err := s.Decide(t.Context(), stuck(Verification{})); err != nil || d.Transition != Follow {
+		t.Fatalf("first look, its pods not read: %+v %v; want it followed", d, err)
+	}
+	c.advance(12 * time.Second)
+	if d, err := s.Decide(t.Context(), stuck(Verification{})); err != nil || d.Transition != Follow {
+		t.Fatalf("12 s later, its pods not read: %+v %v; want it still followed (a full deadline from the first look)", d, err)
+	}
+}

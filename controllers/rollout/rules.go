@@ -35,8 +35,9 @@ type Situation struct {
 	// Stamping: this process stamped it, and the cache it was read from does
 	// not show that yet.
 	Stamping bool
-	// Progressed: when this process last saw its open rollout's status
-	// change (zero: never); its progress deadline counts from then.
+	// Progressed: when its open rollout last progressed, as this process
+	// saw its status change or its pods show it (Scheduler.progressed; zero:
+	// never); its progress deadline counts from then.
 	Progressed time.Time
 	// Stray: the hold and pause its failed canary set, still set, of a
 	// record no longer sealed: its halt was removed by hand or by `kubectl

@@ -631,18 +631,29 @@ type progressMark struct {
 	at   time.Time
 }
 
-// progressed returns when k's status, now mark, last changed as this
-// process saw it: now on a change, and on the first look (a new leader
-// gives a rollout under way a fresh deadline; its slot stays bounded by its
-// stamp, SlotBound).
-func (s *Scheduler) progressed(k Key, mark string, now time.Time) time.Time {
+// progressed returns when k's open rollout, its status now mark, last
+// progressed: when this process saw mark change, or what its pods show
+// (Verification.Progressed) when that is later. On the first look (a
+// restart, a new leader) the pods alone say it, so the deadline goes on
+// where it was; with no pods read, from now (a late failure is better than
+// a false one). Its slot stays bounded by its stamp (SlotBound).
+func (s *Scheduler) progressed(k Key, mark string, now time.Time, v Verification) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p, ok := s.progress[k]; ok && p.mark == mark {
-		return p.at
+	p, seen := s.progress[k]
+	switch {
+	case seen && p.mark == mark:
+		return later(p.at, v.Progressed)
+	case seen || !v.Read || v.Unread:
+		p = progressMark{mark: mark, at: now}
+	default:
+		p = progressMark{mark: mark, at: v.Progressed}
+		if p.at.After(now) {
+			p.at = now
+		}
 	}
-	s.progress[k] = progressMark{mark: mark, at: now}
-	return now
+	s.progress[k] = p
+	return p.at
 }
 
 // forgetProgress drops k's progress: it has no rollout open.

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -73,6 +74,10 @@ type Verification struct {
 	// its own controller (workload.DaemonSetStalledBy): no progress then is
 	// no failure of the change.
 	StalledBy []string
+	// Progressed: the last progress its pods show (ProgressOf; zero: none).
+	// A new leader's progress deadline counts from it, not from its first
+	// look (Scheduler.progressed).
+	Progressed time.Time
 }
 
 // Rule says which signs of failure among a revision's pods count, by where
@@ -229,7 +234,7 @@ type PodsSeen struct {
 func InspectPods(seen PodsSeen) Verification {
 	pods := slices.Clone(seen.Pods)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	v := Verification{Read: true, Healthy: true}
+	v := Verification{Read: true, Healthy: true, Progressed: ProgressOf(pods, seen.Hash)}
 	for i := range pods {
 		p := &pods[i]
 		if !OfRevision(p, seen.Hash) || slices.Contains(seen.NodesNotReady, p.Spec.NodeName) {
@@ -267,6 +272,30 @@ func InspectPods(seen PodsSeen) Verification {
 		}
 	}
 	return v
+}
+
+// ProgressOf is the last progress of a rollout to revision hash that a
+// workload's own pods show: a pod of the revision made or Ready, or one of
+// another revision being deleted (zero: none). Every change of a workload's
+// rollout status follows one of these, so it survives what a process's
+// memory does not: a restart, a new leader.
+func ProgressOf(pods []corev1.Pod, hash string) time.Time {
+	var at time.Time
+	for i := range pods {
+		p := &pods[i]
+		switch {
+		case OfRevision(p, hash):
+			at = later(at, p.CreationTimestamp.Time)
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					at = later(at, c.LastTransitionTime.Time)
+				}
+			}
+		case p.DeletionTimestamp != nil: // it ends at deletionTimestamp, its grace period after the delete
+			at = later(at, p.DeletionTimestamp.Add(-time.Duration(ptr.Deref(p.DeletionGracePeriodSeconds, 0))*time.Second))
+		}
+	}
+	return at
 }
 
 // OwnPods are the pods whose controller is owner, or one of owner's

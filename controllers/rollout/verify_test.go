@@ -455,3 +455,37 @@ func TestReadinessGatesCountForHealth(t *testing.T) {
 		t.Errorf("gate True at +40 s: %+v, passes at %v (%v); want healthy from the gate's turn, passing at %v", v, until, ok, at.Add(30*time.Second))
 	}
 }
+
+// ProgressOf is the newest of: a pod of the revision made, a pod of it
+// Ready, a pod of another revision deleted (its grace period deducted).
+// Another revision's running pod, and a Ready condition that is False, are
+// no progress.
+func TestProgressOf(t *testing.T) {
+	at := func(s int) metav1.Time { return metav1.NewTime(t0.Add(time.Duration(s) * time.Second)) }
+	pod := func(name, hash string, made int) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: at(made), Annotations: map[string]string{stamp.AnnotationHash: hash}}}
+	}
+	made := pod("made", "v2", 10)
+	ready := pod("ready", "v2", 5)
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: at(20)}}
+	unready := pod("unready", "v2", 5)
+	unready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: at(90)}}
+	old := pod("old", "v1", 0)
+	deleting := pod("deleting", "v1", 0)
+	deleting.DeletionTimestamp, deleting.DeletionGracePeriodSeconds = ptr.To(at(60)), ptr.To[int64](30)
+
+	for _, tc := range []struct {
+		pods []corev1.Pod
+		want time.Time
+	}{
+		{nil, time.Time{}},
+		{[]corev1.Pod{old}, time.Time{}},
+		{[]corev1.Pod{old, made, unready}, at(10).Time},
+		{[]corev1.Pod{made, ready}, at(20).Time},
+		{[]corev1.Pod{made, ready, deleting}, at(30).Time},
+	} {
+		if got := ProgressOf(tc.pods, "v2"); !got.Equal(tc.want) {
+			t.Errorf("ProgressOf(%d pods) = %v, want %v", len(tc.pods), got, tc.want)
+		}
+	}
+}

@@ -29,6 +29,12 @@ func tenantHash(v string) string {
 	return hashOf(tenantNamespace, tenantSpec(), framework.ConfigMap(tenantNamespace, "tenant-cfg", map[string]string{"v": v}, nil))
 }
 
+// stuckHashIn is the stamp of a tenantSpec workload of ns when tenant-cfg
+// holds v=stuck: its pods never become Ready.
+func stuckHashIn(ns string) string {
+	return hashOf(ns, tenantSpec(), framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
+}
+
 func get[T client.Object](t *testing.T, obj T) T {
 	t.Helper()
 	env.Get(t, obj)
@@ -282,6 +288,51 @@ func TestStuckTenantCannotStarveTheBudget(t *testing.T) {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}
 		waitState(t, d, rollout.Failed)
 		env.WaitEvent(t, d, "RolloutFailed", "progress deadline of "+progressDeadline.String())
+	}
+}
+
+// A restart of configstamp (as a new leader) mid-rollout continues the
+// progress deadline where it was. A Deployment's rollout is stuck from its
+// stamp (its new pod never becomes Ready); configstamp is killed two thirds
+// into the deadline and started again. The rollout fails by the deadline
+// counted from its new pod, as the pods show, not a whole deadline after
+// the restart (before the fix: more than 50 s after its stamp).
+func TestRestartKeepsTheProgressDeadline(t *testing.T) {
+	t.Parallel()
+	l := lane(t)
+	ns := l.NamespaceNamed(t, deadlineNamespace, nil)
+	d := framework.Deployment(ns, "stuck", framework.OptIn, tenantSpec())
+	d.Spec.ProgressDeadlineSeconds = ptr.To[int32](2147483647)              // configstamp's deadline, not its controller's, fails it
+	d.Annotations = map[string]string{rollout.AnnotationCanaryOpt: "false"} // rolled whole, not held at a canary pod
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), d)
+	waitComplete(t, ns, d.Name)
+
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
+	waitState(t, d, rollout.Rolling)
+	started := state(t, d).Started
+	restartAt := started.Add(progressDeadline * 2 / 3)
+	framework.Eventually(t, progressDeadline, func() (bool, string) {
+		r := state(t, d)
+		if r.State != rollout.Rolling {
+			return true, ""
+		}
+		return !time.Now().Before(restartAt), fmt.Sprintf("rollout-state %q, %v into the deadline", r.State, time.Since(started).Round(time.Second))
+	})
+	if r := state(t, d); r.State != rollout.Rolling {
+		t.Fatalf("the rollout is %q %v after its stamp, before the restart: want it rolling until its deadline of %v", r.State, time.Since(started), progressDeadline)
+	}
+	l.Kill()
+	if err := l.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Since(started)
+	waitState(t, d, rollout.Failed)
+	failed := time.Since(started)
+	env.WaitEvent(t, d, "RolloutFailed", "progress deadline of "+progressDeadline.String())
+	t.Logf("killed and started again %v after the stamp; the rollout failed %v after it (deadline %v)",
+		restarted.Round(100*time.Millisecond), failed.Round(100*time.Millisecond), progressDeadline)
+	if limit := progressDeadline + 12*time.Second; failed > limit {
+		t.Errorf("the rollout failed %v after its stamp, more than its deadline %v and 12 s: the restart gave it a fresh deadline", failed.Round(100*time.Millisecond), progressDeadline)
 	}
 }
 

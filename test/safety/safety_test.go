@@ -33,7 +33,10 @@ var hashKey = []byte("configstamp-safety-suite-hmac-key!")
 const (
 	haltNamespace   = "halt"
 	tenantNamespace = "tenant"
-	slowNode        = "kwok-slow"
+	// deadlineNamespace: a stuck tenant's change (tenantHash's) in a
+	// namespace of its own, for TestRestartKeepsTheProgressDeadline.
+	deadlineNamespace = "deadline"
+	slowNode          = "kwok-slow"
 	// progressDeadline is the suite's --progress-deadline.
 	progressDeadline = 30 * time.Second
 )
@@ -45,7 +48,7 @@ var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 // The control plane is the suite's; each test runs a configstamp of its own
 // (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
-	held := []string{tenantHash("stuck"), crashingAgentHash()}
+	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), crashingAgentHash()}
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
