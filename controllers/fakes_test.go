@@ -17,7 +17,7 @@ func indexedBuilder(objs ...client.Object) *fake.ClientBuilder {
 		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc)
 	for _, k := range workload.NewRegistry().All() {
-		b = b.WithIndex(k.New(), IndexHalted, indexHalted).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
+		b = b.WithIndex(k.New(), IndexHalted, indexHalted).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc).WithIndex(k.New(), rollout.IndexPassed, rollout.IndexPassedFunc)
 	}
 	return b
 }

@@ -33,7 +33,7 @@ func TestSourceEventAnnouncesEveryKind(t *testing.T) {
 		Spec: appsv1.StatefulSetSpec{Template: corev1.PodTemplateSpec{Spec: spec}}}
 	b := fake.NewClientBuilder().WithObjects(low, high)
 	for _, k := range workload.NewRegistry().All() {
-		b = b.WithIndex(k.New(), IndexSources, indexWorkloadSources(k)).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc)
+		b = b.WithIndex(k.New(), IndexSources, indexWorkloadSources(k)).WithIndex(k.New(), rollout.IndexRolling, rollout.IndexRollingFunc).WithIndex(k.New(), rollout.IndexPassed, rollout.IndexPassedFunc)
 	}
 	c := b.Build()
 	s := rollout.NewScheduler(rollout.Policy{MaxConcurrent: 1, ProgressDeadline: time.Hour}, c, testKeys, nil)

@@ -45,7 +45,7 @@ func indexWorkloadSources(kind workload.Kind) client.IndexerFunc {
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer, kinds *workload.Registry) error {
 	for _, kind := range kinds.All() {
 		for name, fn := range map[string]client.IndexerFunc{
-			IndexSources: indexWorkloadSources(kind), rollout.IndexRolling: rollout.IndexRollingFunc, IndexHalted: indexHalted, IndexPinned: indexPinned(kind),
+			IndexSources: indexWorkloadSources(kind), rollout.IndexRolling: rollout.IndexRollingFunc, rollout.IndexPassed: rollout.IndexPassedFunc, IndexHalted: indexHalted, IndexPinned: indexPinned(kind),
 		} {
 			if err := indexer.IndexField(ctx, kind.New(), name, fn); err != nil {
 				return fmt.Errorf("while indexing %s by %s: %w", kind.Name, name, err)

@@ -3,8 +3,12 @@ package rollout
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
@@ -48,12 +52,73 @@ const canaryWait = 2 * time.Second
 // passedKey names a change of a namespace among the passed canaries.
 func passedKey(namespace string, c Change) string { return namespace + "/" + c.String() }
 
-// unpassed are the causes of a workload of namespace that no canary passed.
-func (s *Scheduler) unpassed(namespace string, causes []Change, now time.Time) []Change {
-	return unpassedOf(namespace, causes, func(key string) bool {
+// unpassed are the causes of a workload of namespace that no canary passed:
+// as this process saw them pass (passCanary), or, for a pass it never saw
+// (one before a restart or a leader change), as the records in the cache
+// say (passedBefore); s.mu held.
+func (s *Scheduler) unpassed(ctx context.Context, namespace string, causes []Change, now time.Time) ([]Change, error) {
+	var err error
+	out := unpassedOf(namespace, causes, func(key string) bool {
 		at, ok := s.canaryPassed[key]
+		if !ok && err == nil {
+			at, ok, err = s.passedBefore(ctx, namespace, key, now)
+		}
 		return ok && now.Sub(at) <= passedFor
 	})
+	return out, err
+}
+
+// IndexPassed indexes workloads whose record (carrying a seal) is its
+// change's canary and passed — held and passed, or whole and completed —
+// by each change of its cause (Change.String()). The seal is verified where
+// the index is read (passedBefore).
+const IndexPassed = "configstamp.io/canary-passed"
+
+// IndexPassedFunc is the IndexPassed indexer.
+func IndexPassedFunc(obj client.Object) []string {
+	a := obj.GetAnnotations()
+	if _, sealed := a[AnnotationSeal]; !sealed {
+		return nil
+	}
+	if r := Read(a); r.passed() {
+		return strings.Split(r.Cause, ",")
+	}
+	return nil
+}
+
+// passed: the record is its change's canary, and it passed.
+func (r Record) passed() bool {
+	return r.Canary == CanaryPassed || r.Canary == CanaryRunning && r.State == Completed
+}
+
+// passedBefore: whether and when (its stamp) a canary of change key of
+// namespace passed before this process could see it pass: a sealed record of
+// the cache says so (IndexPassed). Asked once per change and process (the
+// cache is synced before the first reconcile; later passes are this
+// process's own), the answer kept with canaryPassed's; s.mu held.
+func (s *Scheduler) passedBefore(ctx context.Context, namespace, key string, now time.Time) (time.Time, bool, error) {
+	if _, asked := s.passedAsked[key]; asked {
+		return time.Time{}, false, nil
+	}
+	change := strings.TrimPrefix(key, namespace+"/")
+	var at time.Time
+	for _, kind := range s.Kinds.All() {
+		list := kind.NewList()
+		if err := s.Cache.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{IndexPassed: change}, client.UnsafeDisableDeepCopy); err != nil {
+			return time.Time{}, false, fmt.Errorf("while looking up passed canaries: %w", err)
+		}
+		for _, o := range kind.Items(list) {
+			if r, err := Unseal(o, s.Keys); err == nil && r.passed() && r.Started.After(at) {
+				at = r.Started
+			}
+		}
+	}
+	s.passedAsked[key] = now
+	if at.IsZero() {
+		return at, false, nil
+	}
+	s.canaryPassed[key] = at
+	return at, true, nil
 }
 
 // unpassedOf are the causes of a workload of namespace whose passedKey
@@ -125,9 +190,10 @@ func CanaryJudgedUntil(v Verification, window time.Duration) (time.Time, bool) {
 // the canary: the others do not wait for it, and it waits for any other
 // that will be, wherever that one is in the wave. s.mu held.
 func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes []Change, idle bool, now time.Time) (time.Duration, error) {
-	refs := refsOf(s.unpassed(k.Namespace, causes, now))
-	if len(refs) == 0 {
-		return 0, nil
+	unpassed, err := s.unpassed(ctx, k.Namespace, causes, now)
+	refs := refsOf(unpassed)
+	if len(refs) == 0 || err != nil {
+		return 0, err
 	}
 	if _, err := s.recentHolders(ctx, now); err != nil {
 		return 0, err
@@ -196,9 +262,9 @@ func (s *Scheduler) ClaimCanary(ctx context.Context, k Key, priority int, causes
 	if err != nil || wait > 0 {
 		return false, wait, err
 	}
-	unpassed := s.unpassed(k.Namespace, causes, now)
-	if len(unpassed) == 0 || idle {
-		return false, 0, nil
+	unpassed, err := s.unpassed(ctx, k.Namespace, causes, now)
+	if len(unpassed) == 0 || idle || err != nil {
+		return false, 0, err
 	}
 	s.canaryClaims[k] = canaryClaim{refs: refsOf(unpassed), at: now}
 	return true, 0, nil
@@ -221,11 +287,6 @@ func (s *Scheduler) passCanary(k Key, causes []Change) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	for key, at := range s.canaryPassed {
-		if now.Sub(at) > passedFor {
-			delete(s.canaryPassed, key)
-		}
-	}
 	for _, c := range causes {
 		s.canaryPassed[passedKey(k.Namespace, c)] = now
 	}

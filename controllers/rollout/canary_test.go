@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/controllers/workload"
@@ -649,5 +650,56 @@ func TestIdleWorkloadsAheadDoNotKeepTheCanaryFromItsSlot(t *testing.T) {
 	d, err := s.Decide(t.Context(), wants("c", 0))
 	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
 		t.Fatalf("c, the only one that can make a pod, budget 1: %+v %v; want the canary stamp", d, err)
+	}
+}
+
+// A canary that passed before a restart (or under another leader) lets its
+// change roll on without a second canary: the new process finds the pass
+// in the sealed records of its cache (IndexPassed), as it would have kept
+// it in memory. A pass of another namespace, of more than passedFor ago, a
+// failed canary or a record whose seal does not verify passes nothing.
+func TestAPassBeforeARestartNeedsNoSecondCanary(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	policy := Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second}
+	canary := StartRecord(t0.Add(-2*time.Minute), cause, false).AsCanary("x").PassCanary()
+	whole := StartRecord(t0.Add(-2*time.Minute), cause, false).AsCanary("")
+	elsewhere := threeReplicas("a", &canary)
+	elsewhere.Namespace = "other"
+	forged := threeReplicas("a", &canary)
+	forged.Annotations[AnnotationCause] = "ConfigMap/shared@00aa,ConfigMap/other@00bb"
+	for _, tc := range []struct {
+		name   string
+		cache  client.Object
+		want   string // "canary", "plain" (no canary) or "wait" (for a's)
+	}{
+		{"nothing passed", nil, "canary"},
+		{"a held canary passed, still rolling", threeReplicas("a", &canary), "plain"},
+		{"a held canary passed, completed", threeReplicas("a", ptr.To(canary.Complete("v1-new"))), "plain"},
+		{"a whole canary completed", threeReplicas("a", ptr.To(whole.Complete("v1-new"))), "plain"},
+		{"a whole canary still rolling", threeReplicas("a", &whole), "wait"},
+		{"a canary failed", threeReplicas("a", ptr.To(whole.Fail(false))), "canary"},
+		{"passed in another namespace", elsewhere, "canary"},
+		{"passed more than passedFor ago", threeReplicas("a", ptr.To(StartRecord(t0.Add(-passedFor-time.Minute), cause, false).AsCanary("").Complete("v1-new"))), "canary"},
+		{"a record whose seal does not verify", forged, "canary"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []client.Object
+			if tc.cache != nil {
+				objs = append(objs, tc.cache)
+			}
+			s, _ := newTestScheduler(t, policy, objs...)
+			s.Halts = haltsFunc(func() string { return "" })
+			b := Observation{Key: dep("b"), Kind: deploymentKind, Object: threeReplicas("b", nil), Ours: true, Need: NeedRollout,
+				Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
+			d, err := s.Decide(t.Context(), b)
+			got := "wait"
+			if d.Transition == Stamp && d.Record != nil {
+				got = map[bool]string{true: "canary", false: "plain"}[d.Record.Canary == CanaryRunning]
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("b after a restart: %+v %v; got %s, want %s", d, err, got, tc.want)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -186,6 +187,9 @@ type Scheduler struct {
 	// shows them; canaryOpen: the running canaries the cache shows (open
 	// records, as holders last read them) and their sources.
 	canaryPassed map[string]time.Time
+	// passedAsked: the changes whose earlier pass was looked up in the
+	// cache (passedBefore), and when.
+	passedAsked  map[string]time.Time
 	canaryClaims map[Key]canaryClaim
 	canaryOpen   map[Key][]stamp.ObjectRef
 	// pruned: when stale entries were last dropped (at most every pruneEvery).
@@ -216,6 +220,7 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		suspects: map[Key]suspicion{},
 
 		canaryPassed: map[string]time.Time{},
+		passedAsked:  map[string]time.Time{},
 		canaryClaims: map[Key]canaryClaim{},
 		canaryOpen:   map[Key][]stamp.ObjectRef{},
 		limiter:      rate.NewLimiter(limit, 1),
@@ -862,6 +867,9 @@ func (s *Scheduler) report() {
 			if p.stale(now) {
 				delete(s.pending, k)
 			}
+		}
+		for _, m := range []map[string]time.Time{s.canaryPassed, s.passedAsked} {
+			maps.DeleteFunc(m, func(_ string, at time.Time) bool { return now.Sub(at) > passedFor })
 		}
 	}
 	haltedWorkloads.Set(float64(len(s.halted)))

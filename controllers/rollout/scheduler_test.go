@@ -61,7 +61,7 @@ func countingScheduler(t *testing.T, policy Policy, keys Keys, rolling ...client
 		},
 	})
 	for _, k := range workload.NewRegistry().All() {
-		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc)
+		b = b.WithIndex(k.New(), IndexRolling, IndexRollingFunc).WithIndex(k.New(), IndexPassed, IndexPassedFunc)
 	}
 	s := NewScheduler(policy, b.Build(), keys, workload.NewRegistry())
 	c := &clock{t: t0}

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
@@ -523,5 +524,61 @@ func TestKilledMidWaveRollsEachOnce(t *testing.T) {
 		if got := replicaSets(t, ns, n); got != 2 {
 			t.Errorf("%s has %d ReplicaSets, want 2 (rolled exactly once across the restart)", n, got)
 		}
+	}
+}
+
+// A restart after the change's canary passed, mid-wave, gives the change no
+// second canary: the new process finds the pass in the canary's sealed
+// record. Six Deployments share the change, a budget of one stretches the
+// wave; configstamp is killed as soon as the canary's pass is written and
+// started again. Every workload rolls once, and only the first carries a
+// canary record (before the fix: the first stamped after the restart was a
+// canary again, held at one pod for a window of its own).
+func TestRestartAfterTheCanaryPassedNeedsNoOther(t *testing.T) {
+	t.Parallel()
+	l := lane(t, "--max-concurrent-rollouts=1", "--verify-window=3s")
+	ns := l.Namespace(t, "passed", nil)
+	wave := names("app", 6)
+	initial := createWave(t, ns, wave, nil)
+	c := watchConcurrency(t, ns, initial)
+	dep := func(n string) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}
+	}
+
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "two"}, nil))
+	var canary string
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for _, n := range wave {
+			if r := state(t, dep(n)); r.Canary == rollout.CanaryPassed || r.Canary == rollout.CanaryRunning && r.State == rollout.Completed {
+				canary = n
+				return true, ""
+			}
+		}
+		return false, "no canary passed yet"
+	})
+	l.Kill()
+	_, doneAtKill := c.stats()
+	if doneAtKill >= len(wave)-1 {
+		t.Fatalf("the wave was as good as done (%d of %d) before configstamp was killed", doneAtKill, len(wave))
+	}
+	if err := l.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
+		_, done := c.stats()
+		return done == len(wave), fmt.Sprintf("%d of %d rolled out", done, len(wave))
+	})
+	var canaries []string
+	for _, n := range wave {
+		if r := state(t, dep(n)); r.Canary != rollout.NoCanary {
+			canaries = append(canaries, n+" ("+string(r.Canary)+")")
+		}
+		if got := replicaSets(t, ns, n); got != 2 {
+			t.Errorf("%s has %d ReplicaSets, want 2 (rolled once)", n, got)
+		}
+	}
+	t.Logf("killed when %s's canary had passed, %d of %d rolled; canary records after the wave: %v", canary, doneAtKill, len(wave), canaries)
+	if len(canaries) != 1 {
+		t.Errorf("canary records after the restart: %v, want only %s's: the restart gave the change a second canary", canaries, canary)
 	}
 }
