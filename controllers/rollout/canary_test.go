@@ -669,9 +669,9 @@ func TestAPassBeforeARestartNeedsNoSecondCanary(t *testing.T) {
 	forged := threeReplicas("a", &canary)
 	forged.Annotations[AnnotationCause] = "ConfigMap/shared@00aa,ConfigMap/other@00bb"
 	for _, tc := range []struct {
-		name   string
-		cache  client.Object
-		want   string // "canary", "plain" (no canary) or "wait" (for a's)
+		name  string
+		cache client.Object
+		want  string // "canary", "plain" (no canary) or "wait" (for a's)
 	}{
 		{"nothing passed", nil, "canary"},
 		{"a held canary passed, still rolling", threeReplicas("a", &canary), "plain"},
