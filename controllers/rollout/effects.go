@@ -31,6 +31,9 @@ const (
 	// ReasonPauseLifted: a failed canary's pause put back once its halt
 	// was removed by hand (Situation.Stray).
 	ReasonPauseLifted = "PauseLifted"
+	// ReasonHoldReleased: a canary's hold put back because its workload
+	// opted out, or its namespace left the scope (released).
+	ReasonHoldReleased = "HoldReleased"
 )
 
 // Event is one Kubernetes event a decision emits about the workload, or
@@ -188,6 +191,14 @@ func (p Policy) effects(sit Situation, d Decision) Decision {
 		d.log(0, "rollout complete; verifying that it stays healthy", "until", d.Record.Until.UTC().Format(time.RFC3339),
 			"elapsed", elapsed(d.Judged, sit.Now))
 	case Settle:
+		if d.Record != nil { // released
+			d.Patches = []Patch{d.recordPatch(sit, true)}
+			held, _ := workload.DecodeHold(d.Judged.Hold)
+			d.log(0, "no longer looked after: the canary's hold put back", "hold", d.Judged.Hold)
+			d.event(corev1.EventTypeNormal, ReasonHoldReleased, "Release",
+				"configstamp no longer looks after this workload (it opted out, or its namespace left configstamp's scope): it put back what it set on this spec for its canary (%s)",
+				strings.Join(held.Paths(), ", "))
+		}
 		if d.On == NeedNothing && len(sit.Stray) > 0 {
 			d.Patches = []Patch{thawPatch(sit)}
 			d.log(0, "halt removed: the failed canary's hold and pause put back", "hold", sit.Stray.Encode())

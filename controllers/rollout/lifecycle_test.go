@@ -99,6 +99,7 @@ func lifecycleFixtures() []fixture {
 		})},
 		{o: observation(false, &open, NeedNothing)},
 		{o: observation(false, &open, NeedRecord)},
+		{o: optedOut()},
 		{o: with(observation(false, &open, NeedNothing), func(o *Observation) { o.Ours = false })},
 		{o: with(observation(true, nil, NeedNothing), func(o *Observation) { o.Ours = false })},
 		{o: with(observation(true, nil, NeedRollout), func(o *Observation) { o.CacheBehind = true })},
@@ -109,6 +110,17 @@ func lifecycleFixtures() []fixture {
 		{o: observation(true, nil, NeedRollout), halted: FormatChanges(lifecycleCause)},
 		{o: with(observation(true, nil, NeedRollout), func(o *Observation) { o.Window = time.Second })},
 	}
+}
+
+// optedOut is a failed canary, paused by configstamp and halting its
+// change, whose workload then opted out.
+func optedOut() Observation {
+	hold := workload.Hold{{Path: "spec.paused", Set: true}}
+	failed := StartRecord(t0.Add(-time.Minute), lifecycleCause, false).AsCanary(hold.Encode()).Fail(true)
+	o := observation(true, &failed, NeedNothing)
+	o.Object.(*appsv1.Deployment).Spec.Paused = true
+	o.Ours = false
+	return o
 }
 
 // resumedByHand is a failed canary, paused by configstamp, whose halted

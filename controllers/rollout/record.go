@@ -372,6 +372,13 @@ func (r Record) Resume() Record {
 	return r
 }
 
+// Unhold puts a canary's hold back and keeps the rest as it was (a halt,
+// an open rollout): its workload left configstamp's care (released).
+func (r Record) Unhold() Record {
+	r.Hold = ""
+	return r
+}
+
 // Change identifies what a workload references of one source, as it was:
 // Content is the keyed, key-precise digest of the referenced keys
 // (stamp.Result.Sources, made with the record's key), or "unreferenced". The

@@ -73,7 +73,8 @@ type Ruling struct {
 //
 //  1. Gone, or out of this installation's scope: it needs nothing, and
 //     holds no slot; an open record there is not this installation's to
-//     judge or close.
+//     judge or close. Out of scope or opted out, a canary's hold still in
+//     its spec is put back (released).
 //  2. Failed, halting its change, complete again with no sign of failure
 //     among the pods of its revision (a canary paused by its failure: its
 //     new pods, at least one), and every one of them Ready with no
@@ -102,6 +103,9 @@ func Rules(sit Situation, p Policy) Ruling {
 	o, rec := sit.Observation, sit.Record
 	if o.Object == nil {
 		return Ruling{Transition: Gone, On: Deleted}
+	}
+	if r, ok := released(sit); ok {
+		return r
 	}
 	if o.OutOfScope {
 		return Ruling{Transition: Settle, On: NotOurs}
@@ -201,6 +205,20 @@ func recovered(o Observation, rec Record, now time.Time) (time.Time, bool) {
 		return now, true
 	}
 	return v.HealthySince.Add(max(v.Window, v.Outlast)), true
+}
+
+// released: a workload configstamp no longer looks after (opted out, or
+// its namespace out of this installation's scope) whose spec still has the
+// hold its sealed record names: put back at once, the record kept as it
+// was otherwise (a halt stays; an open rollout is still followed, as a
+// whole-workload canary). The hold's reason, configstamp's canary, has
+// ended for this workload.
+func released(sit Situation) (Ruling, bool) {
+	if (sit.Ours && !sit.OutOfScope) || sit.Record.Hold == "" {
+		return Ruling{}, false
+	}
+	rec := sit.Record.Unhold()
+	return Ruling{Transition: Settle, On: NotOurs, Record: &rec}, true
 }
 
 // verifiedStamp is the stamp of o's template, whose rollout passed

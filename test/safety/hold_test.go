@@ -4,15 +4,19 @@ package safety
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers"
+	"github.com/configstamp/configstamp/controllers/rollout"
+	"github.com/configstamp/configstamp/controllers/stamp"
 	"github.com/configstamp/configstamp/test/framework"
 )
 
@@ -77,5 +81,61 @@ func TestRejectedHoldStillStamps(t *testing.T) {
 	env.Get(t, got)
 	if got.Spec.MinReadySeconds != 0 || got.Spec.Strategy.RollingUpdate == nil || got.Spec.Strategy.RollingUpdate.MaxSurge.String() != "25%" {
 		t.Fatalf("the spec after the rollout: minReadySeconds %d, strategy %+v; want them as applied (the hold was not written)", got.Spec.MinReadySeconds, got.Spec.Strategy)
+	}
+}
+
+// TestOptingOutPutsBackTheHold: what configstamp sets in a spec for a
+// canary never outlives its reason, and a workload that opts out ends it.
+// Two Deployments of three replicas, each its change's canary: "frozen",
+// whose canary's pod never becomes Ready, fails and is paused with its
+// hold; "held", whose good change is held at one new pod for a long
+// window. Each then opts out (`kubectl label ... configstamp.io/enabled-`):
+// configstamp puts back at once what it set (pause, surge, unavailable,
+// minReadySeconds), with a HoldReleased event; the failed one's halt stays.
+// Before, both stayed held, the failed one paused for good.
+func TestOptingOutPutsBackTheHold(t *testing.T) {
+	t.Parallel()
+	l := lane(t, "--verify-window=5m")
+	frozenNS := l.NamespaceNamed(t, optOutNamespace, nil)
+	heldNS := l.Namespace(t, "held", nil)
+	apply := func(ns, name string) (*appsv1.Deployment, appsv1.DeploymentSpec) {
+		d := framework.Deployment(ns, name, framework.OptIn, tenantSpec())
+		d.Spec.Replicas = ptr.To[int32](3)
+		env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), d)
+		waitComplete(t, ns, name)
+		return d, get(t, d).Spec // as applied, with the API server's defaults
+	}
+	frozen, frozenSpec := apply(frozenNS, "frozen")
+	held, heldSpec := apply(heldNS, "held")
+
+	env.Apply(t, framework.ConfigMap(frozenNS, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
+	env.Apply(t, framework.ConfigMap(heldNS, "tenant-cfg", map[string]string{"v": "good"}, nil))
+	waitState(t, frozen, rollout.Failed)
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		r := state(t, held)
+		return r.Canary == rollout.CanaryRunning && r.Hold != "", fmt.Sprintf("held's record %+v: want a running canary, held", r)
+	})
+	if d := get(t, frozen); !d.Spec.Paused || d.Annotations[rollout.AnnotationHalted] == "" {
+		t.Fatalf("the failed canary: paused %v, halted %q; want it paused by configstamp and halting its change", d.Spec.Paused, d.Annotations[rollout.AnnotationHalted])
+	}
+
+	for _, d := range []*appsv1.Deployment{frozen, held} {
+		env.Kubectl(t, "", "label", "-n", d.Namespace, "deployment", d.Name, stamp.LabelEnabled+"-")
+	}
+	for _, c := range []struct {
+		d    *appsv1.Deployment
+		spec appsv1.DeploymentSpec
+	}{{frozen, frozenSpec}, {held, heldSpec}} {
+		framework.Eventually(t, 30*time.Second, func() (bool, string) {
+			d := get(t, c.d)
+			got := fmt.Sprint(d.Spec.Paused, d.Spec.MinReadySeconds, d.Spec.Strategy.RollingUpdate.MaxSurge, d.Spec.Strategy.RollingUpdate.MaxUnavailable)
+			want := fmt.Sprint(c.spec.Paused, c.spec.MinReadySeconds, c.spec.Strategy.RollingUpdate.MaxSurge, c.spec.Strategy.RollingUpdate.MaxUnavailable)
+			return got == want && d.Annotations[rollout.AnnotationHold] == "",
+				fmt.Sprintf("%s opted out: paused, minReadySeconds, maxSurge, maxUnavailable %s, hold %q; want %s as applied", d.Name, got, d.Annotations[rollout.AnnotationHold], want)
+		})
+		env.WaitEvent(t, c.d, "HoldReleased", "no longer looks after this workload")
+	}
+	if d := get(t, frozen); d.Annotations[rollout.AnnotationHalted] == "" {
+		t.Error("the failed canary's halt was lifted by its opt-out: its change would reach the others")
 	}
 }

@@ -37,7 +37,11 @@ const (
 	// deadlineNamespace: a stuck tenant's change (tenantHash's) in a
 	// namespace of its own, for TestRestartKeepsTheProgressDeadline.
 	deadlineNamespace = "deadline"
-	slowNode          = "kwok-slow"
+	// optOutNamespace: a failed canary's workload that opts out
+	// (TestOptingOutPutsBackTheHold), its pods of tenantHash's change
+	// never Ready.
+	optOutNamespace = "optout"
+	slowNode        = "kwok-slow"
 	// progressDeadline is the suite's --progress-deadline.
 	progressDeadline = 30 * time.Second
 )
@@ -49,7 +53,7 @@ var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 // The control plane is the suite's; each test runs a configstamp of its own
 // (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
-	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), crashingAgentHash()}
+	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), crashingAgentHash()}
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
