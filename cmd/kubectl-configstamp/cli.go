@@ -208,6 +208,9 @@ func (o *options) loadKinds() error {
 
 // resource is where the dynamic client reads an extra kind.
 func resource(k cswl.Kind) schema.GroupVersionResource {
+	if !k.Unstructured() {
+		return appsv1.SchemeGroupVersion.WithResource(k.Resource) // a built-in kind: apps/v1
+	}
 	return k.GVK.GroupVersion().WithResource(k.Resource)
 }
 

@@ -270,7 +270,7 @@ func jsonFields(t reflect.Type) []string {
 func TestOutputFieldsDocumented(t *testing.T) {
 	results := map[string]any{
 		"who-uses": whoUsesResult{}, "plan": planOutput{}, "why": whyResult{},
-		"status": statusResult{}, "resume": resumeResult{}, "version": versionResult{},
+		"status": statusResult{}, "resume": resumeResult{}, "unhold": unholdResult{}, "version": versionResult{},
 	}
 	for _, c := range commands {
 		v, ok := results[c.name]

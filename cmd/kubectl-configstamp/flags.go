@@ -18,7 +18,7 @@ var outputFormats = []string{"json", "yaml", "wide"}
 func (o *options) addFlags(root *cobra.Command) {
 	fs := root.PersistentFlags()
 	o.configFlags.AddFlags(fs)
-	fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "every namespace (who-uses, status)")
+	fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "every namespace (who-uses, status, unhold)")
 	fs.StringVarP(&o.output, "output", "o", "", "output format: json, yaml or wide (default: a table)")
 	fs.StringVarP(&o.filename, "filename", "f", "", `the manifest to plan ("-": standard input)`)
 	fs.BoolVar(&o.noColor, "no-color", false, "never colour the output (NO_COLOR does the same)")

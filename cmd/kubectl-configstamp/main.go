@@ -102,6 +102,8 @@ var commands = []command{
 		short: "rollouts in flight cluster-wide: rolling, verifying and halted workloads, budget in use", long: statusLong},
 	{name: "resume", args: "KIND/NAME", positional: 1, run: runResume, complete: completeWorkload,
 		short: "lift the halt a failed workload carries (removes configstamp.io/halted)", long: resumeLong},
+	{name: "unhold", run: runUnhold,
+		short: "put back what configstamp set in workload specs for its canaries (for uninstalling it)", long: unholdLong},
 	{name: "version", run: runVersion, flags: versionFlags,
 		short: "the plugin's version and the version of configstamp the cluster runs", long: versionLong},
 }

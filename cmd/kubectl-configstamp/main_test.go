@@ -14,7 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	metadatafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/configstamp/configstamp/controllers/pin"
@@ -175,7 +177,8 @@ func fakeCluster(t *testing.T, now time.Time, objs ...runtime.Object) (*options,
 	t.Helper()
 	out := &bytes.Buffer{}
 	o := &options{namespace: "ns", defaultNamespace: "ns", registry: cswl.NewRegistry(), out: out, errOut: out, now: func() time.Time { return now },
-		client: kubefake.NewClientset(objs...), meta: metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())}
+		client: kubefake.NewClientset(objs...), meta: metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme()),
+		dynamic: dynamicfake.NewSimpleDynamicClient(kubescheme.Scheme, objs...)}
 	return o, out
 }
 

@@ -174,6 +174,20 @@ Output (-o json|yaml), one object:
   lifted[]         the changes whose halt was lifted ({source, content})
   stillHaltedBy[]  the workloads still halting a change of the same sources`
 
+const unholdLong = `For uninstalling configstamp, once its Deployment is deleted: on every
+workload of the namespace (-A: of every namespace) that carries
+configstamp.io/rollout-hold, puts back what configstamp set in its spec for
+a canary (surge, unavailable, minReadySeconds, partition, spec.paused): each
+field still at the value configstamp set gets back the value it had; a field
+changed since stays as it is. The annotation goes in the same JSON merge
+patch, conditional on the resourceVersion read. A configstamp still running
+counts such a workload's record for nothing (its halt no longer holds).
+
+Output (-o json|yaml), a list:
+  namespace, kind, name
+  putBack[]   the fields given back their value
+  error       why it could not be put back (exit code 1)`
+
 const versionLong = `The plugin's version and configstamp's: read from the manager Deployment
 (GET deployments/configstamp-controller-manager in configstamp-system; the
 "view" role allows it): its app.kubernetes.io/version label, that label on its

@@ -40,19 +40,8 @@ func runResume(ctx context.Context, o *options, args []string) error {
 		if err != nil {
 			return err
 		}
-		apps := o.client.AppsV1()
-		opts := metav1.PatchOptions{FieldManager: "kubectl-configstamp"}
-		switch w.kind {
-		case "Deployment":
-			_, err = apps.Deployments(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
-		case "StatefulSet":
-			_, err = apps.StatefulSets(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
-		case "DaemonSet":
-			_, err = apps.DaemonSets(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
-		default:
-			k, _, _ := o.parseWorkloadArg(args[0])
-			_, err = o.dynamic.Resource(resource(k)).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, opts)
-		}
+		k, _, _ := o.parseWorkloadArg(args[0])
+		_, err = o.dynamic.Resource(resource(k)).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-configstamp"})
 		if err != nil {
 			return fmt.Errorf("while removing %s from %s %s/%s: %w", rollout.AnnotationHalted, w.kind, ns, name, err)
 		}
