@@ -80,7 +80,7 @@ Output (-o json|yaml), one object:
   selectedBy[]     the objects whose rollout selector matches it (Kind/name)
   stamp            its configstamp.io/config-hash (absent: none)
   sources[]        the objects its last record names (Kind/name)
-  state            none, rolling, verifying, completed or failed
+  state            none, rolling, verifying, completed, failed or idle
   started          when its last rollout started (RFC 3339; absent: none)
   verifyUntil      verifying: when its verification window ends
   failure          failed: why, from its latest RolloutFailed event

@@ -71,7 +71,7 @@ type whyResult struct {
 	Stamp      string   `json:"stamp,omitempty"`
 	// Sources are the objects the last record names (configstamp.io/sources).
 	Sources []string `json:"sources"`
-	// State: none, rolling, verifying, completed, failed.
+	// State: none, rolling, verifying, completed, failed, idle.
 	State   string     `json:"state"`
 	Started *time.Time `json:"started,omitempty"`
 	// VerifyUntil (verifying): the rollout is complete as `kubectl rollout
@@ -605,6 +605,9 @@ func summary(r whyResult) string {
 		return "failed; no halt in force"
 	case r.State == "completed":
 		return "completed"
+	case r.State == "idle":
+		return "idle: stamped while it could make no pod of the change (paused, no replicas, OnDelete, a partition that holds every pod); " +
+			"judged from when it makes one"
 	case !r.OptedIn && len(r.SelectedBy) == 0:
 		return "not opted in: configstamp stamps it only if a rollout selector matches it"
 	}

@@ -703,3 +703,37 @@ func TestAPassBeforeARestartNeedsNoSecondCanary(t *testing.T) {
 		})
 	}
 }
+
+// A paused workload stamped with the change (it made no pod of it) is
+// Idle, never completed, and holds no slot of the budget (a budget of one:
+// b still gets it). Resumed later, it is judged as a rollout started then:
+// Rolling, a slot counted, and a crash of its new pods fails it. Before,
+// its record said completed, and nothing judged it once resumed.
+func TestAnIdleWorkloadIsJudgedWhenItMakesPods(t *testing.T) {
+	s, c, _, wants := edgeWave(t, 1)
+	a := wants("a", 0)
+	a.Canary = false // opted out of the canary: b need not wait for one
+	a.Object.(*appsv1.Deployment).Spec.Paused = true
+	d, err := s.Decide(t.Context(), a)
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.State != Idle {
+		t.Fatalf("a, paused: %+v %v; want a stamp whose record is idle, taking no slot", d, err)
+	}
+	if n, err := s.SlotsInUse(t.Context()); err != nil || n != 0 {
+		t.Fatalf("slots in use after a's idle stamp: %d %v, want 0", n, err)
+	}
+	idle := *d.Record
+
+	c.advance(time.Hour) // its user resumes it an hour later
+	resumed := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &idle), Ours: true, Need: NeedNothing}
+	resumed.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
+	d, err = s.Decide(t.Context(), resumed)
+	if err != nil || d.Transition != Unidle || d.Record == nil || d.Record.State != Rolling || !d.Record.Started.Equal(c.now()) {
+		t.Fatalf("a resumed: %+v %v; want its rollout judged from now (rolling)", d, err)
+	}
+	rolling := *d.Record
+	crashed := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rolling), Ours: true, Need: NeedNothing,
+		Verification: Verification{Read: true, Problem: "pod a-x: container app restarted 1 times"}}
+	if d, err := s.Decide(t.Context(), crashed); err != nil || d.Transition != CloseFailed {
+		t.Fatalf("a's new pods crash: %+v %v; want its rollout failed", d, err)
+	}
+}

@@ -228,6 +228,14 @@ func (sit Situation) prevHold() (workload.Hold, error) {
 	return prev, err
 }
 
+// idle: its workload can make no pod of a new template now, as it will be
+// once the stamp puts back what an earlier canary of configstamp's set
+// (workload.Status.Idle of the thawed object).
+func (sit Situation) idle() bool {
+	prev, _ := sit.prevHold() // sealed: configstamp's own
+	return sit.Kind.Status(prev.Thawed(sit.Object)).Idle()
+}
+
 // gate lets a rollout start only when its change is not halted, its debounce
 // window has passed and, unless it supersedes its own rollout under way (it
 // is being followed: the rollout is judged again by then), a slot is granted.
@@ -247,7 +255,7 @@ func (s *Scheduler) gate(ctx context.Context, sit Situation, following time.Dura
 	}
 	d = Decision{Transition: Stamp, On: NeedRollout, Supersedes: keeps, Judged: sit.Record, Causes: sit.Causes}
 	if s.Policy.Tracks() {
-		start := sit.Record.StartRecord(sit.Now, sit.Causes, NothingToWaitFor(sit.Kind, sit.Object))
+		start := sit.Record.StartRecord(sit.Now, sit.Causes, sit.idle())
 		if keeps {
 			start.Started = sit.Record.Started // the slot's bound counts from the first stamp
 		}
@@ -277,8 +285,7 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	// partition that holds every pod), it makes no pod of the change now:
 	// it is never the change's canary (a canary passes only on a judged
 	// pod), and it waits for the one that will be.
-	prev, _ := sit.prevHold() // sealed: configstamp's own
-	idle := o.Kind.Status(prev.Thawed(o.Object)).Idle()
+	idle := sit.idle()
 	s.wants(o.Key, sit.Causes, idle)
 	if wait > 0 {
 		return Decision{After: wait}, false, false, nil
@@ -297,8 +304,8 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 		s.Forget(o.Key)
 		return Decision{}, true, canary, nil
 	}
-	// A rollout with nothing to wait for, or that nobody follows, holds no slot.
-	needsSlot := !NothingToWaitFor(o.Kind, o.Object) && s.Policy.Tracks()
+	// A rollout that makes no pod now, or that nobody follows, holds no slot.
+	needsSlot := !idle && s.Policy.Tracks()
 	wait, err := s.Acquire(ctx, o.Key, o.Priority, needsSlot)
 	if err != nil || wait > 0 {
 		return Decision{After: wait}, false, false, err

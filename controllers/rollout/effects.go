@@ -186,6 +186,9 @@ func (p Policy) effects(sit Situation, d Decision) Decision {
 		// (Record.Complete, Record.Fail): told as the undo's end alone.
 		d.Patches, d.Written = []Patch{d.recordPatch(sit, true)}, d.Record
 		d.add(undoClosed(o.Kind.Name, d.Judged, d.Failure, sit.Now))
+	case Unidle:
+		d.Patches = []Patch{d.recordPatch(sit, true)}
+		d.log(0, "its workload makes pods of the change now: judged from now", "cause", d.Judged.Cause, "stamped", d.Judged.Started.UTC().Format(time.RFC3339))
 	case StartVerify:
 		d.Patches = []Patch{d.recordPatch(sit, true)}
 		d.log(0, "rollout complete; verifying that it stays healthy", "until", d.Record.Until.UTC().Format(time.RFC3339),
@@ -469,7 +472,7 @@ func (d Decision) Summary() Summary {
 	switch {
 	case d.Transition == Stamp && d.Record != nil && d.Record.Open() && d.Supersedes:
 		s.Slot = "keeps"
-	case d.Transition == Stamp && d.Record != nil && d.Record.Open():
+	case d.Transition == Stamp && d.Record != nil && d.Record.Open(), d.Transition == Unidle:
 		s.Slot = "takes"
 	case d.Transition == Gone, d.Transition.closes() && d.Judged.Open():
 		s.Slot = "frees"

@@ -6,7 +6,7 @@ import (
 )
 
 // The rollout lifecycle in one table: a workload's record is in a State
-// (none, rolling, verifying, completed, failed); what the reconciler
+// (none, rolling, verifying, completed, failed, idle); what the reconciler
 // observed of it is a Trigger; the wave's rules (Rules, then the gate)
 // pick the Transition of the row that applies, and Decide fills in its
 // effects. Lifecycle lists every row; TestLifecycle walks it, and fails
@@ -52,10 +52,13 @@ const (
 	// Recovered: failed and halting its change, complete again and healthy
 	// for a full window.
 	Recovered
+	// MakesPods: its Idle rollout's workload can make pods now (resumed,
+	// scaled up, its partition lowered).
+	MakesPods
 )
 
 var triggerNames = [...]string{"NeedNothing", "NeedRecord", "NeedRollout", "Deleted", "NotOurs", "CacheBehind", "Progressing",
-	"RolloutComplete", "RolloutVerified", "RolloutFailed", "Crashed", "CanaryHealthy", "Recovered"}
+	"RolloutComplete", "RolloutVerified", "RolloutFailed", "Crashed", "CanaryHealthy", "Recovered", "MakesPods"}
 
 func (t Trigger) String() string {
 	if int(t) < len(triggerNames) {
@@ -102,10 +105,14 @@ const (
 	// PassCanary: its change's canary, held at one new pod, passed: put the
 	// hold back and wake the rest of the wave.
 	PassCanary
+	// Unidle: an Idle rollout's workload makes pods of it now: write it
+	// Rolling from now, judged like any rollout (it counts in the budget;
+	// its own controller did not wait for a slot).
+	Unidle
 )
 
 var transitionNames = [...]string{"Wait", "Gone", "Resume", "CloseCompleted", "CloseFailed", "StartVerify", "Follow", "Settle", "Stale",
-	"Baseline", "Gate", "Stamp", "PassCanary"}
+	"Baseline", "Gate", "Stamp", "PassCanary", "Unidle"}
 
 func (t Transition) String() string {
 	if int(t) < len(transitionNames) {
@@ -170,7 +177,7 @@ const (
 
 var (
 	open   = []State{Rolling, Verifying}
-	closed = []State{None, Completed, Failed}
+	closed = []State{None, Completed, Failed, Idle}
 )
 
 // Lifecycle is the rollout lifecycle, every row. Effects are those of the
@@ -207,6 +214,10 @@ var Lifecycle = []Row{
 	{From: closed, On: NeedNothing, When: "its failed canary's pause, its halt removed by hand", Transition: Settle,
 		Effects: Summary{Writes: []string{WriteHoldBack}, Events: []string{ReasonPauseLifted}}},
 	{From: closed, On: NeedRecord, Transition: Baseline, Effects: Summary{Writes: []string{WriteDataRecord}}},
+	{From: []State{Idle}, On: MakesPods, When: "resumed or scaled up", Transition: Unidle, To: string(Rolling),
+		Effects: Summary{Writes: []string{WriteRecord}, Slot: "takes"}},
+	{On: NeedRollout, When: "the gate is open, the workload idle (paused, no replicas)", Transition: Stamp, To: string(Idle),
+		Effects: Summary{Writes: []string{WriteDataRecord, WriteRecord, WriteStamp}, Events: []string{ReasonConfigChanged}, Counts: []string{MetricStarted}}},
 	{On: NeedRollout, When: "the gate is open", Transition: Stamp, To: string(Rolling),
 		Effects: Summary{Writes: []string{WriteDataRecord, WriteRecord, WriteStamp}, Events: []string{ReasonConfigChanged}, Counts: []string{MetricStarted}, Slot: "takes"}},
 	{On: NeedRollout, When: "its change is halted", Transition: Wait, Effects: Summary{Events: []string{ReasonRolloutHalted}}},

@@ -75,6 +75,7 @@ func lifecycleFixtures() []fixture {
 	halting := late.Fail(true)
 	done := open.Complete("v1-old")
 	undoing := halting.StartUndo(t0.Add(-10*time.Second), "v1-old")
+	idle := StartRecord(t0.Add(-time.Hour), lifecycleCause, true) // resumed since
 	with := func(o Observation, edit func(o *Observation)) Observation { edit(&o); return o }
 	window := 30 * time.Second
 	return []fixture{
@@ -106,6 +107,8 @@ func lifecycleFixtures() []fixture {
 		{o: observation(true, &done, NeedNothing)},
 		{o: resumedByHand()},
 		{o: observation(true, nil, NeedRecord)},
+		{o: observation(true, &idle, NeedNothing)},
+		{o: with(observation(true, nil, NeedRollout), func(o *Observation) { o.Object.(*appsv1.Deployment).Spec.Paused = true })},
 		{o: observation(true, nil, NeedRollout)},
 		{o: observation(true, nil, NeedRollout), halted: FormatChanges(lifecycleCause)},
 		{o: with(observation(true, nil, NeedRollout), func(o *Observation) { o.Window = time.Second })},
@@ -165,7 +168,7 @@ func TestLifecycle(t *testing.T) {
 
 // Every transition Decide can return has a row.
 func TestLifecycleCoversEveryTransition(t *testing.T) {
-	for tr := Wait; tr <= PassCanary; tr++ {
+	for tr := Wait; tr <= Unidle; tr++ {
 		if tr == Gate { // Rules' answer only
 			continue
 		}

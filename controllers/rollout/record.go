@@ -24,7 +24,7 @@ import (
 // needs lives on the workloads themselves, so nothing is lost across restarts.
 const (
 	// AnnotationState is the state of the last rollout configstamp started:
-	// "rolling", "completed" or "failed" (see State).
+	// "rolling", "verifying", "completed", "failed" or "idle" (see State).
 	AnnotationState = "configstamp.io/rollout-state"
 	// AnnotationStarted is the RFC 3339 time at which configstamp stamped the
 	// template for that rollout.
@@ -111,6 +111,13 @@ const (
 	Verifying State = "verifying"
 	Completed State = "completed"
 	Failed    State = "failed"
+	// Idle: stamped while its workload could make no pod of the new
+	// revision (paused by its user, no replicas, OnDelete, a partition that
+	// holds every pod, an extra kind whose progress configstamp does not
+	// follow): nothing was judged, and nothing is completed. It
+	// holds no slot and halts nothing; once the workload makes pods (it is
+	// resumed, scaled up), its rollout is judged from then (Unidle).
+	Idle State = "idle"
 )
 
 // AnnotationSeal proves that configstamp wrote the record: "<key id>.<MAC>",
@@ -181,7 +188,7 @@ func Read(annotations map[string]string) Record {
 		r.Canary = c
 	}
 	switch s := State(annotations[AnnotationState]); s {
-	case Rolling, Verifying, Completed, Failed:
+	case Rolling, Verifying, Completed, Failed, Idle:
 		r.State = s
 	}
 	if t, err := time.Parse(time.RFC3339, annotations[AnnotationStarted]); err == nil {
@@ -281,21 +288,28 @@ func (r Record) Open() bool { return r.State == Rolling || r.State == Verifying 
 
 // Transitions.
 
-// StartRecord is a rollout starting at now for causes. ended says that it has
-// nothing to wait for (OnDelete): it is complete at once and holds no slot.
-// The last verified revision is the previous record's.
-func (r Record) StartRecord(now time.Time, causes []Change, ended bool) Record {
+// StartRecord is a rollout starting at now for causes. idle says that its
+// workload can make no pod of it now (workload.Status.Idle): it is Idle, and
+// holds no slot. The last verified revision is the previous record's.
+func (r Record) StartRecord(now time.Time, causes []Change, idle bool) Record {
 	state := Rolling
-	if ended {
-		state = Completed
+	if idle {
+		state = Idle
 	}
 	return Record{State: state, Started: now.Truncate(time.Second), Cause: FormatChanges(causes), Verified: r.Verified}
 }
 
 // StartRecord is a rollout starting at now for causes on a workload with
 // no record (Record.StartRecord).
-func StartRecord(now time.Time, causes []Change, ended bool) Record {
-	return Record{}.StartRecord(now, causes, ended)
+func StartRecord(now time.Time, causes []Change, idle bool) Record {
+	return Record{}.StartRecord(now, causes, idle)
+}
+
+// Unidle: an Idle rollout's workload makes pods of it now (resumed, scaled
+// up): it is judged as a rollout started now.
+func (r Record) Unidle(now time.Time) Record {
+	r.State, r.Started = Rolling, now.Truncate(time.Second)
+	return r
 }
 
 // AsCanary makes a starting rollout its change's canary, held at one new

@@ -48,14 +48,15 @@ func TestTransitions(t *testing.T) {
 		halted     string
 		startedSet bool
 	}{
-		"no record":                        {nil, None, false, "", false},
-		"started":                          {[]Record{started}, Rolling, true, "", true},
-		"started with nothing to wait for": {[]Record{StartRecord(t0, cause, true)}, Completed, false, "", true},
-		"completed":                        {[]Record{started, started.Complete("")}, Completed, false, "", true},
-		"failed, halting":                  {[]Record{started, started.Fail(true)}, Failed, false, "ConfigMap/shared@00aa", true},
-		"failed, not halting":              {[]Record{started, started.Fail(false)}, Failed, false, "", true},
-		"failed, then resumed":             {[]Record{started, started.Fail(true), started.Fail(true).Resume()}, Failed, false, "", true},
-		"a new rollout clears a halt":      {[]Record{started, started.Fail(true), StartRecord(t0, nil, false)}, Rolling, true, "", true},
+		"no record":                   {nil, None, false, "", false},
+		"started":                     {[]Record{started}, Rolling, true, "", true},
+		"started idle":                {[]Record{StartRecord(t0, cause, true)}, Idle, false, "", true},
+		"idle, then making pods":      {[]Record{StartRecord(t0, cause, true).Unidle(t0.Add(time.Hour))}, Rolling, true, "", true},
+		"completed":                   {[]Record{started, started.Complete("")}, Completed, false, "", true},
+		"failed, halting":             {[]Record{started, started.Fail(true)}, Failed, false, "ConfigMap/shared@00aa", true},
+		"failed, not halting":         {[]Record{started, started.Fail(false)}, Failed, false, "", true},
+		"failed, then resumed":        {[]Record{started, started.Fail(true), started.Fail(true).Resume()}, Failed, false, "", true},
+		"a new rollout clears a halt": {[]Record{started, started.Fail(true), StartRecord(t0, nil, false)}, Rolling, true, "", true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

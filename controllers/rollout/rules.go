@@ -119,6 +119,10 @@ func Rules(sit Situation, p Policy) Ruling {
 			recheck = at.Sub(sit.Now) + 100*time.Millisecond
 		}
 	}
+	if rec.State == Idle && o.Ours && !o.Kind.Status(o.Object).Idle() {
+		rolling := rec.Unidle(sit.Now)
+		return Ruling{Transition: Unidle, On: MakesPods, Record: &rolling, After: PodPollMin}
+	}
 	if rec.State == Completed && o.Verification.Problem != "" {
 		failed := rec.Fail(p.HaltOnFailure)
 		return Ruling{Transition: CloseFailed, On: Crashed, Record: &failed,

@@ -217,8 +217,10 @@ func TestOnDeleteAndPartitionedHoldNoSlot(t *testing.T) {
 	}
 	l.WaitIdle(t, map[string]float64{"deployment": 0})
 	for _, o := range []client.Object{onDeleteSTS, onDeleteDS, canary} {
-		if r := state(t, o); r.State != rollout.Completed || r.Halted != "" {
-			t.Errorf("%s: record %+v, want completed, not halted", o.GetName(), r)
+		// Stamped, it made no pod of the change: idle, never "completed"
+		// (judged once it makes one).
+		if r := state(t, o); r.State != rollout.Idle || r.Halted != "" {
+			t.Errorf("%s: record %+v, want idle, not halted", o.GetName(), r)
 		}
 		if n := env.CountEvents(t, o, "RolloutFailed"); n != 0 {
 			t.Errorf("%s: %d RolloutFailed events", o.GetName(), n)
@@ -406,5 +408,41 @@ func TestStaleAppliedHashRecordsQuietly(t *testing.T) {
 	}
 	if n := replicaSets(t, ns, "app"); n != 2 {
 		t.Errorf("%d ReplicaSets, want 2", n)
+	}
+}
+
+// A Deployment its user paused is stamped with a change (it is no canary:
+// it made no pod), and its record says idle, not completed. `kubectl
+// rollout resume` then makes its pods: configstamp judges that rollout from
+// then (rolling, then completed and verified), as it would a stamp.
+func TestAPausedWorkloadIsJudgedOnceResumed(t *testing.T) {
+	t.Parallel()
+	l := lane(t)
+	ns := l.Namespace(t, "paused", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "cfg")
+	d := framework.Deployment(ns, "app", framework.OptIn, spec)
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil), d)
+	waitComplete(t, ns, d.Name)
+	before := framework.TemplateHash(get(t, d))
+	env.Kubectl(t, "", "rollout", "pause", "-n", ns, "deployment/"+d.Name)
+
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil))
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		r := state(t, d)
+		return framework.TemplateHash(get(t, d)) != before && r.State == rollout.Idle, fmt.Sprintf("record %+v: want it stamped, idle", r)
+	})
+	if n := replicaSets(t, ns, d.Name); n != 1 {
+		t.Fatalf("%d ReplicaSets while paused, want 1: it made no pod of the change", n)
+	}
+	resumed := time.Now()
+	env.Kubectl(t, "", "rollout", "resume", "-n", ns, "deployment/"+d.Name)
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		r := state(t, d)
+		return r.State == rollout.Completed && !r.Started.Before(resumed.Truncate(time.Second)) && r.Verified == framework.TemplateHash(get(t, d)),
+			fmt.Sprintf("record %+v: want completed, judged from the resume (%v), verified", r, resumed.Format(time.RFC3339))
+	})
+	if n := replicaSets(t, ns, d.Name); n != 2 {
+		t.Errorf("%d ReplicaSets, want 2 (rolled once)", n)
 	}
 }
