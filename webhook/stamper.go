@@ -81,6 +81,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	}
 	if c.req.Operation == admissionv1.Update && c.req.UserInfo.Username != s.Self {
 		s.undone(ctx, c.kind, obj, c.req, c.sent, stamped, c.dryRun)
+		s.untried(ctx, c, obj, comp)
 	}
 	s.stamp(c.kind, obj, stamped, comp, c.logger)
 	return nil
