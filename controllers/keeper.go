@@ -199,7 +199,7 @@ func (k *SnapshotKeeper) source(ctx context.Context, req reconcile.Request, ref 
 		return nil, err
 	}
 	for _, h := range k.Keys.Hashers() {
-		if pin.Name(h, src) == req.Name {
+		if pin.Names(h, src, req.Name) {
 			return src, nil
 		}
 	}

@@ -294,7 +294,7 @@ func snapshotName(keys *stamp.Keyring, src client.Object, had ...string) string 
 	hashers := keys.Hashers()
 	for _, name := range had {
 		for _, h := range hashers {
-			if name != "" && pin.Name(h, src) == name {
+			if name != "" && pin.Names(h, src, name) {
 				return name
 			}
 		}

@@ -59,11 +59,32 @@ func Wanted(workloadAnnotations, namespaceAnnotations map[string]string) (bool, 
 // Name is the name of the snapshot of src (a ConfigMap or Secret as read from
 // the API server): the source's name, cut so that the whole stays a valid
 // name of at most 253 characters, then "-" and a content id keyed with h over
-// the kind, the name, every key and value and, for a Secret, its type. The id
-// reveals nothing of the data to whoever cannot compute the key's MACs.
+// the namespace, the kind, the name, every key and value and, for a Secret,
+// its type. The id reveals nothing of the data to whoever cannot compute the
+// key's MACs, and differs between namespaces for the same data: a user who
+// can read pinned templates in a namespace they cannot write cannot test a
+// guess of a Secret there by pinning the guess in their own and comparing
+// the names.
 func Name(h *stamp.Hasher, src client.Object) string {
+	return name(h, src, src.GetNamespace())
+}
+
+// Names reports whether snapshot is src's snapshot name under h: Name's, or
+// the name releases before the namespace entered it gave (no namespace), so
+// that their snapshots stay valid and no pinned workload rolls by the
+// upgrade alone.
+func Names(h *stamp.Hasher, src client.Object, snapshot string) bool {
+	return snapshot == Name(h, src) || snapshot == name(h, src, "")
+}
+
+// name is Name with namespace ("": the former name, without it).
+func name(h *stamp.Hasher, src client.Object, namespace string) string {
 	ref, source, typ := describe(src)
-	id := h.Seal(domainSnapshot, string(ref.Kind), ref.Name, h.ContentID(source), typ)[:idLength]
+	parts := []string{string(ref.Kind), ref.Name, h.ContentID(source), typ}
+	if namespace != "" {
+		parts = append([]string{"namespace=" + namespace}, parts...)
+	}
+	id := h.Seal(domainSnapshot, parts...)[:idLength]
 	prefix := ref.Name
 	if maxPrefix := validation.DNS1123SubdomainMaxLength - idLength - 1; len(prefix) > maxPrefix {
 		prefix = prefix[:maxPrefix]

@@ -42,6 +42,29 @@ func TestNameIsValidKeyedAndBounded(t *testing.T) {
 	}
 }
 
+// The same data in two namespaces gets two snapshot names (issue "One
+// shared config, many namespaces": a user with view rights in another
+// namespace could otherwise test a guess of a Secret there by pinning the
+// guess in their own and comparing the names). A name made before the
+// namespace entered it still names its snapshot (Names): no pinned
+// workload rolls by the upgrade alone.
+func TestNameDiffersByNamespace(t *testing.T) {
+	h := stamp.NewHasher([]byte("k1"))
+	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "theirs", Name: "db"}, Data: map[string][]byte{"password": []byte("hunter2")}}
+	guess := theirs.DeepCopy()
+	guess.Namespace = "mine"
+	if Name(h, theirs) == Name(h, guess) {
+		t.Fatal("the same Secret in two namespaces has one snapshot name: a guess can be tested by comparing names")
+	}
+	legacy := name(h, theirs, "")
+	if legacy == Name(h, theirs) || !Names(h, theirs, legacy) || !Names(h, theirs, Name(h, theirs)) {
+		t.Error("the name made before the namespace entered it no longer names the snapshot: every pinned workload would roll")
+	}
+	if Names(h, guess, Name(h, theirs)) {
+		t.Error("another namespace's name matches")
+	}
+}
+
 func TestApplyAndSourceSpecAreInverse(t *testing.T) {
 	tmpl := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		Volumes: []corev1.Volume{
