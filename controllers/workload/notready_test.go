@@ -153,3 +153,30 @@ func TestDaemonSetStalledBy(t *testing.T) {
 		})
 	}
 }
+
+// A DaemonSet its controller schedules on no node (a node selector no node
+// matches) can make no pod of a new template: it has nothing to wait for,
+// so it is never its change's canary (it would hold the wave until its
+// slot's bound, passing on no pod). Not yet observed, or on a node, it has.
+// A stamp (a newer generation not observed yet) changes nothing of that.
+func TestDaemonSetOnNoNodeHasNothingToWaitFor(t *testing.T) {
+	ds := func(observed, generation int64, desired, current int32) *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: generation},
+			Status: appsv1.DaemonSetStatus{ObservedGeneration: observed, DesiredNumberScheduled: desired, CurrentNumberScheduled: current}}
+	}
+	for _, tc := range []struct {
+		name string
+		ds   *appsv1.DaemonSet
+		want bool
+	}{
+		{"on no node", ds(1, 1, 0, 0), true},
+		{"on no node, just stamped", ds(1, 2, 0, 0), true},
+		{"not observed yet", ds(0, 1, 0, 0), false},
+		{"on two nodes", ds(1, 1, 2, 2), false},
+		{"its last pod being removed", ds(1, 1, 0, 1), false},
+	} {
+		if got := (daemonSet{}).Status(tc.ds).NothingToWaitFor; got != tc.want {
+			t.Errorf("%s: NothingToWaitFor %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -31,14 +31,7 @@ func TestCanaryHoldsAPinnedRestart(t *testing.T) {
 	waitRolledOut(t, second)
 	good := mountedSnapshot(second)
 
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"k": "bad"}, nil))
-	first := pinnedWave(ns, "first", 10, true)
-	framework.Eventually(t, time.Minute, func() (bool, string) {
-		env.Get(t, first)
-		r := rollout.Read(first.Annotations)
-		return r.State == rollout.Rolling && r.Canary == rollout.CanaryRunning, fmt.Sprintf("first: record %+v", r)
-	})
-	out, err := exec.Command("kubectl", "--kubeconfig", kc, "-n", ns, "rollout", "restart", "deployment/second").CombinedOutput()
+	first, out, err := restartMidCanary(t, ns, kc)
 	if err != nil || !strings.Contains(string(out), "canary") {
 		t.Fatalf("the tenant's restart: %v\n%s", err, out)
 	}
@@ -56,6 +49,22 @@ func TestCanaryHoldsAPinnedRestart(t *testing.T) {
 	if got := configMapData(t, ns, mountedSnapshot(second), "cfg"); got["k"] != "good" {
 		t.Fatalf("second's restarted pods mount %v, want k=good", got)
 	}
+}
+
+// restartMidCanary applies a bad change of cfg in ns, waits until first
+// (priority 10, never ready) runs its canary, and then has the tenant (kc)
+// run `kubectl rollout restart` on second: first, and kubectl's output.
+func restartMidCanary(t *testing.T, ns, kc string) (*appsv1.Deployment, []byte, error) {
+	t.Helper()
+	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"k": "bad"}, nil))
+	first := pinnedWave(ns, "first", 10, true)
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		env.Get(t, first)
+		r := rollout.Read(first.Annotations)
+		return r.State == rollout.Rolling && r.Canary == rollout.CanaryRunning, fmt.Sprintf("first: record %+v", r)
+	})
+	out, err := exec.Command("kubectl", "--kubeconfig", kc, "-n", ns, "rollout", "restart", "deployment/second").CombinedOutput()
+	return first, out, err
 }
 
 // TestUnpinnedRestartIsWarnedMidCanary: the same restart of a waiting
@@ -76,14 +85,7 @@ func TestUnpinnedRestartIsWarnedMidCanary(t *testing.T) {
 	second := unpinned()
 	waitRolledOut(t, second)
 
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"k": "bad"}, nil))
-	first := pinnedWave(ns, "first", 10, true)
-	framework.Eventually(t, time.Minute, func() (bool, string) {
-		env.Get(t, first)
-		r := rollout.Read(first.Annotations)
-		return r.State == rollout.Rolling && r.Canary == rollout.CanaryRunning, fmt.Sprintf("first: record %+v", r)
-	})
-	out, err := exec.Command("kubectl", "--kubeconfig", kc, "-n", ns, "rollout", "restart", "deployment/second").CombinedOutput()
+	first, out, err := restartMidCanary(t, ns, kc)
 	if err != nil || !strings.Contains(string(out), "Warning:") || !strings.Contains(string(out), "still being tried on another workload, its canary") ||
 		!strings.Contains(string(out), pin.AnnotationPin) {
 		t.Fatalf("the tenant's restart of an unpinned workload mid-canary: %v\n%s\nwant a warning that its new pods read the untried change", err, out)

@@ -139,3 +139,50 @@ func TestOptingOutPutsBackTheHold(t *testing.T) {
 		t.Error("the failed canary's halt was lifted by its opt-out: its change would reach the others")
 	}
 }
+
+// TestADaemonSetOnNoNodeIsNeverTheCanary: a DaemonSet whose node selector
+// no node matches (a GPU agent on a cluster without GPUs) comes first in a
+// wave (rollout-priority 10) beside a Deployment of three replicas; both
+// read one ConfigMap. It can make no pod of a change, so it is not the
+// canary: the Deployment is, at once, and the DaemonSet is stamped once
+// that passed, its record idle. Before, the DaemonSet was the canary, held
+// on no pod and never passing, and the Deployment waited for its slot's
+// bound (the deadline, the window and a minute).
+func TestADaemonSetOnNoNodeIsNeverTheCanary(t *testing.T) {
+	t.Parallel()
+	l := lane(t)
+	ns := l.Namespace(t, "nonode", nil)
+	spec := framework.PodSpec()
+	framework.MountConfigMap(&spec, "shared")
+	agentSpec := *spec.DeepCopy()
+	agentSpec.NodeSelector = map[string]string{"example.com/gpu": "present"} // no node has it
+	agent := framework.DaemonSet(ns, "gpu-agent", framework.OptIn, agentSpec)
+	agent.Annotations = map[string]string{rollout.AnnotationPriority: "10"}
+	app := framework.Deployment(ns, "app", framework.OptIn, spec)
+	app.Spec.Replicas = ptr.To[int32](3)
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"v": "1"}, nil), agent, app)
+	waitComplete(t, ns, app.Name)
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		a := get(t, agent)
+		return a.Status.ObservedGeneration >= a.Generation, "the DaemonSet not observed yet"
+	})
+	before := framework.TemplateHash(get(t, app))
+
+	changed := time.Now()
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"v": "2"}, nil))
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		return framework.TemplateHash(get(t, app)) != before, "app not stamped"
+	})
+	stamped := time.Since(changed)
+	if r := state(t, app); r.Canary != rollout.CanaryRunning {
+		t.Errorf("app's record %+v: want it the change's canary", r)
+	}
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		r := state(t, agent)
+		return r.State == rollout.Idle && r.Canary == rollout.NoCanary, fmt.Sprintf("the DaemonSet's record %+v: want idle, no canary", r)
+	})
+	t.Logf("app, the canary, stamped %v after the change; the DaemonSet on no node stamped after it, idle", stamped.Round(time.Millisecond))
+	if stamped > 20*time.Second {
+		t.Errorf("app was stamped %v after the change: it waited for the DaemonSet on no node", stamped.Round(time.Millisecond))
+	}
+}
