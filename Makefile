@@ -280,6 +280,13 @@ PLATFORMS ?= linux/arm64,linux/amd64,linux/s390x,linux/ppc64le
 INSTALL_OVERLAY ?= config/default
 KUBECTL ?= kubectl
 export KUBECTL
+# The version the installers label every object with
+# (app.kubernetes.io/version, where `kubectl configstamp version` reads the
+# server's): empty by default, since a checkout's IMG is the last release's
+# image, whose tag says its version; `make release-installers` sets it to the
+# release's version (hack/build-installer.sh).
+INSTALL_VERSION ?=
+export INSTALL_VERSION
 
 .PHONY: docker-build docker-push docker-buildx build-installer deploy undeploy
 docker-build: ## Build the image $(IMG) with the version stamped in.
