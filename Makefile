@@ -65,8 +65,14 @@ $(ACTIONLINT):
 commit-msg-check: ## Check that every commit subject since hack/commit-msg's base is at most 72 characters.
 	hack/commit-msg --range
 
+# The README's benchmark table names no commit older than the last release
+# (none before the first: hack/bench-table-check).
+.PHONY: bench-table-check
+bench-table-check: ## Check that the README's benchmark table names no commit older than the last release tag.
+	hack/bench-table-check README.md
+
 .PHONY: lint
-lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, golangci-lint (.golangci.yml), actionlint (.github/workflows), commit subjects.
+lint: vet golangci-lint actionlint commit-msg-check bench-table-check ## gofmt check, go vet, golangci-lint (.golangci.yml), actionlint (.github/workflows), commit subjects, the README's bench table.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 	$(ACTIONLINT)
