@@ -65,8 +65,14 @@ $(ACTIONLINT):
 commit-msg-check: ## Check that every commit subject since hack/commit-msg's base is at most 72 characters.
 	hack/commit-msg --range
 
+# The README's benchmark table names no commit older than the last release
+# (none before the first: hack/bench-table-check).
+.PHONY: bench-table-check
+bench-table-check: ## Check that the README's benchmark table names no commit older than the last release tag.
+	hack/bench-table-check README.md
+
 .PHONY: lint
-lint: vet golangci-lint actionlint commit-msg-check ## gofmt check, go vet, golangci-lint (.golangci.yml), actionlint (.github/workflows), commit subjects.
+lint: vet golangci-lint actionlint commit-msg-check bench-table-check ## gofmt check, go vet, golangci-lint (.golangci.yml), actionlint (.github/workflows), commit subjects, the README's bench table.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 	$(ACTIONLINT)
@@ -280,6 +286,13 @@ PLATFORMS ?= linux/arm64,linux/amd64,linux/s390x,linux/ppc64le
 INSTALL_OVERLAY ?= config/default
 KUBECTL ?= kubectl
 export KUBECTL
+# The version the installers label every object with
+# (app.kubernetes.io/version, where `kubectl configstamp version` reads the
+# server's): empty by default, since a checkout's IMG is the last release's
+# image, whose tag says its version; `make release-installers` sets it to the
+# release's version (hack/build-installer.sh).
+INSTALL_VERSION ?=
+export INSTALL_VERSION
 
 .PHONY: docker-build docker-push docker-buildx build-installer deploy undeploy
 docker-build: ## Build the image $(IMG) with the version stamped in.

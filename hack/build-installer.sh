@@ -12,6 +12,12 @@
 # (ghcr.io/configstamp/configstamp@sha256:...), so a release's install*.yaml
 # run exactly the image it signed.
 #
+# INSTALL_VERSION (environment; the release sets it to the tag, `make
+# release-installers`): when set, every object gets the label
+# app.kubernetes.io/version=INSTALL_VERSION (metadata only: selectors and pod
+# templates stay as they are). An image pinned by digest names no version;
+# this label is where `kubectl configstamp version` reads the server's.
+#
 # kubectl has kustomize built in but not `kustomize edit set image`, so the
 # image is set by an `images:` entry in a generated overlay that references
 # a copy of config/ (nothing in the repository is modified).
@@ -28,6 +34,13 @@ case $overlay in
   config/*) ;;
   *) echo "$0: OVERLAY must be a directory under config/, got $overlay" >&2; exit 2 ;;
 esac
+version=${INSTALL_VERSION:-}
+# A label value: at most 63 characters, alphanumerics, '-', '_' and '.', an
+# alphanumeric at each end.
+if [[ -n $version && ! $version =~ ^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$ ]]; then
+  echo "$0: INSTALL_VERSION=$version is not a valid label value" >&2
+  exit 2
+fi
 if [[ ! -f $root/$overlay/kustomization.yaml ]]; then
   echo "$0: $overlay/kustomization.yaml not found" >&2
   exit 2
@@ -73,6 +86,13 @@ fi
   echo "    newName: \"$name\""
   if [[ -n $tag ]]; then echo "    newTag: \"$tag\""; fi
   if [[ -n $digest ]]; then echo "    digest: \"$digest\""; fi
+  if [[ -n $version ]]; then
+    echo "labels:"
+    echo "  - pairs:"
+    echo "      app.kubernetes.io/version: \"$version\""
+    echo "    includeSelectors: false"
+    echo "    includeTemplates: false"
+  fi
 } >"$tmp/release/kustomization.yaml"
 
 "$kubectl" kustomize "$tmp/release" >"$tmp/install.yaml"

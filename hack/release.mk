@@ -4,7 +4,10 @@
 #   make plugin-dist      # cross-compile the plugin into dist/plugin/ (6 targets)
 #   make krew-manifest    # plugin-dist, then dist/: the archives, checksums.txt, configstamp.yaml
 #   make krew-validate    # krew-manifest, then krew's own validation of dist/configstamp.yaml, offline
-#   make release-check    # the same as krew-validate: all three, for the six targets
+#   make release-installers  # dist/release/install.yaml, install-selfsigned.yaml: IMG, labelled with the version
+#   make release-rules    # dist/release/prometheus-rules.yaml, its runbook URLs at the version's tag
+#   make release-files-check # both, then checks them (hack/releasefiles)
+#   make release-check    # krew-validate and release-files-check (IMG: a placeholder digest)
 #   make release-check-host  # the same for the host's GOOS/GOARCH alone, in _output/ (make test runs it)
 #
 # A release (.github/workflows/release.yml) runs them with VERSION=vX.Y.Z, the
@@ -87,7 +90,38 @@ krew-validate: krew-manifest $(KREW_BINS) ## Validate $(RELEASE_DIST)/configstam
 		echo "the krew-installed kubectl-configstamp runs on $$host"; \
 	fi
 
-release-check: krew-validate ## Cross-compile the plugin for the six targets, write the archives and the krew manifest, validate it with krew.
+# The release's other files, into $(RELEASE_FILES): one installer per
+# overlay a user applies as it is (config/default: install.yaml; the others:
+# install-<overlay>.yaml), the image IMG (the release passes the digest it
+# pushed) and every object labelled app.kubernetes.io/version=$(PLUGIN_VERSION)
+# (INSTALL_VERSION, hack/build-installer.sh), which `kubectl configstamp
+# version` reads: an image pinned by digest names no version. config/namespaced
+# is no release file: it lists the namespaces it watches, which only its user
+# knows (a base to edit: docs/scoping.md). And the Prometheus rules in the rule
+# file format, every runbook_url at the tag instead of main.
+RELEASE_FILES ?= $(RELEASE_DIST)/release
+RELEASE_OVERLAYS ?= default selfsigned
+# release-check's image: a placeholder digest (no image is built or pulled).
+RELEASE_CHECK_IMG ?= ghcr.io/configstamp/configstamp@sha256:0000000000000000000000000000000000000000000000000000000000000000
+
+.PHONY: release-installers release-rules release-files-check
+release-installers: ## Write one installer per overlay in RELEASE_OVERLAYS into $(RELEASE_FILES)/: image $(IMG), labelled app.kubernetes.io/version=$(PLUGIN_VERSION).
+	@mkdir -p $(RELEASE_FILES)
+	@set -e; for overlay in $(RELEASE_OVERLAYS); do \
+		file=install-$$overlay.yaml; [ "$$overlay" = default ] && file=install.yaml; \
+		INSTALL_VERSION=$(PLUGIN_VERSION) hack/build-installer.sh "$(IMG)" config/$$overlay $(RELEASE_FILES)/$$file; \
+		echo "$(RELEASE_FILES)/$$file: config/$$overlay, image $(IMG), version $(PLUGIN_VERSION)"; \
+	done
+
+release-rules: ## Write $(RELEASE_FILES)/prometheus-rules.yaml: config/prometheus/rules.yaml's groups, runbook URLs at $(PLUGIN_VERSION).
+	$(GO) run ./hack/releasefiles rules -version=$(PLUGIN_VERSION) -in=config/prometheus/rules.yaml -out=$(RELEASE_FILES)/prometheus-rules.yaml
+
+release-files-check: release-installers release-rules ## Write the installers and the rules, then check them: image by digest, version label, no example namespace, runbooks at the tag.
+	$(GO) run ./hack/releasefiles check -version=$(PLUGIN_VERSION) -image="$(IMG)" -dir=$(RELEASE_FILES)
+
+release-check: krew-validate ## Cross-compile the plugin for the six targets, write the archives and the krew manifest, validate it with krew; write and check the installers and the rules.
+	@rm -rf $(RELEASE_FILES)
+	$(MAKE) --no-print-directory release-files-check IMG=$(RELEASE_CHECK_IMG)
 
 # make test's release check: the same steps and krew's same validation for the
 # host's platform alone, into _output/ (dist/ stays the release's). The five

@@ -57,7 +57,7 @@ func TestManifestsNameThePublishedImage(t *testing.T) {
 		`want="ghcr.io/${GITHUB_REPOSITORY,,}:${VERSION}"`,
 		// The installers name the image by the digest pushed.
 		"IMG: ${{ needs.image.outputs.image }}@${{ needs.image.outputs.digest }}",
-		`make build-installer IMG="$IMG"`,
+		`make release-files-check IMG="$IMG" VERSION="$VERSION"`,
 	} {
 		if !strings.Contains(string(workflow), want) {
 			t.Errorf(".github/workflows/release.yml lacks %q", want)

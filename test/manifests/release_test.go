@@ -135,6 +135,35 @@ func TestBuildInstaller(t *testing.T) {
 			}
 		})
 	}
+	// INSTALL_VERSION (make release-installers: the release's tag) labels
+	// every object app.kubernetes.io/version, where `kubectl configstamp
+	// version` reads the version of an image pinned by digest; selectors and
+	// pod templates stay as they are.
+	t.Run("INSTALL_VERSION", func(t *testing.T) {
+		t.Setenv("INSTALL_VERSION", "v1.2.3")
+		got := renderInstaller(t, publishedName+"@sha256:"+strings.Repeat("cd", 32), "config/selfsigned")
+		want := kustomize(t, "config/selfsigned")
+		if len(got.objs) != len(want.objs) {
+			t.Fatalf("%d objects, want the %d of config/selfsigned", len(got.objs), len(want.objs))
+		}
+		for i, o := range got.objs {
+			if v := o.GetLabels()["app.kubernetes.io/version"]; v != "v1.2.3" {
+				t.Errorf("%s %s: app.kubernetes.io/version=%q, want v1.2.3", o.GetKind(), o.GetName(), v)
+			}
+			if want.objs[i].GetLabels()["app.kubernetes.io/version"] != "" {
+				t.Errorf("%s %s: config/selfsigned sets a version label", o.GetKind(), o.GetName())
+			}
+		}
+		dep := getAs[appsv1.Deployment](t, got, "Deployment", deployment)
+		base := getAs[appsv1.Deployment](t, want, "Deployment", deployment)
+		if !maps.Equal(dep.Spec.Template.Labels, base.Spec.Template.Labels) || !equality.Semantic.DeepEqual(dep.Spec.Selector, base.Spec.Selector) {
+			t.Errorf("the pod template's labels or the selector changed: %v %v", dep.Spec.Template.Labels, dep.Spec.Selector)
+		}
+		t.Setenv("INSTALL_VERSION", "not a label value")
+		if _, err := tryRun(t, repoRoot(t), time.Minute, filepath.Join(repoRoot(t), "hack", "build-installer.sh"), releaseImage, "config/default", "-"); err == nil {
+			t.Error("build-installer.sh accepted INSTALL_VERSION='not a label value'")
+		}
+	})
 	t.Run("unknown overlay", func(t *testing.T) {
 		if _, err := tryRun(t, repoRoot(t), time.Minute, filepath.Join(repoRoot(t), "hack", "build-installer.sh"), releaseImage, "config/nope", "-"); err == nil {
 			t.Error("build-installer.sh config/nope succeeded")
