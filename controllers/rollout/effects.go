@@ -32,7 +32,7 @@ const (
 	// was removed by hand (Situation.Stray).
 	ReasonPauseLifted = "PauseLifted"
 	// ReasonHoldReleased: a canary's hold put back because its workload
-	// opted out, or its namespace left the scope (released).
+	// opted out (released).
 	ReasonHoldReleased = "HoldReleased"
 )
 
@@ -199,7 +199,7 @@ func (p Policy) effects(sit Situation, d Decision) Decision {
 			held, _ := workload.DecodeHold(d.Judged.Hold)
 			d.log(0, "no longer looked after: the canary's hold put back", "hold", d.Judged.Hold)
 			d.event(corev1.EventTypeNormal, ReasonHoldReleased, "Release",
-				"configstamp no longer looks after this workload (it opted out, or its namespace left configstamp's scope): it put back what it set on this spec for its canary (%s)",
+				"configstamp no longer looks after this workload (it opted out): it put back what it set on this spec for its canary (%s)",
 				strings.Join(held.Paths(), ", "))
 		}
 		if d.On == NeedNothing && len(sit.Stray) > 0 {

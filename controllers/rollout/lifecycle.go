@@ -205,7 +205,7 @@ var Lifecycle = []Row{
 		Effects: Summary{Writes: []string{WriteRecord}, Events: []string{ReasonUndoFailed}, Counts: []string{MetricUndos + "{failed}"}, Slot: "frees"}},
 	{From: open, On: NeedNothing, When: "still progressing", Transition: Follow, Effects: Summary{Slot: "keeps"}},
 	{From: open, On: NeedRecord, When: "still progressing", Transition: Follow, Effects: Summary{Slot: "keeps"}},
-	{On: NotOurs, When: "opted out or out of scope, a canary's hold in its spec: put back, the record kept without it", Transition: Settle,
+	{On: NotOurs, When: "opted out, a canary's hold in its spec: put back, the record kept without it", Transition: Settle,
 		Effects: Summary{Writes: []string{WriteRecord, WriteHoldBack}, Events: []string{ReasonHoldReleased}}},
 	{From: open, On: NotOurs, When: "still progressing", Transition: Follow, Effects: Summary{Slot: "keeps"}},
 	{On: NotOurs, Transition: Settle},

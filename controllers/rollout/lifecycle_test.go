@@ -408,3 +408,15 @@ func stringsOf(meta map[string]any) map[string]string {
 	}
 	return out
 }
+
+// Out of this installation's scope, a failed canary's hold and pause are
+// left as they are, sealed or not: the namespace may be another
+// installation's now, whose hold it is (two installations may share a
+// key). Only a workload that opted out in scope gets its hold back.
+func TestAHoldOutOfScopeIsLeftAlone(t *testing.T) {
+	o := optedOut()
+	o.Ours, o.OutOfScope = true, true
+	if d := (fixture{o: o}).decide(t); d.Transition != Settle || len(d.Patches) != 0 {
+		t.Fatalf("a held workload out of scope: %s with %d patches, want it settled untouched", d.Transition, len(d.Patches))
+	}
+}

@@ -73,8 +73,8 @@ type Ruling struct {
 //
 //  1. Gone, or out of this installation's scope: it needs nothing, and
 //     holds no slot; an open record there is not this installation's to
-//     judge or close. Out of scope or opted out, a canary's hold still in
-//     its spec is put back (released).
+//     judge or close. Opted out in scope, a canary's hold still in its
+//     spec is put back (released).
 //  2. Failed, halting its change, complete again with no sign of failure
 //     among the pods of its revision (a canary paused by its failure: its
 //     new pods, at least one), and every one of them Ready with no
@@ -211,14 +211,16 @@ func recovered(o Observation, rec Record, now time.Time) (time.Time, bool) {
 	return v.HealthySince.Add(max(v.Window, v.Outlast)), true
 }
 
-// released: a workload configstamp no longer looks after (opted out, or
-// its namespace out of this installation's scope) whose spec still has the
-// hold its sealed record names: put back at once, the record kept as it
-// was otherwise (a halt stays; an open rollout is still followed, as a
-// whole-workload canary). The hold's reason, configstamp's canary, has
-// ended for this workload.
+// released: a workload of this installation's scope that opted out, whose
+// spec still has the hold its sealed record names: put back at once, the
+// record kept as it was otherwise (a halt stays; an open rollout is still
+// followed, as a whole-workload canary). The hold's reason, configstamp's
+// canary, has ended for this workload. Out of the scope nothing is touched:
+// the namespace may be another installation's, whose hold it is (two
+// installations may share a key); `kubectl configstamp unhold -n NS` puts a
+// hold back there.
 func released(sit Situation) (Ruling, bool) {
-	if (sit.Ours && !sit.OutOfScope) || sit.Record.Hold == "" {
+	if sit.Ours || sit.OutOfScope || sit.Record.Hold == "" {
 		return Ruling{}, false
 	}
 	rec := sit.Record.Unhold()
