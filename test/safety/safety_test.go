@@ -200,9 +200,13 @@ func names(prefix string, n int) []string {
 	return out
 }
 
+// burstDebounce is TestBurstOfChangesGivesOneRollout's debounce: five API
+// writes must fit well within it on a loaded machine.
+const burstDebounce = 5 * time.Second
+
 func TestBurstOfChangesGivesOneRollout(t *testing.T) {
 	t.Parallel()
-	l := lane(t)
+	l := lane(t, "--debounce="+burstDebounce.String())
 	ns := l.Namespace(t, "burst", nil)
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "a")
@@ -235,10 +239,11 @@ func TestBurstOfChangesGivesOneRollout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Within the suite's 2 s debounce, with room for the controller's lag: on
-	// a loaded machine five updates took 1.009 s once.
-	if elapsed := time.Since(began); elapsed > 1500*time.Millisecond {
-		t.Fatalf("the five changes took %v, not well within the 2 s debounce this test is about", elapsed)
+	// Within the lane's debounce, with room for the controller's lag: on a
+	// loaded machine five updates took 1.009 s once, and 1.98 s in make test
+	// beside the suite's other lanes.
+	if elapsed := time.Since(began); elapsed > burstDebounce-1500*time.Millisecond {
+		t.Fatalf("the five changes took %v, not well within the %v debounce this test is about", elapsed, burstDebounce)
 	}
 	env.WaitTemplateHash(t, dep, h0)
 	waitComplete(t, ns, "app")
