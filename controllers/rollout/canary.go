@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,7 +60,7 @@ func (s *Scheduler) unpassed(ctx context.Context, namespace string, causes []Cha
 	out := unpassedOf(namespace, causes, func(key string) bool {
 		at, ok := s.canaryPassed[key]
 		if !ok && err == nil {
-			at, ok, err = s.passedBefore(ctx, namespace, key, now)
+			at, ok, err = s.passedBefore(ctx, key, now)
 		}
 		return ok && now.Sub(at) <= passedFor
 	})
@@ -70,8 +69,9 @@ func (s *Scheduler) unpassed(ctx context.Context, namespace string, causes []Cha
 
 // IndexPassed indexes workloads whose record (carrying a seal) is its
 // change's canary and passed — held and passed, or whole and completed —
-// by each change of its cause (Change.String()). The seal is verified where
-// the index is read (passedBefore).
+// by each change of its cause in its namespace (passedKey, the key the
+// scheduler keeps passes by). The seal is verified where the index is read
+// (passedBefore).
 const IndexPassed = "configstamp.io/canary-passed"
 
 // IndexPassedFunc is the IndexPassed indexer.
@@ -80,10 +80,15 @@ func IndexPassedFunc(obj client.Object) []string {
 	if _, sealed := a[AnnotationSeal]; !sealed {
 		return nil
 	}
-	if r := Read(a); r.passed() {
-		return strings.Split(r.Cause, ",")
+	r := Read(a)
+	if !r.passed() {
+		return nil
 	}
-	return nil
+	var out []string
+	for _, c := range ParseChanges(r.Cause) {
+		out = append(out, passedKey(obj.GetNamespace(), c))
+	}
+	return out
 }
 
 // passed: the record is its change's canary, and it passed.
@@ -91,20 +96,19 @@ func (r Record) passed() bool {
 	return r.Canary == CanaryPassed || r.Canary == CanaryRunning && r.State == Completed
 }
 
-// passedBefore: whether and when (its stamp) a canary of change key of
-// namespace passed before this process could see it pass: a sealed record of
-// the cache says so (IndexPassed). Asked once per change and process (the
+// passedBefore: whether and when (its stamp) a canary of the change of a
+// namespace that key names (passedKey) passed before this process could see
+// it pass: a sealed record of the cache says so (IndexPassed). Asked once per change and process (the
 // cache is synced before the first reconcile; later passes are this
 // process's own), the answer kept with canaryPassed's; s.mu held.
-func (s *Scheduler) passedBefore(ctx context.Context, namespace, key string, now time.Time) (time.Time, bool, error) {
+func (s *Scheduler) passedBefore(ctx context.Context, key string, now time.Time) (time.Time, bool, error) {
 	if _, asked := s.passedAsked[key]; asked {
 		return time.Time{}, false, nil
 	}
-	change := strings.TrimPrefix(key, namespace+"/")
 	var at time.Time
 	for _, kind := range s.Kinds.All() {
 		list := kind.NewList()
-		if err := s.Cache.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{IndexPassed: change}, client.UnsafeDisableDeepCopy); err != nil {
+		if err := s.Cache.List(ctx, list, client.MatchingFields{IndexPassed: key}, client.UnsafeDisableDeepCopy); err != nil {
 			return time.Time{}, false, fmt.Errorf("while looking up passed canaries: %w", err)
 		}
 		for _, o := range kind.Items(list) {

@@ -52,7 +52,7 @@ kinds:
 			if complete != tc.complete || exceeded != tc.exceeded {
 				t.Fatalf("Complete = %v, %v; want %v, %v", complete, exceeded, tc.complete, tc.exceeded)
 			}
-			if got := NothingToWaitFor(kind, tc.obj); got != tc.nothingToWaitForToo {
+			if got := kind.Status(tc.obj).NothingToWaitFor; got != tc.nothingToWaitForToo {
 				t.Fatalf("NothingToWaitFor = %v", got)
 			}
 		})

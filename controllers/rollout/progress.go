@@ -147,14 +147,6 @@ func Complete(kind workload.Kind, obj client.Object) (complete, exceeded bool) {
 	return st.Complete, st.Exceeded
 }
 
-// NothingToWaitFor reports whether a new template of obj replaces no pod by
-// itself (update strategy OnDelete, no replicas, a StatefulSet partition at
-// or above its replicas, an extra kind without progress), so a rollout holds
-// no slot and verifies nothing.
-func NothingToWaitFor(kind workload.Kind, obj client.Object) bool {
-	return kind.Status(obj).NothingToWaitFor
-}
-
 // LostReadiness reports whether newObj, of kind, counts fewer ready or
 // available pods than oldObj (a crash, a readiness loss, a scale-down).
 func LostReadiness(kind workload.Kind, oldObj, newObj client.Object) bool {

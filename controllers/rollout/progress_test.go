@@ -170,7 +170,7 @@ func TestNothingToWaitFor(t *testing.T) {
 		daemonSet(1, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{}): false,
 		deployment(1, 1, appsv1.DeploymentStatus{}):                                       false,
 	} {
-		if got := NothingToWaitFor(builtin(obj), obj); got != want {
+		if got := builtin(obj).Status(obj).NothingToWaitFor; got != want {
 			t.Errorf("%T %+v: NothingToWaitFor = %v, want %v", obj, obj, got, want)
 		}
 	}
