@@ -67,6 +67,20 @@ func (s *Scheduler) unpassed(ctx context.Context, namespace string, causes []Cha
 	return out, err
 }
 
+// Unpassed reports whether a change of causes has passed no canary in
+// namespace.
+func (s *Scheduler) Unpassed(ctx context.Context, namespace string, causes []Change) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	unpassed, err := s.unpassed(ctx, namespace, causes, s.now())
+	return len(unpassed) > 0, err
+}
+
+// dormantWait: how often a dormant workload (workload.Status.Dormant) looks
+// again whether its change's canary passed elsewhere. It makes no pod
+// meanwhile; a resume or a scale-up wakes it at once (a new generation).
+const dormantWait = 30 * time.Second
+
 // IndexPassed indexes workloads whose record (carrying a seal) is its
 // change's canary and passed — held and passed, or whole and completed —
 // by each change of its cause in its namespace (passedKey, the key the

@@ -455,18 +455,19 @@ func TestAPausedWorkloadIsNeverTheCanary(t *testing.T) {
 }
 
 // With no other workload of the change to be its canary, a paused one is
-// stamped (it makes no pod) as no canary: its change stays unpassed, and
-// the next workload that can make a pod is the canary.
-func TestAPausedWorkloadAloneIsStampedAsNoCanary(t *testing.T) {
+// not stamped (its pods, once resumed, would run the change untried): it
+// waits, and the next workload that can make a pod is the canary. (Before,
+// a was stamped at once as no canary, and judged whole when resumed.)
+func TestAPausedWorkloadAloneIsNotStamped(t *testing.T) {
 	s, _, _, wants := edgeWave(t, 10)
 	o := wants("a", 0)
 	o.Object.(*appsv1.Deployment).Spec.Paused = true
 	d, err := s.Decide(t.Context(), o)
-	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != NoCanary || len(d.Hold) != 0 {
-		t.Fatalf("a, paused and alone: %+v %v; want a plain stamp, no canary", d, err)
+	if err != nil || d.Transition == Stamp {
+		t.Fatalf("a, paused and alone: %+v %v; want it to wait, unstamped", d, err)
 	}
 	if d, err := s.Decide(t.Context(), wants("b", 0)); err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
-		t.Fatalf("b after the paused a was stamped: %+v %v; want b the change's canary", d, err)
+		t.Fatalf("b after the paused a: %+v %v; want b the change's canary", d, err)
 	}
 }
 
@@ -735,5 +736,43 @@ func TestAnIdleWorkloadIsJudgedWhenItMakesPods(t *testing.T) {
 		Verification: Verification{Read: true, Problem: "pod a-x: container app restarted 1 times"}}
 	if d, err := s.Decide(t.Context(), crashed); err != nil || d.Transition != CloseFailed {
 		t.Fatalf("a's new pods crash: %+v %v; want its rollout failed", d, err)
+	}
+}
+
+// A dormant workload (paused by its user, no replicas, a DaemonSet on no
+// node) alone in its change: it is not stamped while the change has passed
+// no canary, since its pods, when they come, would run the change untried
+// and whole. Once it makes pods (resumed, scaled up), it is the canary,
+// held at one new pod. Once a canary of the change passed elsewhere, a
+// dormant workload is stamped at once, idle, taking no slot. Broken on
+// purpose (no wait for the dormant), a was stamped idle at once and judged
+// whole when resumed.
+func TestADormantWorkloadWaitsForACanary(t *testing.T) {
+	for name, sleep := range map[string]func(o Observation){
+		"paused":      func(o Observation) { o.Object.(*appsv1.Deployment).Spec.Paused = true },
+		"no replicas": func(o Observation) { o.Object.(*appsv1.Deployment).Spec.Replicas = ptr.To(int32(0)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, _, _, wants := edgeWave(t, 10)
+			a := wants("a", 0)
+			sleep(a)
+			d, err := s.Decide(t.Context(), a)
+			if err != nil || d.Transition == Stamp || d.After != dormantWait {
+				t.Fatalf("a, %s, its change passed no canary: %+v %v; want it to wait %v, unstamped", name, d, err, dormantWait)
+			}
+			d, err = s.Decide(t.Context(), wants("a", 0)) // resumed, scaled up
+			if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || len(d.Hold) == 0 {
+				t.Fatalf("a, making pods again: %+v %v; want it the canary, held", d, err)
+			}
+
+			s, _, ref, wants := edgeWave(t, 10)
+			s.passCanary(dep("b"), []Change{{Ref: ref, Content: "00aa"}})
+			a = wants("a", 0)
+			sleep(a)
+			d, err = s.Decide(t.Context(), a)
+			if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.State != Idle || d.Record.Canary != NoCanary {
+				t.Fatalf("a, %s, its change's canary passed on b: %+v %v; want it stamped, idle", name, d, err)
+			}
+		})
 	}
 }

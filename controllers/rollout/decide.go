@@ -231,9 +231,14 @@ func (sit Situation) prevHold() (workload.Hold, error) {
 // idle: its workload can make no pod of a new template now, as it will be
 // once the stamp puts back what an earlier canary of configstamp's set
 // (workload.Status.Idle of the thawed object).
-func (sit Situation) idle() bool {
+func (sit Situation) idle() bool { return sit.status().Idle() }
+
+// status is the workload's status as it will be once the stamp puts back
+// what an earlier canary of configstamp's set: its user's pause, not
+// configstamp's freeze.
+func (sit Situation) status() workload.Status {
 	prev, _ := sit.prevHold() // sealed: configstamp's own
-	return sit.Kind.Status(prev.Thawed(sit.Object)).Idle()
+	return sit.Kind.Status(prev.Thawed(sit.Object))
 }
 
 // gate lets a rollout start only when its change is not halted, its debounce
@@ -285,12 +290,18 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	// partition that holds every pod), it makes no pod of the change now:
 	// it is never the change's canary (a canary passes only on a judged
 	// pod), and it waits for the one that will be.
-	idle := sit.idle()
+	st := sit.status()
+	idle := st.Idle()
 	s.wants(o.Key, sit.Causes, idle)
 	if wait > 0 {
 		return Decision{After: wait}, false, false, nil
 	}
 	canaries := o.Canary && s.Policy.Canary && s.Policy.Tracks()
+	if canaries && st.Dormant() { // its pods, when they come, would run the change untried
+		if unpassed, err := s.Unpassed(ctx, o.Key.Namespace, sit.Causes); err != nil || unpassed {
+			return Decision{After: dormantWait}, false, false, err
+		}
+	}
 	if canaries { // another's canary of the change runs, or comes first: wait for it
 		if wait, err := s.CanaryAhead(ctx, o.Key, o.Priority, sit.Causes, idle); err != nil || wait > 0 {
 			return Decision{After: wait}, false, false, err

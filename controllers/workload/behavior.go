@@ -58,6 +58,11 @@ type Status struct {
 	// its replicas, an extra kind without progress), so a rollout holds no
 	// slot and verifies nothing.
 	NothingToWaitFor bool
+	// Empty: it runs no pod and wants none now (no replicas, a DaemonSet
+	// on no node), but will make pods of its current template by itself
+	// once it wants some (a scale-up, a node that joins). Empty implies
+	// NothingToWaitFor.
+	Empty bool
 	// Mark is what of the status tells the rollout's progress: any change
 	// of it is progress.
 	Mark string
@@ -74,6 +79,13 @@ type Status struct {
 // paused, or nothing to wait for. Such a workload is never its change's
 // canary (a canary passes only on a judged pod).
 func (s Status) Idle() bool { return s.Paused || s.NothingToWaitFor }
+
+// Dormant reports whether the workload makes no pod now but will, by
+// itself, make pods of its current template later: paused (until resumed)
+// or Empty. A template stamped on it now would reach those pods untried,
+// so it waits for its change's canary elsewhere, unstamped; until then its
+// pods, when they come, run the config it has.
+func (s Status) Dormant() bool { return s.Paused || s.Empty }
 
 // otherStatus is the status of an object of no rollout configstamp follows:
 // complete.

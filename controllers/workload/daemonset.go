@@ -51,6 +51,7 @@ func (daemonSet) Status(obj client.Object) Status {
 		Complete: onDelete || (st.ObservedGeneration >= d.Generation && ((st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
 			st.NumberAvailable >= st.DesiredNumberScheduled) || len(NodesNotReady(d)) > 0)),
 		NothingToWaitFor: onDelete || noNode,
+		Empty:            noNode,
 		Mark:             fmt.Sprint(st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberReady, st.NumberAvailable),
 		Ready:            int64(st.NumberReady),
 		Available:        int64(st.NumberAvailable),

@@ -46,6 +46,7 @@ func (deployment) Status(obj client.Object) Status {
 	out := Status{
 		Paused:           d.Spec.Paused,
 		NothingToWaitFor: replicas(d.Spec.Replicas) == 0,
+		Empty:            replicas(d.Spec.Replicas) == 0,
 		Mark:             fmt.Sprint(st.ObservedGeneration, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas),
 		Ready:            int64(st.ReadyReplicas),
 		Available:        int64(st.AvailableReplicas),

@@ -48,6 +48,7 @@ func (statefulSet) Status(obj client.Object) Status {
 	return Status{
 		Complete:         statefulSetComplete(s),
 		NothingToWaitFor: nothing,
+		Empty:            want == 0,
 		Mark:             fmt.Sprint(st.ObservedGeneration, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.CurrentReplicas, st.AvailableReplicas, st.UpdateRevision),
 		Ready:            int64(st.ReadyReplicas),
 		Available:        int64(st.AvailableReplicas),

@@ -68,10 +68,11 @@ func TestNamespacedInstall(t *testing.T) {
 // TestPinnedConfigOnTheNode installs config/selfsigned with the pin
 // component, as docs/pinning.md says, and shows on real containers what
 // pinning is for. Two Deployments mount the same ConfigMap, one pinned; both
-// are paused, so neither rolls, and the ConfigMap changes: the kubelet
+// are paused, so neither rolls (nor is stamped: a paused workload waits
+// for its change's canary), and the ConfigMap changes: the kubelet
 // rewrites the unpinned pod's file, the pinned pod's file keeps the old
-// value. Resumed, the pinned Deployment rolls and its new pod reads the new
-// value; `kubectl rollout undo` brings the old value back while the
+// value. Resumed, the pinned Deployment is stamped as the change's canary,
+// rolls, and its new pod reads the new value; `kubectl rollout undo` brings the old value back while the
 // ConfigMap holds the new one.
 func TestPinnedConfigOnTheNode(t *testing.T) {
 	tagImage(t)
@@ -112,12 +113,18 @@ func TestPinnedConfigOnTheNode(t *testing.T) {
 	t.Logf("with no rollout: the unpinned pod read bonjour %s after the change; the pinned pod still read hello %s after it",
 		updated.Round(100*time.Millisecond), time.Since(changed).Round(100*time.Millisecond))
 
+	// Paused, neither was stamped: the change passed no canary, and a
+	// paused workload can make no canary pod. Resumed, the pinned one is
+	// stamped as the change's canary, and rolls.
 	env.Kubectl(t, "", "-n", ns, "rollout", "resume", "deployment/pinned")
-	env.Kubectl(t, "", "-n", ns, "rollout", "status", "deployment/pinned", "--timeout=2m")
 	restamped := &appsv1.Deployment{}
-	if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(pinned), restamped); err != nil {
-		t.Fatal(err)
-	}
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		if err := env.Client.Get(t.Context(), client.ObjectKeyFromObject(pinned), restamped); err != nil {
+			return false, err.Error()
+		}
+		return framework.TemplateHash(restamped) != framework.TemplateHash(pinned), "the resumed Deployment not stamped with the change yet"
+	})
+	env.Kubectl(t, "", "-n", ns, "rollout", "status", "deployment/pinned", "--timeout=2m")
 	waitPodReads(t, ns, "pinned", framework.TemplateHash(restamped), "app-config", "greeting", "bonjour")
 
 	env.Kubectl(t, "", "-n", ns, "rollout", "undo", "deployment/pinned")

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -416,10 +417,13 @@ func TestStaleAppliedHashRecordsQuietly(t *testing.T) {
 	}
 }
 
-// A Deployment its user paused is stamped with a change (it is no canary:
-// it made no pod), and its record says idle, not completed. `kubectl
-// rollout resume` then makes its pods: configstamp judges that rollout from
-// then (rolling, then completed and verified), as it would a stamp.
+// A Deployment its user paused, alone in its change, is not stamped with
+// it: its pods, once resumed, would run the change whole and untried, and
+// it can make no canary pod now. `kubectl rollout resume` then makes it
+// the change's canary: stamped (one replica: its whole rollout is the
+// canary), judged from then, and completed and
+// verified. (Before: it was stamped at once, its record idle, and judged
+// whole once resumed.)
 func TestAPausedWorkloadIsJudgedOnceResumed(t *testing.T) {
 	t.Parallel()
 	l := lane(t)
@@ -433,10 +437,7 @@ func TestAPausedWorkloadIsJudgedOnceResumed(t *testing.T) {
 	env.Kubectl(t, "", "rollout", "pause", "-n", ns, "deployment/"+d.Name)
 
 	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil))
-	framework.Eventually(t, time.Minute, func() (bool, string) {
-		r := state(t, d)
-		return framework.TemplateHash(get(t, d)) != before && r.State == rollout.Idle, fmt.Sprintf("record %+v: want it stamped, idle", r)
-	})
+	stayUnstamped(t, d, before)
 	if n := replicaSets(t, ns, d.Name); n != 1 {
 		t.Fatalf("%d ReplicaSets while paused, want 1: it made no pod of the change", n)
 	}
@@ -444,10 +445,61 @@ func TestAPausedWorkloadIsJudgedOnceResumed(t *testing.T) {
 	env.Kubectl(t, "", "rollout", "resume", "-n", ns, "deployment/"+d.Name)
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
 		r := state(t, d)
-		return r.State == rollout.Completed && !r.Started.Before(resumed.Truncate(time.Second)) && r.Verified == framework.TemplateHash(get(t, d)),
-			fmt.Sprintf("record %+v: want completed, judged from the resume (%v), verified", r, resumed.Format(time.RFC3339))
+		return r.State == rollout.Completed && r.Canary != rollout.NoCanary && !r.Started.Before(resumed.Truncate(time.Second)) && r.Verified == framework.TemplateHash(get(t, d)),
+			fmt.Sprintf("record %+v: want completed, its change's canary passed, judged from the resume (%v), verified", r, resumed.Format(time.RFC3339))
 	})
 	if n := replicaSets(t, ns, d.Name); n != 2 {
 		t.Errorf("%d ReplicaSets, want 2 (rolled once)", n)
+	}
+}
+
+// stayUnstamped watches d for a while past the change it was not to be
+// stamped with (past the lane's 2 s debounce and the scheduler's own waits
+// of a few seconds), failing if its template's stamp moves from before.
+func stayUnstamped(t *testing.T, d *appsv1.Deployment, before string) {
+	t.Helper()
+	from := time.Now()
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		if h := framework.TemplateHash(get(t, d)); h != before {
+			t.Fatalf("%s was stamped (%s, record %+v) %v after the change: want it left unstamped", d.Name, h, state(t, d), time.Since(from).Round(time.Millisecond))
+		}
+		return time.Since(from) > 12*time.Second, "watching the stamp"
+	})
+}
+
+// A Deployment of three replicas whose strategy lets all three be
+// replaced at once (maxSurge 100%), paused by its user, alone in its
+// change; the change is bad (kwok keeps its pods unready). Resumed, it is
+// held at one new pod as its change's canary, which fails: one pod ran the
+// bad change, not three. Before, it was stamped while paused and rolled
+// whole once resumed: three pods of the bad change at once.
+func TestAResumedWorkloadIsHeldAsTheCanary(t *testing.T) {
+	t.Parallel()
+	l := lane(t)
+	ns := l.NamespaceNamed(t, resumeNamespace, nil)
+	d := framework.Deployment(ns, "app", framework.OptIn, tenantSpec())
+	d.Spec.Replicas = ptr.To[int32](3)
+	d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: ptr.To(intstr.FromString("100%")), MaxUnavailable: ptr.To(intstr.FromInt32(0))}
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), d)
+	waitComplete(t, ns, d.Name)
+	before := framework.TemplateHash(get(t, d))
+	env.Kubectl(t, "", "rollout", "pause", "-n", ns, "deployment/"+d.Name)
+
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
+	stayUnstamped(t, d, before)
+	env.Kubectl(t, "", "rollout", "resume", "-n", ns, "deployment/"+d.Name)
+	bad, ran := stuckHashIn(ns), map[string]bool{}
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for _, p := range env.LivePods(t, ns, map[string]string{"app": d.Name}) {
+			if p.Annotations[stamp.AnnotationHash] == bad {
+				ran[p.Name] = true
+			}
+		}
+		r := state(t, d)
+		return r.State == rollout.Failed, fmt.Sprintf("record %+v; pods of the bad change %d", r, len(ran))
+	})
+	env.WaitEvent(t, d, "RolloutFailed", "")
+	if len(ran) != 1 {
+		t.Fatalf("%d pods ran the bad change (%v), want 1: resumed, it was to be held as its change's canary", len(ran), ran)
 	}
 }

@@ -41,6 +41,10 @@ const (
 	// (TestOptingOutPutsBackTheHold), its pods of tenantHash's change
 	// never Ready.
 	optOutNamespace = "optout"
+	// resumeNamespace: a paused workload resumed with a bad change
+	// (TestAResumedWorkloadIsHeldAsTheCanary), its pods of tenantHash's
+	// change never Ready.
+	resumeNamespace = "resumed"
 	slowNode        = "kwok-slow"
 	// progressDeadline is the suite's --progress-deadline.
 	progressDeadline = 30 * time.Second
@@ -53,7 +57,7 @@ var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 // The control plane is the suite's; each test runs a configstamp of its own
 // (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
-	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), crashingAgentHash()}
+	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), stuckHashIn(resumeNamespace), crashingAgentHash()}
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
