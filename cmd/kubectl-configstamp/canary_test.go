@@ -24,6 +24,7 @@ import (
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
+	cswl "github.com/configstamp/configstamp/controllers/workload"
 )
 
 // The canary of a change (issue 38): status marks a running canary, why
@@ -173,6 +174,7 @@ func TestPlanCanary(t *testing.T) {
 			template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}}, Spec: *pod.DeepCopy()}}
 	}
 	prio := func(p string) map[string]string { return map[string]string{rollout.AnnotationPriority: p} }
+	as := func(w workload, st cswl.Status) workload { w.status = st; return w }
 	optOut := map[string]string{rollout.AnnotationCanaryOpt: "false", rollout.AnnotationPriority: "100"}
 	unrelated := mk("Deployment", "aaa-unrelated", prio("1000"))
 	unrelated.template.Spec = corev1.PodSpec{}
@@ -183,9 +185,15 @@ func TestPlanCanary(t *testing.T) {
 		canary string // kind/name; "" none
 		line   string
 	}{
-		"by name":               {ws: []workload{mk("Deployment", "b", nil), mk("Deployment", "a", nil), unrelated}, canary: "Deployment/a"},
-		"by kind":               {ws: []workload{mk("StatefulSet", "a", nil), mk("DaemonSet", "a", nil)}, canary: "DaemonSet/a"},
-		"priority first":        {ws: []workload{mk("Deployment", "a", nil), mk("Deployment", "z", prio("5")), mk("Deployment", "y", prio("-1"))}, canary: "Deployment/z"},
+		"by name":        {ws: []workload{mk("Deployment", "b", nil), mk("Deployment", "a", nil), unrelated}, canary: "Deployment/a"},
+		"by kind":        {ws: []workload{mk("StatefulSet", "a", nil), mk("DaemonSet", "a", nil)}, canary: "DaemonSet/a"},
+		"priority first": {ws: []workload{mk("Deployment", "a", nil), mk("Deployment", "z", prio("5")), mk("Deployment", "y", prio("-1"))}, canary: "Deployment/z"},
+		// A Recreate Deployment's canary replaces all its pods: at one
+		// priority, the workload held at one new pod goes first.
+		"the cheaper canary first": {ws: []workload{as(mk("Deployment", "a", nil), cswl.Status{CanaryPods: 3}), mk("Deployment", "b", nil)}, canary: "Deployment/b"},
+		"priority before cost":     {ws: []workload{as(mk("Deployment", "a", prio("5")), cswl.Status{CanaryPods: 3}), mk("Deployment", "b", nil)}, canary: "Deployment/a"},
+		// A workload that can make no pod now is never the canary.
+		"paused passed over":    {ws: []workload{as(mk("Deployment", "a", prio("5")), cswl.Status{Paused: true}), mk("Deployment", "b", nil)}, canary: "Deployment/b"},
 		"opted out passed over": {ws: []workload{mk("Deployment", "a", nil), mk("Deployment", "z", optOut)}, canary: "Deployment/a"},
 		"namespace opted out": {ws: []workload{mk("Deployment", "a", nil), mk("Deployment", "z", prio("5"))}, nsAnn: map[string]string{rollout.AnnotationCanaryOpt: "false"},
 			line: "Canary: none (deployment/a, deployment/z: configstamp.io/canary: false)"},

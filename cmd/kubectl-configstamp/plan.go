@@ -209,10 +209,12 @@ type planEntry struct {
 	// WaitsFor: the canary of its change it waits for (kind/name; absent:
 	// it is the canary, has canaries off, or does not roll).
 	WaitsFor string `json:"waitsFor,omitempty"`
-	// priority, canaryOff and change: its wave order, configstamp.io/canary,
-	// and the change it rolls (workload.ChangeContent: equal for the
-	// workloads that roll the same change).
-	priority   int
+	// place, idle, canaryOff and change: its wave order, whether it can
+	// make no canary pod now, configstamp.io/canary, and the change it
+	// rolls (workload.ChangeContent: equal for the workloads that roll the
+	// same change).
+	place      rollout.Place
+	idle       bool
 	canaryOff  bool
 	change     rollout.Change
 	references stamp.KeySet // what it references of the object, which makes its change
@@ -264,7 +266,8 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels, n
 		}
 		managedLive, managedNext := sharedworkload.Handled(w.optedIn(nsLabels(w.meta.Namespace)), byOthers, selLive, selNext)
 		e := planEntry{Kind: w.kind, Name: w.meta.Name}
-		e.priority, _ = rollout.Priority(w.meta.Annotations)
+		e.place.Priority, _ = rollout.Priority(w.meta.Annotations)
+		e.place.Cost, e.idle = w.status.CanaryPods, w.status.Idle()
 		wanted, _ := rollout.CanaryWanted(w.meta.Annotations, nsAnnotations(w.meta.Namespace), true)
 		e.canaryOff = !wanted
 		referenced := referencedKeys(refsNext.Keys(next.ref), refsLive.Keys(next.ref), res.ChangedKeys)
@@ -321,7 +324,7 @@ func markCanaries(results []planResult) {
 		i, ok := at[k]
 		if !ok {
 			i, at[k] = len(waiting), len(waiting)
-			waiting = append(waiting, rollout.Waiting{Key: k, Priority: e.priority})
+			waiting = append(waiting, rollout.Waiting{Key: k, Place: e.place, Idle: e.idle})
 		}
 		waiting[i].Causes = append(waiting[i].Causes, e.change)
 	})
@@ -557,7 +560,7 @@ func planCanaryLines(ws []planEntry) []string {
 		"each gets its change first, on one new pod where it can be held, and the workloads that roll the same change wait until it passes:", len(canaries))}
 	inWave := slices.Clone(ws)
 	slices.SortStableFunc(inWave, func(a, b planEntry) int {
-		return rollout.WaveOrder(rollout.Key{Kind: a.Kind, Name: a.Name}, a.priority, rollout.Key{Kind: b.Kind, Name: b.Name}, b.priority)
+		return rollout.WaveOrder(rollout.Key{Kind: a.Kind, Name: a.Name}, a.place, rollout.Key{Kind: b.Kind, Name: b.Name}, b.place)
 	})
 	for _, e := range inWave {
 		if !e.Canary {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/stamp"
@@ -23,18 +24,30 @@ type workload struct {
 	kind     string
 	meta     metav1.ObjectMeta
 	template *corev1.PodTemplateSpec
+	// status is its spec and status as a rollout reads them: whether it
+	// can make a canary pod now, and what its canary costs.
+	status cswl.Status
+}
+
+// builtins are the kinds configstamp knows without --kinds-config.
+var builtins = cswl.NewRegistry()
+
+// builtinStatus is a built-in kind's Status of obj.
+func builtinStatus(obj client.Object) cswl.Status {
+	k, _ := builtins.Of(obj)
+	return k.Status(obj)
 }
 
 func fromDeployment(d *appsv1.Deployment) workload {
-	return workload{kind: "Deployment", meta: d.ObjectMeta, template: &d.Spec.Template}
+	return workload{kind: "Deployment", meta: d.ObjectMeta, template: &d.Spec.Template, status: builtinStatus(d)}
 }
 
 func fromStatefulSet(s *appsv1.StatefulSet) workload {
-	return workload{kind: "StatefulSet", meta: s.ObjectMeta, template: &s.Spec.Template}
+	return workload{kind: "StatefulSet", meta: s.ObjectMeta, template: &s.Spec.Template, status: builtinStatus(s)}
 }
 
 func fromDaemonSet(d *appsv1.DaemonSet) workload {
-	return workload{kind: "DaemonSet", meta: d.ObjectMeta, template: &d.Spec.Template}
+	return workload{kind: "DaemonSet", meta: d.ObjectMeta, template: &d.Spec.Template, status: builtinStatus(d)}
 }
 
 // fromUnstructured reads an object of an extra kind of kinds (from
@@ -51,7 +64,7 @@ func fromUnstructured(kinds *cswl.Registry, u *unstructured.Unstructured) (workl
 	if tmpl == nil || runtime.DefaultUnstructuredConverter.FromUnstructured(md, &meta) != nil {
 		return workload{}, false
 	}
-	return workload{kind: u.GetKind(), meta: meta, template: tmpl}, true
+	return workload{kind: u.GetKind(), meta: meta, template: tmpl, status: kind.Status(u)}, true
 }
 
 // ref is "deployment/name", as kubectl names it.

@@ -154,9 +154,11 @@ func unpassedOf(namespace string, causes []Change, passed func(key string) bool)
 // Waiting is a workload of a wave about to roll out its causes, with
 // canaries on for it (CanaryWanted), as Canaries weighs it.
 type Waiting struct {
-	Key      Key
-	Priority int
-	Causes   []Change
+	Key    Key
+	Place  Place
+	Causes []Change
+	// Idle: it can make no pod now (workload.Status.Idle): never a canary.
+	Idle bool
 }
 
 // Canaries are the canaries a wave of waiting workloads gets, as the
@@ -171,11 +173,14 @@ type Waiting struct {
 func Canaries(ws []Waiting) map[Key][]Change {
 	ws = slices.Clone(ws)
 	slices.SortFunc(ws, func(a, b Waiting) int {
-		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), WaveOrder(a.Key, a.Priority, b.Key, b.Priority))
+		return cmp.Or(cmp.Compare(a.Key.Namespace, b.Key.Namespace), WaveOrder(a.Key, a.Place, b.Key, b.Place))
 	})
 	passed := map[string]bool{}
 	out := map[Key][]Change{}
 	for _, w := range ws {
+		if w.Idle {
+			continue
+		}
 		first := unpassedOf(w.Key.Namespace, w.Causes, func(key string) bool { return passed[key] })
 		if len(first) == 0 {
 			continue
@@ -249,6 +254,9 @@ func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes
 		return 0, nil
 	}
 	me := entryOf{k, &pending{priority: priority}}
+	if mine := s.pending[k]; mine != nil {
+		me.p.cost = mine.cost
+	}
 	for j, p := range s.pending {
 		if j != k && j.Namespace == k.Namespace && !p.idle && p.candidate(now) && p.concerns(refs) && (idle || inNamespace(entryOf{j, p}, me) < 0) {
 			return canaryWait, nil

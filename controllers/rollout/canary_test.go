@@ -263,7 +263,7 @@ func TestCanariesAreTheSchedulersOwn(t *testing.T) {
 	for _, x := range wave {
 		s.Announce(x.key, x.priority, ref)
 		if !x.off {
-			waiting = append(waiting, Waiting{Key: x.key, Priority: x.priority, Causes: x.causes})
+			waiting = append(waiting, Waiting{Key: x.key, Place: Place{Priority: x.priority}, Causes: x.causes})
 		}
 	}
 	var granted []Key
@@ -774,5 +774,40 @@ func TestADormantWorkloadWaitsForACanary(t *testing.T) {
 				t.Fatalf("a, %s, its change's canary passed on b: %+v %v; want it stamped, idle", name, d, err)
 			}
 		})
+	}
+}
+
+// The canary is the cheapest of its change's first workloads: a, a
+// Recreate Deployment of three replicas (its canary would replace all
+// three), comes before b by name, but b, held at one new pod, is the
+// canary and a waits for it. A rollout-priority still comes first: the
+// user who puts a Recreate workload first asks for it. Broken on purpose
+// (the wave order by priority and name only), a was the canary.
+func TestTheCheapestCanaryGoesFirst(t *testing.T) {
+	recreate := func(o Observation) Observation {
+		o.Object.(*appsv1.Deployment).Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
+		return o
+	}
+	s, _, ref, wants := edgeWave(t, 10)
+	for _, n := range []string{"a", "b"} {
+		s.Announce(dep(n), 0, ref)
+	}
+	if d, err := s.Decide(t.Context(), recreate(wants("a", 0))); err != nil || d.Transition == Stamp {
+		t.Fatalf("a (Recreate, three replicas): %+v %v; want it to wait for b's canary", d, err)
+	}
+	d, err := s.Decide(t.Context(), wants("b", 0))
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || len(d.Hold) == 0 {
+		t.Fatalf("b: %+v %v; want the canary, held at one pod", d, err)
+	}
+
+	s, _, ref, wants = edgeWave(t, 10)
+	for n, p := range map[string]int{"a": 10, "b": 0} {
+		s.Announce(dep(n), p, ref)
+	}
+	if d, err := s.Decide(t.Context(), wants("b", 0)); err != nil || d.Transition == Stamp {
+		t.Fatalf("b, after a of rollout-priority 10: %+v %v; want it to wait", d, err)
+	}
+	if d, err := s.Decide(t.Context(), recreate(wants("a", 10))); err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
+		t.Fatalf("a, Recreate but of rollout-priority 10: %+v %v; want the canary", d, err)
 	}
 }

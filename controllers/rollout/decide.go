@@ -292,7 +292,7 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	// pod), and it waits for the one that will be.
 	st := sit.status()
 	idle := st.Idle()
-	s.wants(o.Key, sit.Causes, idle)
+	s.wants(o.Key, sit.Causes, st)
 	if wait > 0 {
 		return Decision{After: wait}, false, false, nil
 	}

@@ -116,6 +116,9 @@ type pending struct {
 	// idle: it can make no pod of the change now (workload.Status.Idle): never
 	// the change's canary, so no other waits for it to be (canaryAhead).
 	idle bool
+	// cost: the pods a canary of it runs the change on
+	// (workload.Status.CanaryPods), known once it asked (wants).
+	cost int64
 }
 
 // concerns reports whether p waits to roll out a change of one of refs
@@ -261,12 +264,12 @@ func appendNew(to []stamp.ObjectRef, refs ...stamp.ObjectRef) []stamp.ObjectRef 
 
 // wants notes which changes k waits to roll out (Ongoing reads them), and
 // whether it can make no pod of them now (idle: no canary, see canaryAhead).
-func (s *Scheduler) wants(k Key, causes []Change, idle bool) {
+func (s *Scheduler) wants(k Key, causes []Change, st workload.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.pending[k]; p != nil {
 		p.refs = appendNew(p.refs[:0:0], refsOf(causes)...)
-		p.idle = idle
+		p.idle, p.cost = st.Idle(), st.CanaryPods
 	}
 }
 
@@ -740,14 +743,26 @@ type entryOf struct {
 
 // inNamespace orders two workloads of one namespace (WaveOrder).
 func inNamespace(a, b entryOf) int {
-	return WaveOrder(a.k, a.p.priority, b.k, b.p.priority)
+	return WaveOrder(a.k, a.p.place(), b.k, b.p.place())
 }
 
-// WaveOrder orders two workloads of one namespace, a of priority ap and b of
-// priority bp (AnnotationPriority), as its wave rolls them: higher priority
-// first, then name, then kind.
-func WaveOrder(a Key, ap int, b Key, bp int) int {
-	return cmp.Or(cmp.Compare(bp, ap), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Kind, b.Kind))
+func (p *pending) place() Place { return Place{Priority: p.priority, Cost: p.cost} }
+
+// Place is what orders a workload in its namespace's wave: its Priority
+// (AnnotationPriority), then the Cost of a canary of it: the pods it runs
+// a change on (workload.Status.CanaryPods; 0 counts as one).
+type Place struct {
+	Priority int
+	Cost     int64
+}
+
+// WaveOrder orders two workloads of one namespace, a at ap and b at bp, as
+// its wave rolls them: higher priority first, then the cheaper canary (a
+// Recreate Deployment, whose canary replaces every pod, after one held at
+// one new pod), then name, then kind. The first of a change is its canary.
+func WaveOrder(a Key, ap Place, b Key, bp Place) int {
+	return cmp.Or(cmp.Compare(bp.Priority, ap.Priority), cmp.Compare(max(ap.Cost, 1), max(bp.Cost, 1)),
+		cmp.Compare(a.Name, b.Name), cmp.Compare(a.Kind, b.Kind))
 }
 
 func holdsPerNamespace(held map[Key]bool) map[string]int {

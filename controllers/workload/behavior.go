@@ -63,6 +63,11 @@ type Status struct {
 	// once it wants some (a scale-up, a node that joins). Empty implies
 	// NothingToWaitFor.
 	Empty bool
+	// CanaryPods: how many pods a canary of it runs a change on (0: one):
+	// its kind holds a rollout at one new pod (or node), but a Recreate
+	// Deployment replaces them all at once. The wave puts the cheaper
+	// canary first among workloads of one priority.
+	CanaryPods int64
 	// Mark is what of the status tells the rollout's progress: any change
 	// of it is progress.
 	Mark string

@@ -52,6 +52,9 @@ func (deployment) Status(obj client.Object) Status {
 		Available:        int64(st.AvailableReplicas),
 		MinReady:         seconds(d.Spec.MinReadySeconds),
 	}
+	if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		out.CanaryPods = int64(replicas(d.Spec.Replicas))
+	}
 	out.Complete, out.Exceeded = deploymentComplete(d)
 	if out.Exceeded {
 		out.FailedReason = reasonDeadlineExceeded

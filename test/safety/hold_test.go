@@ -186,3 +186,37 @@ func TestADaemonSetOnNoNodeIsNeverTheCanary(t *testing.T) {
 		t.Errorf("app was stamped %v after the change: it waited for the DaemonSet on no node", stamped.Round(time.Millisecond))
 	}
 }
+
+// TestTheCheapestCanaryGoesFirst: two Deployments of three replicas share a
+// ConfigMap, a (first by name) with the Recreate strategy, whose canary
+// would replace all three pods at once, and b, which a hold keeps at one
+// new pod. A bad change (kwok keeps its pods unready): b is the canary and
+// fails, one pod ran the change, and a is never stamped. Before, a was the
+// canary: three pods of the bad change.
+func TestTheCheapestCanaryGoesFirst(t *testing.T) {
+	t.Parallel()
+	l := lane(t)
+	ns := l.NamespaceNamed(t, costNamespace, nil)
+	a := framework.Deployment(ns, "a", framework.OptIn, tenantSpec())
+	a.Spec.Replicas = ptr.To[int32](3)
+	a.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
+	b := framework.Deployment(ns, "b", framework.OptIn, tenantSpec())
+	b.Spec.Replicas = ptr.To[int32](3)
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), a, b)
+	waitComplete(t, ns, a.Name, b.Name)
+	before := framework.TemplateHash(get(t, a))
+
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
+	bad, ran := stuckHashIn(ns), map[string]bool{}
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		ranBad(t, ns, bad, ran, a.Name, b.Name)
+		r := state(t, b)
+		return r.State == rollout.Failed, fmt.Sprintf("b's record %+v, a's %+v; pods of the bad change %d", r, state(t, a), len(ran))
+	})
+	// Past the debounce and the halt's notice, a stays unstamped.
+	stayUnstamped(t, a, before)
+	ranBad(t, ns, bad, ran, a.Name, b.Name)
+	if len(ran) != 1 {
+		t.Fatalf("%d pods ran the bad change (%v), want 1: b, held at one pod, was to be the canary", len(ran), ran)
+	}
+}

@@ -453,6 +453,18 @@ func TestAPausedWorkloadIsJudgedOnceResumed(t *testing.T) {
 	}
 }
 
+// ranBad adds to ran the pods of apps in ns that run the change stamped bad.
+func ranBad(t *testing.T, ns, bad string, ran map[string]bool, apps ...string) {
+	t.Helper()
+	for _, app := range apps {
+		for _, p := range env.LivePods(t, ns, map[string]string{"app": app}) {
+			if p.Annotations[stamp.AnnotationHash] == bad {
+				ran[p.Name] = true
+			}
+		}
+	}
+}
+
 // stayUnstamped watches d for a while past the change it was not to be
 // stamped with (past the lane's 2 s debounce and the scheduler's own waits
 // of a few seconds), failing if its template's stamp moves from before.
@@ -490,11 +502,7 @@ func TestAResumedWorkloadIsHeldAsTheCanary(t *testing.T) {
 	env.Kubectl(t, "", "rollout", "resume", "-n", ns, "deployment/"+d.Name)
 	bad, ran := stuckHashIn(ns), map[string]bool{}
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
-		for _, p := range env.LivePods(t, ns, map[string]string{"app": d.Name}) {
-			if p.Annotations[stamp.AnnotationHash] == bad {
-				ran[p.Name] = true
-			}
-		}
+		ranBad(t, ns, bad, ran, d.Name)
 		r := state(t, d)
 		return r.State == rollout.Failed, fmt.Sprintf("record %+v; pods of the bad change %d", r, len(ran))
 	})
