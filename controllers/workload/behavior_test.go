@@ -24,7 +24,9 @@ func TestBehaviorStatus(t *testing.T) {
 	sts := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{MinReadySeconds: 10},
 		Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 2, UpdatedReplicas: 1, ReadyReplicas: 2, CurrentReplicas: 1, AvailableReplicas: 2, UpdateRevision: "r2"}}
 	ds := &appsv1.DaemonSet{Spec: appsv1.DaemonSetSpec{MinReadySeconds: 5},
-		Status: appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 4, UpdatedNumberScheduled: 3, NumberReady: 2, NumberAvailable: 1}}
+		Status: appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 4, UpdatedNumberScheduled: 3, NumberReady: 2, NumberAvailable: 1, NumberUnavailable: 3}}
+	recreate := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(5)), Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}},
+		Status: appsv1.DeploymentStatus{Replicas: 5, UpdatedReplicas: 5, ReadyReplicas: 5, AvailableReplicas: 5}}
 	degraded := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
 		"metadata": map[string]any{"name": "r", "generation": int64(1)}, "status": map[string]any{"observedGeneration": "1", "phase": "Degraded"}}}
 	for name, tc := range map[string]struct {
@@ -35,7 +37,10 @@ func TestBehaviorStatus(t *testing.T) {
 		"deployment, deadline exceeded": {exceeded, Status{Exceeded: true, FailedReason: "its progress deadline was exceeded (ProgressDeadlineExceeded)",
 			Mark: "1 0 0 0 0"}},
 		"statefulset": {sts, Status{Mark: "1 2 1 2 1 2r2" /* fmt.Sprint puts no space before a string, as the mark always was */, Ready: 2, Available: 2}},
-		"daemonset":   {ds, Status{Mark: "1 4 3 2 1", Ready: 2, Available: 1, MinReady: 5 * time.Second}},
+		// Its three old pods not available are replaced at once, beside the one a hold allows.
+		"daemonset": {ds, Status{Mark: "1 4 3 2 1", Ready: 2, Available: 1, MinReady: 5 * time.Second, CanaryPods: 4}},
+		// Recreate replaces every pod at once: a canary of it costs all five.
+		"deployment, Recreate": {recreate, Status{Complete: true, Mark: "0 5 5 5 5", Ready: 5, Available: 5, CanaryPods: 5}},
 		"extra kind, degraded": {degraded, Status{Exceeded: true, FailedReason: `its status.phase reports the failed phase "Degraded"`,
 			Mark: "map[observedGeneration:1 phase:Degraded]"}},
 	} {

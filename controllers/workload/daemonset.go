@@ -52,10 +52,13 @@ func (daemonSet) Status(obj client.Object) Status {
 			st.NumberAvailable >= st.DesiredNumberScheduled) || len(NodesNotReady(d)) > 0)),
 		NothingToWaitFor: onDelete || noNode,
 		Empty:            noNode,
-		Mark:             fmt.Sprint(st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberReady, st.NumberAvailable),
-		Ready:            int64(st.NumberReady),
-		Available:        int64(st.NumberAvailable),
-		MinReady:         seconds(d.Spec.MinReadySeconds),
+		// Its controller replaces an old pod that is not available at
+		// once, whatever maxUnavailable allows: each is a canary pod too.
+		CanaryPods: 1 + int64(max(st.NumberUnavailable, 0)),
+		Mark:       fmt.Sprint(st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberReady, st.NumberAvailable),
+		Ready:      int64(st.NumberReady),
+		Available:  int64(st.NumberAvailable),
+		MinReady:   seconds(d.Spec.MinReadySeconds),
 	}
 }
 
