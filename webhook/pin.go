@@ -74,10 +74,10 @@ func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
 	tmpl := p.tmpl
 	var old client.Object
 	if p.req.Operation == admissionv1.Update && p.wanted {
-		old = s.newObject()
-		if err := s.Decoder.DecodeRaw(p.req.OldObject, old); err != nil {
-			return "", err
+		if p.oldErr != nil {
+			return "", p.oldErr
 		}
+		old = p.old
 	}
 	rolledBack, err := s.rollback(ctx, p, old)
 	if err != nil {
@@ -329,16 +329,16 @@ var keptOnPinFailure = append(append([]string{}, ourAnnotations...), rollout.Rec
 // a snapshot could not be made: at UPDATE the template keeps its stamp and
 // the snapshots it had (sources it had none for stay as written) and the
 // workload its records; at CREATE the template stays unpinned, with its stamp.
-func (s *Stamper[T]) keepPins(kind workload.Kind, obj client.Object, tmpl *corev1.PodTemplateSpec, req admission.Request) error {
-	if req.Operation != admissionv1.Update {
+func keepPins(c call, obj client.Object) error {
+	tmpl := c.tmpl
+	if c.req.Operation != admissionv1.Update {
 		pin.Apply(tmpl, nil)
 		return nil
 	}
-	old := s.newObject()
-	if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
-		return err
+	if c.oldErr != nil {
+		return c.oldErr
 	}
-	oldT := kind.PodTemplate(old)
+	oldT := c.kind.PodTemplate(c.old)
 	pin.Apply(tmpl, pin.Pinned(oldT))
 	if tmpl.Annotations == nil {
 		tmpl.Annotations = map[string]string{}
@@ -349,7 +349,7 @@ func (s *Stamper[T]) keepPins(kind workload.Kind, obj client.Object, tmpl *corev
 		meta = map[string]string{}
 	}
 	for _, k := range keptOnPinFailure {
-		setOrDelete(meta, k, old.GetAnnotations())
+		setOrDelete(meta, k, c.old.GetAnnotations())
 	}
 	obj.SetAnnotations(meta)
 	return nil
@@ -383,7 +383,7 @@ func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev
 // says why where the user looks: an admission warning and a Warning event.
 // The reconciler retries a rollout the snapshot held back.
 func (s *Stamper[T]) pinFailed(ctx context.Context, p pinRequest, err error) {
-	if kerr := s.keepPins(p.kind, p.obj, p.tmpl, p.req); kerr != nil {
+	if kerr := keepPins(p.call, p.obj); kerr != nil {
 		p.logger.Error(kerr, "while decoding the old object; admitting unchanged")
 	}
 	if held := (*heldByHalt)(nil); errors.As(err, &held) {

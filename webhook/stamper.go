@@ -65,7 +65,7 @@ var ourAnnotations = []string{stamp.AnnotationAppliedHash, stamp.AnnotationSourc
 func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 	ctx = live.Arrive(ctx) // reads shared with other admissions are sent after this
 	c, ok := s.begin(ctx, obj)
-	if !ok || c.req.Operation == admissionv1.Update && c.settled() && s.unchanged(c.kind, obj, c.req, c.logger, !c.pinning) {
+	if !ok || c.req.Operation == admissionv1.Update && c.settled() && s.unchanged(c, obj, !c.pinning) {
 		return nil
 	}
 	comp, memo := s.compute(ctx, obj, c)
@@ -80,7 +80,7 @@ func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
 		}
 	}
 	if c.req.Operation == admissionv1.Update && c.req.UserInfo.Username != s.Self {
-		s.undone(ctx, c.kind, obj, c.req, c.sent, stamped, c.dryRun)
+		s.undone(ctx, c, obj, stamped)
 		s.untried(ctx, c, obj, comp)
 	}
 	s.stamp(c.kind, obj, stamped, comp, c.logger)
@@ -101,6 +101,10 @@ type call struct {
 	// wanted: pinned config is asked for (and this installation pins);
 	// pinning: the template is to be pinned, or unpinned.
 	wanted, pinning bool
+	// old is an UPDATE's old object, decoded once (nil at CREATE, or when
+	// it could not be decoded: oldErr).
+	old    client.Object
+	oldErr error
 }
 
 // settled reports whether the template's pins are as wanted: nothing to
@@ -128,6 +132,12 @@ func (s *Stamper[T]) begin(ctx context.Context, obj T) (call, bool) {
 		return c, false
 	}
 	c.sent = c.tmpl.Annotations[stamp.AnnotationHash]
+	if req.Operation == admissionv1.Update {
+		c.old = s.newObject()
+		if c.oldErr = s.Decoder.DecodeRaw(req.OldObject, c.old); c.oldErr != nil {
+			c.old = nil
+		}
+	}
 	c.wanted = s.pinWanted(ctx, obj, ns, req.Namespace, c.dryRun)
 	// A pinned template is unpinned when it is no longer wanted, also by an
 	// installation without --pin: its rollouts must read the sources again.
@@ -211,17 +221,16 @@ func (s *Stamper[T]) optedIn(ctx context.Context, obj T, namespace string, dryRu
 // otherwise unchanged (keepStamp restores what it dropped), or it is the
 // reconciler's own fresh stamp (trusted only when trustFresh: a pinned
 // workload's new stamp needs its snapshots, made from a read).
-func (s *Stamper[T]) unchanged(kind workload.Kind, obj T, req admission.Request, logger logr.Logger, trustFresh bool) bool {
-	old := s.newObject()
-	if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
-		logger.Error(err, "while decoding the old object; admitting unchanged")
+func (s *Stamper[T]) unchanged(c call, obj T, trustFresh bool) bool {
+	if c.oldErr != nil {
+		c.logger.Error(c.oldErr, "while decoding the old object; admitting unchanged")
 		return true
 	}
-	if keepStamp(kind, old, obj) {
+	if keepStamp(c.kind, c.old, obj) {
 		return true
 	}
-	if trustFresh && s.Self != "" && req.UserInfo.Username == s.Self && freshProposal(kind, old, obj) {
-		logger.V(1).Info("accepted the reconciler's stamp without reads")
+	if trustFresh && s.Self != "" && c.req.UserInfo.Username == s.Self && freshProposal(c.kind, c.old, obj) {
+		c.logger.V(1).Info("accepted the reconciler's stamp without reads")
 		return true
 	}
 	return false

@@ -5,11 +5,9 @@ import (
 	"fmt"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
-	"github.com/configstamp/configstamp/controllers/workload"
 )
 
 // ReasonUndoKept is the Warning event of an UPDATE that brought back an
@@ -29,15 +27,12 @@ const ReasonUndoKept = "UndoKeptConfig"
 // annotations to the earlier revision's, which drops configstamp's rollout
 // record: undone keeps it, so that an undo that changed nothing cannot lift a
 // halt (only a real recovery, or removing configstamp.io/halted, does).
-func (s *Stamper[T]) undone(ctx context.Context, kind workload.Kind, obj client.Object, req admission.Request, sent, current string, dryRun bool) {
-	if sent == "" || sent == current {
+func (s *Stamper[T]) undone(ctx context.Context, c call, obj client.Object, current string) {
+	sent, old := c.sent, c.old
+	if sent == "" || sent == current || old == nil {
 		return
 	}
-	old := s.newObject()
-	if err := s.Decoder.DecodeRaw(req.OldObject, old); err != nil {
-		return
-	}
-	oldT := kind.PodTemplate(old)
+	oldT := c.kind.PodTemplate(old)
 	if oldT == nil || oldT.Annotations[stamp.AnnotationHash] == sent {
 		return
 	}
@@ -45,7 +40,7 @@ func (s *Stamper[T]) undone(ctx context.Context, kind workload.Kind, obj client.
 	msg := fmt.Sprintf("this update brings back the stamp %s=%s of an earlier configuration (kubectl rollout undo?), "+
 		"but the ConfigMaps and Secrets it references hold the current data: configstamp kept the current stamp %s and the pods keep the current configuration. "+
 		"To go back, revert the ConfigMap or Secret (configstamp then rolls the workload)", stamp.AnnotationHash, sent, current)
-	s.warn(ctx, obj, req.Namespace, ReasonUndoKept, "Stamp", msg, dryRun)
+	s.warn(ctx, obj, c.req.Namespace, ReasonUndoKept, "Stamp", msg, c.dryRun)
 }
 
 // keepRolloutRecord puts back on obj each annotation of configstamp's rollout

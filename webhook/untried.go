@@ -26,8 +26,8 @@ func (s *Stamper[T]) untried(ctx context.Context, c call, obj T, comp *workload.
 	if c.req.Operation != admissionv1.Update || c.pinning || s.Halts == nil || c.req.UserInfo.Username == s.Self {
 		return
 	}
-	old := s.newObject()
-	if err := s.Decoder.DecodeRaw(c.req.OldObject, old); err != nil {
+	old := c.old
+	if old == nil {
 		return
 	}
 	causes := rollout.Causes(old.GetAnnotations(), comp.Sources)
