@@ -284,6 +284,11 @@ func (p Policy) closed(sit Situation, d Decision) Decision {
 		var told Effects
 		told, d.Undo = undo(o, d.Judged)
 		d.add(told)
+		if d.Undo == nil && o.Kind.Status(o.Object).KeepsBrokenPods {
+			d.event(corev1.EventTypeWarning, ReasonFixNeedsPodDelete, "Halt",
+				"with podManagementPolicy OrderedReady the StatefulSet's controller does not replace a pod of the failed revision that never becomes Ready "+
+					"(kubernetes/kubernetes#67250): a fix will not reach such a pod until it is deleted (kubectl delete pod); configstamp never deletes pods")
+		}
 		if d.Undo != nil {
 			d.Undo.Freeze = d.Hold
 			d.Undo.follow(o.Object.GetUID(), *d.Record, sit.Now)

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,6 +25,10 @@ const (
 	// ReasonUndoNeedsPodDelete: a StatefulSet returned to its previous
 	// revision keeps a broken pod until someone deletes it.
 	ReasonUndoNeedsPodDelete = "UndoNeedsPodDelete"
+	// ReasonFixNeedsPodDelete: a failed StatefulSet keeps its broken pod
+	// until someone deletes it (workload.Status.KeepsBrokenPods): no fix
+	// reaches that pod before.
+	ReasonFixNeedsPodDelete = "FixNeedsPodDelete"
 	// ReasonUndoVerified: the undo's own rollout passed verification.
 	ReasonUndoVerified = "UndoVerified"
 	// ReasonUndoFailed: the undo's own rollout failed too; it is not undone.
@@ -69,9 +72,9 @@ type Undo struct {
 	Follow     Patch
 	// kind names the workload's kind (its counters' label).
 	kind string
-	// orderedReady: a StatefulSet whose controller will not replace the
-	// broken pod by itself (kubernetes/kubernetes#67250).
-	orderedReady bool
+	// keepsBrokenPods: its controller will not replace the broken pod by
+	// itself (workload.Status.KeepsBrokenPods).
+	keepsBrokenPods bool
 }
 
 // ErrEditedMeanwhile: the template changed since the failure was judged.
@@ -126,9 +129,8 @@ func undo(o Observation, rec Record) (Effects, *Undo) {
 		return impossible("%s: undo is asked, but the pod template differs from revision %d in more than configstamp's stamp and snapshots (%s): "+
 			"configstamp never overwrites an edit; the change stays halted (fix it, or undo by hand)", AnnotationOnFailure, f.Number, edit)
 	}
-	s, ok := o.Object.(*appsv1.StatefulSet)
 	return e, &Undo{Failed: tmpl.DeepCopy(), To: f.Revision, Revision: f.Number, kind: o.Kind.Name,
-		orderedReady: ok && s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement}
+		keepsBrokenPods: o.Kind.Status(o.Object).KeepsBrokenPods}
 }
 
 // follow is the record of u's own rollout, started at now after the failure
@@ -191,7 +193,7 @@ func (u *Undo) Done(err error, now *corev1.PodTemplateSpec, thawed bool) (e Effe
 	e.event(corev1.EventTypeNormal, ReasonRolloutUndone, "Undo",
 		"the rollout failed: the workload is returned to its revision %d (stamp %s), whose snapshots hold the config it ran before%s; "+
 			"the change stays halted until it is fixed", u.Revision, to, resumed)
-	if u.orderedReady {
+	if u.keepsBrokenPods {
 		// kubernetes/kubernetes#67250: with OrderedReady the controller waits
 		// for the broken pod to become Ready before it replaces it, forever.
 		e.event(corev1.EventTypeWarning, ReasonUndoNeedsPodDelete, "Undo",

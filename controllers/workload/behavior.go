@@ -68,6 +68,11 @@ type Status struct {
 	// Deployment replaces them all at once. The wave puts the cheaper
 	// canary first among workloads of one priority.
 	CanaryPods int64
+	// KeepsBrokenPods: its controller replaces no pod of a failed revision
+	// that never becomes Ready, so no later template reaches that pod until
+	// someone deletes it (a StatefulSet with podManagementPolicy
+	// OrderedReady, the default: kubernetes/kubernetes#67250).
+	KeepsBrokenPods bool
 	// Mark is what of the status tells the rollout's progress: any change
 	// of it is progress.
 	Mark string

@@ -36,7 +36,8 @@ func TestBehaviorStatus(t *testing.T) {
 		"deployment, paused": {dep, Status{Complete: true, Paused: true, Mark: "2 3 2 3 1", Ready: 3, Available: 1, MinReady: 10 * time.Second}},
 		"deployment, deadline exceeded": {exceeded, Status{Exceeded: true, FailedReason: "its progress deadline was exceeded (ProgressDeadlineExceeded)",
 			Mark: "1 0 0 0 0"}},
-		"statefulset": {sts, Status{Mark: "1 2 1 2 1 2r2" /* fmt.Sprint puts no space before a string, as the mark always was */, Ready: 2, Available: 2}},
+		// OrderedReady, the default, keeps a broken pod (kubernetes/kubernetes#67250).
+		"statefulset": {sts, Status{Mark: "1 2 1 2 1 2r2" /* fmt.Sprint puts no space before a string, as the mark always was */, Ready: 2, Available: 2, KeepsBrokenPods: true}},
 		// Its three old pods not available are replaced at once, beside the one a hold allows.
 		"daemonset": {ds, Status{Mark: "1 4 3 2 1", Ready: 2, Available: 1, MinReady: 5 * time.Second, CanaryPods: 4}},
 		// Recreate replaces every pod at once: a canary of it costs all five.

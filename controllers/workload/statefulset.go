@@ -49,6 +49,7 @@ func (statefulSet) Status(obj client.Object) Status {
 		Complete:         statefulSetComplete(s),
 		NothingToWaitFor: nothing,
 		Empty:            want == 0,
+		KeepsBrokenPods:  s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement,
 		Mark:             fmt.Sprint(st.ObservedGeneration, st.Replicas, st.UpdatedReplicas, st.ReadyReplicas, st.CurrentReplicas, st.AvailableReplicas, st.UpdateRevision),
 		Ready:            int64(st.ReadyReplicas),
 		Available:        int64(st.AvailableReplicas),

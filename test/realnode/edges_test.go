@@ -31,6 +31,8 @@ func TestCanaryAtTheEdges(t *testing.T) {
 	l := lane(t, defaultFlags...)
 	for name, row := range map[string]func(t *testing.T, ns string){
 		"paused by its user, a bad change":            pausedFirstBadChange,
+		"Recreate first by name, a bad change":        recreateFirstBadChange,
+		"no replicas, a bad change, then a scale-up":  noReplicasFirstBadChange,
 		"progressDeadlineSeconds 60, a good change":   shortDeadlineGoodChange,
 		"a readiness gate, a good change":             readinessGateGoodChange,
 		"pods that exit once at start, a good change": exitOnceGoodChange,
@@ -107,17 +109,72 @@ func stamps(t *testing.T, ds []*appsv1.Deployment) map[string]string {
 func pausedFirstBadChange(t *testing.T, ns string) {
 	ds := edgeApps(t, ns, []string{"b", "c", "d"}, nil, nil)
 	env.Kubectl(t, "", "-n", ns, "rollout", "pause", "deployment/a")
+	changed := time.Now()
+	onlyBRanIt(t, ds)
+	if rec := record(t, ds[0]); rec.State == rollout.Completed && rec.Started.After(changed) {
+		t.Fatalf("a, paused, has a completed record of the bad change: %+v", rec)
+	}
+}
+
+// a (first by name) is a Recreate Deployment: its canary would replace
+// both its pods at once. b, which a hold keeps at one new pod, is the
+// cheaper canary, and the wave's first: its one new pod rejects the value,
+// the change is halted, a is never stamped. Before: a was the canary, and
+// both its pods ran the bad value.
+func recreateFirstBadChange(t *testing.T, ns string) {
+	ds := edgeApps(t, ns, []string{"b"}, func(d *appsv1.Deployment) {
+		if d.Name == "a" {
+			d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+			delete(d.Annotations, rollout.AnnotationPriority) // a first by name, at b's priority
+		}
+	}, nil)
+	onlyBRanIt(t, ds)
+}
+
+// a has no replicas: it can make no pod of the change, so it is never the
+// canary, and it is not stamped while the change has passed none (its
+// pods, once scaled up, would run the change untried). b's canary fails;
+// a, scaled to two replicas while the change is halted, runs the value
+// it had.
+func noReplicasFirstBadChange(t *testing.T, ns string) {
+	ds := edgeApps(t, ns, []string{"b", "c"}, func(d *appsv1.Deployment) {
+		if d.Name == "a" {
+			d.Spec.Replicas = ptr.To(int32(0))
+		}
+	}, nil)
+	before := onlyBRanIt(t, ds)
+	env.Kubectl(t, "", "-n", ns, "scale", "deployment/a", "--replicas=2")
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		env.Get(t, ds[0])
+		ok, why := rolledOut(ds[0])
+		return ok && ds[0].Status.ReadyReplicas == 2, "a after its scale-up: " + why
+	})
+	ran := map[string]bool{}
+	badPods(t, ds, before, ran)
+	if len(ran) != 1 || framework.TemplateHash(ds[0]) != before["a"] {
+		t.Fatalf("after a's scale-up while the change is halted: %d pods ran the bad value (%v), a stamped %s (before %s); want b's one, a unchanged",
+			len(ran), keys(ran), framework.TemplateHash(ds[0]), before["a"])
+	}
+	t.Logf("a, scaled up while the change was halted, runs the value it had")
+}
+
+// onlyBRanIt applies a bad value to ds's ConfigMap and waits until b, the
+// canary, failed, then watches past the halted workloads' recheck (30 s),
+// the debounce and a window: exactly one pod, of b, ran the bad value, and
+// b alone was stamped. It returns the stamps from before the change.
+func onlyBRanIt(t *testing.T, ds []*appsv1.Deployment) map[string]string {
+	t.Helper()
+	b := ds[1]
 	before := stamps(t, ds)
 	changed := time.Now()
-	env.Apply(t, configMap(ns, "shared", "bad"))
+	env.Apply(t, configMap(b.Namespace, "shared", "bad"))
 	ran := map[string]bool{}
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
 		badPods(t, ds, before, ran)
-		return failedNote(t, ds[1]) != "", fmt.Sprintf("no RolloutFailed on b yet; b's record %+v, a's %+v; pods that ran the bad value %v",
-			record(t, ds[1]), record(t, ds[0]), keys(ran))
+		return failedNote(t, b) != "", fmt.Sprintf("no RolloutFailed on b yet; b's record %+v, a's %+v; pods that ran the bad value %v",
+			record(t, b), record(t, ds[0]), keys(ran))
 	})
 	t.Logf("b, the canary, failed %s after the change", since(changed))
-	// Past the halted workloads' recheck (30 s), the debounce and a window.
 	watched := time.Now()
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
 		badPods(t, ds, before, ran)
@@ -133,10 +190,8 @@ func pausedFirstBadChange(t *testing.T, ns string) {
 	if len(ran) != 1 || len(stamped) != 1 || stamped[0] != "b" {
 		t.Fatalf("%d pods ran the bad value (%v), stamped %v; want exactly one pod, of b, the only workload stamped", len(ran), keys(ran), stamped)
 	}
-	if rec := record(t, ds[0]); rec.State == rollout.Completed && rec.Started.After(changed) {
-		t.Fatalf("a, paused, has a completed record of the bad change: %+v", rec)
-	}
-	t.Logf("one pod ran the bad value (%v); a (paused, first in the wave), c and d were never stamped", keys(ran))
+	t.Logf("one pod ran the bad value (%v); no workload but b was stamped", keys(ran))
+	return before
 }
 
 // a and b have progressDeadlineSeconds: 60. The canary's hold keeps

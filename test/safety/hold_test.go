@@ -10,6 +10,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -219,4 +220,60 @@ func TestTheCheapestCanaryGoesFirst(t *testing.T) {
 	if len(ran) != 1 {
 		t.Fatalf("%d pods ran the bad change (%v), want 1: b, held at one pod, was to be the canary", len(ran), ran)
 	}
+}
+
+// TestAFailedOrderedReadyStatefulSetNamesItsBrokenPod: a StatefulSet of
+// three replicas, podManagementPolicy OrderedReady (the default), a bad
+// change (kwok keeps its pods unready): its canary pod fails, and
+// configstamp says at once, with a Warning FixNeedsPodDelete, that no fix
+// reaches that pod until someone deletes it (kubernetes/kubernetes#67250),
+// as the test then sees: the fix applied, the broken pod keeps the bad
+// change past the debounce; deleted, as a user would, the fix rolls to
+// every pod. Before, nothing said so: the fix hung with no word.
+func TestAFailedOrderedReadyStatefulSetNamesItsBrokenPod(t *testing.T) {
+	t.Parallel()
+	l := lane(t)
+	ns := l.NamespaceNamed(t, orderedNamespace, nil)
+	sts := framework.StatefulSet(ns, "db", framework.OptIn, tenantSpec())
+	sts.Spec.Replicas = ptr.To[int32](3)
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), sts)
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		s := get(t, sts)
+		return s.Status.ReadyReplicas == 3 && s.Status.UpdateRevision == s.Status.CurrentRevision, fmt.Sprintf("statefulset %+v", s.Status)
+	})
+
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
+	note := env.WaitEvent(t, sts, rollout.ReasonFixNeedsPodDelete, "kubectl delete pod")
+	t.Logf("FixNeedsPodDelete: %s", note)
+	bad := stuckHashIn(ns)
+	broken := &corev1.Pod{}
+	broken.Namespace, broken.Name = ns, "db-2" // the canary: the highest ordinal, above the hold's partition
+	if h := get(t, broken).Annotations[stamp.AnnotationHash]; h != bad {
+		t.Fatalf("db-2 runs %s, want the bad change %s: it was the canary", h, bad)
+	}
+
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "fixed"}, nil))
+	fixed := hashOf(ns, tenantSpec(), framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "fixed"}, nil))
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		return framework.TemplateHash(get(t, sts)) == fixed, "the fix not stamped yet"
+	})
+	stamped := time.Now()
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		if h := get(t, broken).Annotations[stamp.AnnotationHash]; h != bad {
+			t.Fatalf("db-2 was replaced (%s) without a delete: the warning was not true", h)
+		}
+		return time.Since(stamped) > 15*time.Second, "watching db-2"
+	})
+	env.Kubectl(t, "", "delete", "pod", "-n", ns, "db-2", "--wait=false")
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		s := get(t, sts)
+		pods := env.LivePods(t, ns, map[string]string{"app": sts.Name})
+		n := 0
+		for _, p := range pods {
+			if p.Annotations[stamp.AnnotationHash] == fixed {
+				n++
+			}
+		}
+		return n == 3 && s.Status.ReadyReplicas == 3, fmt.Sprintf("%d of 3 pods run the fix; statefulset %+v", n, s.Status)
+	})
 }

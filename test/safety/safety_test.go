@@ -48,7 +48,10 @@ const (
 	// costNamespace: a Recreate Deployment beside a holdable one, a bad
 	// change (TestTheCheapestCanaryGoesFirst).
 	costNamespace = "cost"
-	slowNode        = "kwok-slow"
+	// orderedNamespace: a StatefulSet whose canary fails
+	// (TestAFailedOrderedReadyStatefulSetNamesItsBrokenPod).
+	orderedNamespace = "ordered"
+	slowNode         = "kwok-slow"
 	// progressDeadline is the suite's --progress-deadline.
 	progressDeadline = 30 * time.Second
 )
@@ -60,7 +63,7 @@ var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 // The control plane is the suite's; each test runs a configstamp of its own
 // (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
-	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), stuckHashIn(resumeNamespace), stuckHashIn(costNamespace), crashingAgentHash()}
+	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), stuckHashIn(resumeNamespace), stuckHashIn(costNamespace), stuckHashIn(orderedNamespace), crashingAgentHash()}
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
