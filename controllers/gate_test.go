@@ -101,7 +101,7 @@ func (w *haltWorld) setFailed(t *testing.T, edit func(d *appsv1.Deployment)) {
 // change: open when it may be stamped now.
 func (w *haltWorld) gate(t *testing.T) (reconcile.Result, bool, error) {
 	o := rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "waiting"}, Kind: workload.NewRegistry().All()[0], Object: w.waiting,
-		Ours: true, Need: rollout.NeedRollout, Hash: "v1-new", Data: w.comp, Sources: map[stamp.ObjectRef]string{sharedRef: w.change.Content}}
+		Ours: true, Need: rollout.NeedsRollout, Hash: "v1-new", Data: w.comp, Sources: map[stamp.ObjectRef]string{sharedRef: w.change.Content}}
 	d, err := w.r.Scheduler.Decide(t.Context(), o)
 	return reconcile.Result{RequeueAfter: d.After}, d.Transition == rollout.Stamp, err
 }

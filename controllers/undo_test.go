@@ -88,7 +88,7 @@ func TestUndoThatFailsIsReportedNotUndone(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &rollout.Observation{Key: rollout.Key{Kind: "Deployment", Namespace: "ns", Name: "failed"}, Kind: w.r.Kind, Object: live,
-		Ours: true, Need: rollout.NeedNothing, Verification: rollout.Verification{Read: true, Pods: 1,
+		Ours: true, Need: rollout.NeedsNothing, Verification: rollout.Verification{Read: true, Pods: 1,
 			Problem: "pod failed-x: container app restarted 1 times (exit code 1, Error)"}}
 	d, err := w.r.Scheduler.Decide(t.Context(), *o)
 	if err != nil || d.Transition != rollout.CloseFailed || d.Failure == "" {

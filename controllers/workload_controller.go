@@ -351,7 +351,7 @@ func deref(ps ...*stamp.Problem) []stamp.Problem {
 // need applies the no-surprise-rollout rule (rollout.NeedOf) to obj and comp.
 // cacheBehind: the stamp was written from a live read newer than this cache
 // (a ConfigMap and a workload applied together); ask again once it caught up.
-func (r *kindReconciler) need(ctx context.Context, obj client.Object, comp *workload.Computation) (rollout.Trigger, bool, error) {
+func (r *kindReconciler) need(ctx context.Context, obj client.Object, comp *workload.Computation) (rollout.Need, bool, error) {
 	a := obj.GetAnnotations()
 	f := rollout.Facts{
 		Stamped: r.Kind.PodTemplate(obj).Annotations[stamp.AnnotationHash], Recorded: a[stamp.AnnotationAppliedHash],
@@ -364,7 +364,7 @@ func (r *kindReconciler) need(ctx context.Context, obj client.Object, comp *work
 		}
 	}
 	need := rollout.NeedOf(f)
-	if need == rollout.NeedNothing {
+	if need == rollout.NeedsNothing {
 		return need, false, nil
 	}
 	recorded := stamp.ParseVersions(a[stamp.AnnotationSourceVersions])

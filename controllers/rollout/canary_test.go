@@ -39,7 +39,7 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
 	s.Halts = haltsFunc(func() string { return "" })
 	wants := func(name string) Observation {
-		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedsRollout,
 			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
 	}
 	names := []string{"a", "b", "c", "d", "e", "f"}
@@ -68,7 +68,7 @@ func TestCanaryHoldsTheWaveWhateverTheBudget(t *testing.T) {
 	c.advance(10 * time.Second)
 	waiting()
 	rec := *d.Record
-	canary := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rec), Ours: true, Need: NeedNothing, Canary: true,
+	canary := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rec), Ours: true, Need: NeedsNothing, Canary: true,
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true, Pods: 1, HealthySince: c.now().Add(-20 * time.Second), FirstHealthySince: c.now().Add(-20 * time.Second)}}
 	canary.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
 	if d, err := s.Decide(t.Context(), canary); err != nil || d.Transition != Follow || d.After <= 0 || d.After > 10*time.Second+time.Second {
@@ -109,18 +109,18 @@ func TestCanaryFailureKeepsItsHold(t *testing.T) {
 	cause := []Change{{Ref: ref, Content: "00aa"}}
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
 	s.Halts = haltsFunc(func() string { return "" })
-	d, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", nil), Ours: true, Need: NeedRollout,
+	d, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", nil), Ours: true, Need: NeedsRollout,
 		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second})
 	if err != nil || d.Transition != Stamp || d.Record.Canary != CanaryRunning {
 		t.Fatalf("a: %+v %v; want the canary", d, err)
 	}
-	optedOut := Observation{Key: dep("b"), Kind: deploymentKind, Object: threeReplicas("b", nil), Ours: true, Need: NeedRollout,
+	optedOut := Observation{Key: dep("b"), Kind: deploymentKind, Object: threeReplicas("b", nil), Ours: true, Need: NeedsRollout,
 		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), VerifyWindow: 30 * time.Second}
 	if d, err := s.Decide(t.Context(), optedOut); err != nil || d.Transition != Stamp || d.Record.Canary != NoCanary {
 		t.Fatalf("b, canary off: %+v %v; want a plain stamp at once", d, err)
 	}
 	rec := *d.Record
-	failing := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rec), Ours: true, Need: NeedNothing, Canary: true,
+	failing := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rec), Ours: true, Need: NeedsNothing, Canary: true,
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Pods: 1, Problem: "pod a-x: container app restarted 1 times"}}
 	failing.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
 	f, err := s.Decide(t.Context(), failing)
@@ -157,7 +157,7 @@ func TestFrozenCanaryThawsWithTheNextChange(t *testing.T) {
 	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
 	d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}
 	d.Status.UpdatedReplicas = 1
-	crashing := Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Need: NeedNothing, Canary: true, VerifyWindow: 30 * time.Second,
+	crashing := Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Need: NeedsNothing, Canary: true, VerifyWindow: 30 * time.Second,
 		Verification: Verification{Window: 0, Read: true, Healthy: false, Pods: 1}}
 	if r, err := s.Decide(t.Context(), crashing); err != nil || r.Transition == Resume {
 		t.Fatalf("paused after its failure, its pod not healthy: %+v %v; want no recovery", r, err)
@@ -176,7 +176,7 @@ func TestFrozenCanaryThawsWithTheNextChange(t *testing.T) {
 		t.Fatalf("the recovery's patch %v: want paused and the hold put back", r.Patches[0].Spec)
 	}
 	next := crashing
-	next.Need, next.Hash, next.Data, next.Sources = NeedRollout, "v1-fixed", dataOf("v1-fixed"), sourcesOf([]Change{{Ref: ref, Content: "00bb"}})
+	next.Need, next.Hash, next.Data, next.Sources = NeedsRollout, "v1-fixed", dataOf("v1-fixed"), sourcesOf([]Change{{Ref: ref, Content: "00bb"}})
 	st, err := s.Decide(t.Context(), next)
 	if err != nil || st.Transition != Stamp || st.Record.Canary != CanaryRunning {
 		t.Fatalf("the next change: %+v %v; want a canary stamp", st, err)
@@ -275,7 +275,7 @@ func TestCanariesAreTheSchedulersOwn(t *testing.T) {
 			}
 			obj := threeReplicas(x.key.Name, nil)
 			obj.Namespace = x.key.Namespace
-			d, err := s.Decide(t.Context(), Observation{Key: x.key, Kind: deploymentKind, Object: obj, Ours: true, Need: NeedRollout, Priority: x.priority,
+			d, err := s.Decide(t.Context(), Observation{Key: x.key, Kind: deploymentKind, Object: obj, Ours: true, Need: NeedsRollout, Priority: x.priority,
 				Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(x.causes), Canary: !x.off, VerifyWindow: 30 * time.Second})
 			if err != nil {
 				t.Fatal(err)
@@ -345,7 +345,7 @@ func waveScheduler(t *testing.T) (*Scheduler, *clock) {
 // wantsChange observes name, of priority, three replicas, whose sources
 // (read at readAt) ask for a rollout of cause after a 2 s debounce.
 func wantsChange(name string, priority int, cause []Change, readAt time.Time) Observation {
-	return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout,
+	return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedsRollout,
 		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second, Priority: priority,
 		Window: 2 * time.Second, ReadAt: readAt}
 }
@@ -361,7 +361,7 @@ func TestReconcileOnOlderDataKeepsItsPlaceInTheWave(t *testing.T) {
 	s, c := waveScheduler(t)
 	wants := func(name string, priority int) Observation { return wantsChange(name, priority, cause, c.now()) }
 	older := wants("first", 10)
-	older.Need, older.Hash = NeedNothing, "v1-old"
+	older.Need, older.Hash = NeedsNothing, "v1-old"
 	c.advance(100 * time.Millisecond)
 	s.Announce(dep("first"), 10, ref)
 	s.Announce(dep("second"), 0, ref)
@@ -384,7 +384,7 @@ func TestReconcileOnOlderDataKeepsItsPlaceInTheWave(t *testing.T) {
 	s.Announce(dep("third"), 5, ref)
 	c.advance(time.Millisecond)
 	none := wants("third", 5)
-	none.Need, none.Hash, none.ReadAt = NeedNothing, "v1-old", c.now()
+	none.Need, none.Hash, none.ReadAt = NeedsNothing, "v1-old", c.now()
 	if d, err := s.Decide(t.Context(), none); err != nil || d.Transition != Settle {
 		t.Fatalf("third, read after the announce: %+v %v; want nothing to do", d, err)
 	}
@@ -417,7 +417,7 @@ func edgeWave(t *testing.T, budget int) (*Scheduler, *clock, stamp.ObjectRef, fu
 	s, c := newTestScheduler(t, Policy{MaxConcurrent: budget, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second})
 	s.Halts = haltsFunc(func() string { return "" })
 	return s, c, ref, func(name string, priority int) Observation {
-		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedRollout, Priority: priority,
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: threeReplicas(name, nil), Ours: true, Need: NeedsRollout, Priority: priority,
 			Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
 	}
 }
@@ -487,14 +487,14 @@ func TestAPausedCanaryDoesNotPass(t *testing.T) {
 	sealed(obj, rec, testKeys.Current())
 	obj.Spec.Paused = true
 	c.advance(11 * time.Minute) // past the progress deadline
-	f, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedNothing, Canary: true,
+	f, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedsNothing, Canary: true,
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true}})
 	if err != nil || f.Transition != Follow || f.After <= 0 {
 		t.Fatalf("the canary paused by its user: %+v %v; want it followed, neither passed nor failed", f, err)
 	}
 	// Scaled to no replicas instead: no pod, no pass either.
 	obj.Spec.Paused, obj.Spec.Replicas = false, ptr.To(int32(0))
-	z, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedNothing, Canary: true,
+	z, err := s.Decide(t.Context(), Observation{Key: dep("a"), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedsNothing, Canary: true,
 		VerifyWindow: 30 * time.Second, Verification: Verification{Read: true, Healthy: true}})
 	if err != nil || z.Transition != Follow {
 		t.Fatalf("the canary scaled to 0: %+v %v; want it followed, not passed", z, err)
@@ -536,7 +536,7 @@ func TestResumeByHandPutsBackTheFailedCanarysHold(t *testing.T) {
 	d := threeReplicas("a", &failed)
 	d.Spec.Paused, d.Spec.MinReadySeconds = true, 90
 	delete(d.Annotations, AnnotationHalted)
-	o := Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Need: NeedNothing, Canary: true, VerifyWindow: 30 * time.Second}
+	o := Observation{Key: dep("a"), Kind: deploymentKind, Object: d, Ours: true, Need: NeedsNothing, Canary: true, VerifyWindow: 30 * time.Second}
 	got, err := s.Decide(t.Context(), o)
 	if err != nil || got.Transition != Settle || len(got.Patches) != 1 {
 		t.Fatalf("resumed by hand: %+v %v; want its hold put back", got, err)
@@ -555,7 +555,7 @@ func TestResumeByHandPutsBackTheFailedCanarysHold(t *testing.T) {
 	}
 	// A later change's stamp, before the thaw landed, puts it back too.
 	next := o
-	next.Need, next.Hash, next.Data, next.Sources = NeedRollout, "v1-fixed", dataOf("v1-fixed"), sourcesOf([]Change{{Ref: lifecycleCause[0].Ref, Content: "00bb"}})
+	next.Need, next.Hash, next.Data, next.Sources = NeedsRollout, "v1-fixed", dataOf("v1-fixed"), sourcesOf([]Change{{Ref: lifecycleCause[0].Ref, Content: "00bb"}})
 	st, err := s.Decide(t.Context(), next)
 	if err != nil || st.Transition != Stamp || len(st.Patches) != 1 {
 		t.Fatalf("the next change: %+v %v; want a stamp", st, err)
@@ -603,7 +603,7 @@ func TestARunningCanarySupersededStaysTheCanary(t *testing.T) {
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second}, b)
 	s.Halts = haltsFunc(func() string { return "" })
 	wantsFix := func(name string, priority int, obj *appsv1.Deployment) Observation {
-		return Observation{Key: dep(name), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedRollout, Priority: priority,
+		return Observation{Key: dep(name), Kind: deploymentKind, Object: obj, Ours: true, Need: NeedsRollout, Priority: priority,
 			Hash: "v1-fix", Data: dataOf("v1-fix"), Sources: sourcesOf(fix), Canary: true, VerifyWindow: 30 * time.Second,
 			Verification: Verification{Read: true, Pods: 1}}
 	}
@@ -691,7 +691,7 @@ func TestAPassBeforeARestartNeedsNoSecondCanary(t *testing.T) {
 			}
 			s, _ := newTestScheduler(t, policy, objs...)
 			s.Halts = haltsFunc(func() string { return "" })
-			b := Observation{Key: dep("b"), Kind: deploymentKind, Object: threeReplicas("b", nil), Ours: true, Need: NeedRollout,
+			b := Observation{Key: dep("b"), Kind: deploymentKind, Object: threeReplicas("b", nil), Ours: true, Need: NeedsRollout,
 				Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause), Canary: true, VerifyWindow: 30 * time.Second}
 			d, err := s.Decide(t.Context(), b)
 			got := "wait"
@@ -725,14 +725,14 @@ func TestAnIdleWorkloadIsJudgedWhenItMakesPods(t *testing.T) {
 	idle := *d.Record
 
 	c.advance(time.Hour) // its user resumes it an hour later
-	resumed := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &idle), Ours: true, Need: NeedNothing}
+	resumed := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &idle), Ours: true, Need: NeedsNothing}
 	resumed.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
 	d, err = s.Decide(t.Context(), resumed)
 	if err != nil || d.Transition != Unidle || d.Record == nil || d.Record.State != Rolling || !d.Record.Started.Equal(c.now()) {
 		t.Fatalf("a resumed: %+v %v; want its rollout judged from now (rolling)", d, err)
 	}
 	rolling := *d.Record
-	crashed := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rolling), Ours: true, Need: NeedNothing,
+	crashed := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &rolling), Ours: true, Need: NeedsNothing,
 		Verification: Verification{Read: true, Problem: "pod a-x: container app restarted 1 times"}}
 	if d, err := s.Decide(t.Context(), crashed); err != nil || d.Transition != CloseFailed {
 		t.Fatalf("a's new pods crash: %+v %v; want its rollout failed", d, err)

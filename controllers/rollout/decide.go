@@ -28,9 +28,8 @@ type Observation struct {
 	// record, even one this process can read (an installation sharing the
 	// hash key), is another installation's to judge.
 	OutOfScope bool
-	// Need is what its data asks for (NeedOf): NeedNothing, NeedRecord or
-	// NeedRollout.
-	Need Trigger
+	// Need is what its data asks for (NeedOf).
+	Need Need
 	// CacheBehind: its record names source versions newer than this cache's.
 	CacheBehind bool
 	// ReadAt: when its sources were about to be read. A change announced
@@ -208,7 +207,7 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 		log.FromContext(ctx).V(1).Info("rollout record not sealed by configstamp; ignored", "why", err.Error())
 		sit.Stray = StrayHold(o.Object)
 	}
-	if o.Need == NeedRollout {
+	if o.Need == NeedsRollout {
 		sit.Causes = Causes(o.Object.GetAnnotations(), o.Sources)
 	}
 	sit.Stamping = s.stamping(o.Key)

@@ -50,7 +50,7 @@ func TestDecideStates(t *testing.T) {
 		rolling []client.Object // others holding slots
 		obj     client.Object   // nil: gone
 		ours    bool
-		need    Trigger
+		need    Need
 		behind  bool
 		window  time.Duration
 		halted  HaltFinder
@@ -65,30 +65,30 @@ func TestDecideStates(t *testing.T) {
 					t.Errorf("closed %+v failure %q, want complete", *d.Record, d.Failure)
 				}
 			}},
-		{name: "rollout of a halted change", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, halted: halted, want: Wait, after: haltedRecheck,
+		{name: "rollout of a halted change", obj: workloadIn("w", true, nil), ours: true, need: NeedsRollout, halted: halted, want: Wait, after: haltedRecheck,
 			check: func(t *testing.T, d Decision) {
 				if d.Halted != cause[0].String() {
 					t.Errorf("halted news %q, want %q", d.Halted, cause[0].String())
 				}
 			}},
-		{name: "rollout in its debounce window", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, window: 2 * time.Second, want: Wait, after: 2 * time.Second},
-		{name: "rollout, a slot free", obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, want: Stamp,
+		{name: "rollout in its debounce window", obj: workloadIn("w", true, nil), ours: true, need: NeedsRollout, window: 2 * time.Second, want: Wait, after: 2 * time.Second},
+		{name: "rollout, a slot free", obj: workloadIn("w", true, nil), ours: true, need: NeedsRollout, want: Stamp,
 			check: func(t *testing.T, d Decision) {
 				if d.Record == nil || !d.Record.Open() || d.Record.Cause != FormatChanges(cause) || d.Supersedes {
 					t.Errorf("stamp with record %+v supersedes %v, want a new open record of the change", d.Record, d.Supersedes)
 				}
 			}},
 		{name: "rollout, the budget used by another", rolling: []client.Object{rollingDeployment("ns", "other", t0)},
-			obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, want: Wait, after: -1},
+			obj: workloadIn("w", true, nil), ours: true, need: NeedsRollout, want: Wait, after: -1},
 		{name: "a change during its own rollout supersedes it, budget full or not", rolling: []client.Object{rollingDeployment("ns", "other", t0)},
-			obj: workloadIn("w", false, &open), ours: true, need: NeedRollout, want: Stamp,
+			obj: workloadIn("w", false, &open), ours: true, need: NeedsRollout, want: Stamp,
 			check: func(t *testing.T, d Decision) {
 				if !d.Supersedes || d.Record == nil || !d.Record.Started.Equal(open.Started) || d.Record.Cause != FormatChanges(cause) {
 					t.Errorf("stamp %+v: want it to supersede, its record of the new change started with the slot's first stamp", d)
 				}
 			}},
 		{name: "rollout not followed (no budget, no halt): no record", policy: Policy{ProgressDeadline: deadline},
-			obj: workloadIn("w", true, nil), ours: true, need: NeedRollout, want: Stamp,
+			obj: workloadIn("w", true, nil), ours: true, need: NeedsRollout, want: Stamp,
 			check: func(t *testing.T, d Decision) {
 				if d.Record != nil {
 					t.Errorf("record %+v written although nothing follows rollouts", *d.Record)
@@ -137,7 +137,7 @@ func TestDecideHaltedNewsOnce(t *testing.T) {
 		}
 		return ""
 	})
-	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Data: dataOf("v1-new")}
+	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedsRollout, Hash: "v1-new", Data: dataOf("v1-new")}
 	for i, want := range []string{change, ""} {
 		d, err := s.Decide(t.Context(), o)
 		if err != nil || d.Transition != Wait || d.Halted != want {
@@ -170,7 +170,7 @@ func sourcesOf(changes []Change) map[stamp.ObjectRef]string {
 // the rollout under way, the workload is followed.
 func TestDecideNeverStampsTwice(t *testing.T) {
 	s, _ := newTestScheduler(t, Policy{MaxConcurrent: 2, ProgressDeadline: time.Minute, HaltOnFailure: true})
-	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Data: dataOf("v1-new")}
+	o := Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", true, nil), Ours: true, Need: NeedsRollout, Hash: "v1-new", Data: dataOf("v1-new")}
 	d, err := s.Decide(t.Context(), o)
 	if err != nil || d.Transition != Stamp {
 		t.Fatalf("first decision %+v, %v; want to stamp", d, err)
@@ -178,7 +178,7 @@ func TestDecideNeverStampsTwice(t *testing.T) {
 	if d, err := s.Decide(t.Context(), o); err != nil || d.Transition != Stale || d.After != StaleRecheck {
 		t.Fatalf("the same read again: %+v, %v; want to ask again after %v", d, err, StaleRecheck)
 	}
-	o.Object, o.Need = workloadIn("w", false, d.Record), NeedNothing
+	o.Object, o.Need = workloadIn("w", false, d.Record), NeedsNothing
 	if d, err := s.Decide(t.Context(), o); err != nil || d.Transition != Follow || d.After <= StaleRecheck {
 		t.Fatalf("the stamp seen: %+v, %v; want to follow the rollout by its deadline", d, err)
 	}
@@ -200,7 +200,7 @@ func TestSupersedingKeepsTheSlotWithinItsBound(t *testing.T) {
 	change := func(content string, rec Record) Observation {
 		w := workloadIn("w", false, &rec)
 		w.Status.UpdatedReplicas = int32(c.now().Sub(t0) / time.Second)
-		return Observation{Key: dep("w"), Kind: deploymentKind, Object: w, Ours: true, Need: NeedRollout, Hash: "v1-" + content, Data: dataOf("v1-" + content),
+		return Observation{Key: dep("w"), Kind: deploymentKind, Object: w, Ours: true, Need: NeedsRollout, Hash: "v1-" + content, Data: dataOf("v1-" + content),
 			Sources: map[stamp.ObjectRef]string{ref: content}}
 	}
 
@@ -238,7 +238,7 @@ func TestSuspectHoldsTheWave(t *testing.T) {
 	if _, err := s.Decide(t.Context(), suspect); err != nil {
 		t.Fatal(err)
 	}
-	next := Observation{Key: dep("third"), Kind: deploymentKind, Object: workloadIn("third", true, nil), Ours: true, Need: NeedRollout, Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause)}
+	next := Observation{Key: dep("third"), Kind: deploymentKind, Object: workloadIn("third", true, nil), Ours: true, Need: NeedsRollout, Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause)}
 	if d, err := s.Decide(t.Context(), next); err != nil || d.Transition != Wait || d.After <= 0 || d.After > time.Second {
 		t.Fatalf("with a suspect of the change: %+v %v; want to wait a moment", d, err)
 	}

@@ -30,7 +30,7 @@ type fixture struct {
 
 // observation is workload w (complete or not, with rec sealed on it; nil:
 // none) as the reconciler would observe it: ours, needing need.
-func observation(complete bool, rec *Record, need Trigger) Observation {
+func observation(complete bool, rec *Record, need Need) Observation {
 	return Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", complete, rec), Ours: true, Need: need,
 		Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(lifecycleCause)}
 }
@@ -40,7 +40,7 @@ func observation(complete bool, rec *Record, need Trigger) Observation {
 func canaryObservation(v Verification) Observation {
 	hold := deploymentKind.Hold(threeReplicas("w", nil), 30*time.Second)
 	rec := StartRecord(t0.Add(-time.Minute), lifecycleCause, false).AsCanary(hold.Encode())
-	o := observation(true, nil, NeedNothing)
+	o := observation(true, nil, NeedsNothing)
 	held := threeReplicas("w", &rec)
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(held)
 	if err != nil {
@@ -79,39 +79,39 @@ func lifecycleFixtures() []fixture {
 	with := func(o Observation, edit func(o *Observation)) Observation { edit(&o); return o }
 	window := 30 * time.Second
 	return []fixture{
-		{o: with(observation(true, nil, NeedNothing), func(o *Observation) { o.Object = nil })},
-		{o: with(observation(true, &halting, NeedNothing), func(o *Observation) {
+		{o: with(observation(true, nil, NeedsNothing), func(o *Observation) { o.Object = nil })},
+		{o: with(observation(true, &halting, NeedsNothing), func(o *Observation) {
 			o.Verification = Verification{Window: window, Read: true, Healthy: true, HealthySince: t0.Add(-time.Minute)}
 		})},
-		{o: with(observation(true, &done, NeedNothing), func(o *Observation) {
+		{o: with(observation(true, &done, NeedsNothing), func(o *Observation) {
 			o.Verification = Verification{Read: true, Problem: "pod w-x: container app restarted 1 times"}
 		})},
 		{o: canaryObservation(Verification{Window: window, Read: true, Pods: 1, FirstHealthySince: t0.Add(-time.Minute)})},
 		{o: canaryObservation(Verification{Window: window, Read: true, Pods: 1})},
 		{o: canaryObservation(Verification{Read: true, Pods: 1})},
-		{o: with(observation(true, &open, NeedNothing), func(o *Observation) { o.Verification = Verification{Window: window, Read: true, Healthy: true} })},
-		{o: observation(true, &open, NeedNothing)},
-		{o: with(observation(false, &open, NeedNothing), func(o *Observation) {
+		{o: with(observation(true, &open, NeedsNothing), func(o *Observation) { o.Verification = Verification{Window: window, Read: true, Healthy: true} })},
+		{o: observation(true, &open, NeedsNothing)},
+		{o: with(observation(false, &open, NeedsNothing), func(o *Observation) {
 			o.Verification = Verification{Read: true, Problem: "pod w-x: container app restarted 1 times"}
 		})},
-		{o: observation(true, &undoing, NeedNothing)},
-		{o: with(observation(false, &undoing, NeedNothing), func(o *Observation) {
+		{o: observation(true, &undoing, NeedsNothing)},
+		{o: with(observation(false, &undoing, NeedsNothing), func(o *Observation) {
 			o.Verification = Verification{Read: true, Problem: "pod w-x: container app restarted 1 times"}
 		})},
-		{o: observation(false, &open, NeedNothing)},
-		{o: observation(false, &open, NeedRecord)},
+		{o: observation(false, &open, NeedsNothing)},
+		{o: observation(false, &open, NeedsRecord)},
 		{o: optedOut()},
-		{o: with(observation(false, &open, NeedNothing), func(o *Observation) { o.Ours = false })},
-		{o: with(observation(true, nil, NeedNothing), func(o *Observation) { o.Ours = false })},
-		{o: with(observation(true, nil, NeedRollout), func(o *Observation) { o.CacheBehind = true })},
-		{o: observation(true, &done, NeedNothing)},
+		{o: with(observation(false, &open, NeedsNothing), func(o *Observation) { o.Ours = false })},
+		{o: with(observation(true, nil, NeedsNothing), func(o *Observation) { o.Ours = false })},
+		{o: with(observation(true, nil, NeedsRollout), func(o *Observation) { o.CacheBehind = true })},
+		{o: observation(true, &done, NeedsNothing)},
 		{o: resumedByHand()},
-		{o: observation(true, nil, NeedRecord)},
-		{o: observation(true, &idle, NeedNothing)},
-		{o: with(observation(true, nil, NeedRollout), func(o *Observation) { o.Object.(*appsv1.Deployment).Spec.Paused = true })},
-		{o: observation(true, nil, NeedRollout)},
-		{o: observation(true, nil, NeedRollout), halted: FormatChanges(lifecycleCause)},
-		{o: with(observation(true, nil, NeedRollout), func(o *Observation) { o.Window = time.Second })},
+		{o: observation(true, nil, NeedsRecord)},
+		{o: observation(true, &idle, NeedsNothing)},
+		{o: with(observation(true, nil, NeedsRollout), func(o *Observation) { o.Object.(*appsv1.Deployment).Spec.Paused = true })},
+		{o: observation(true, nil, NeedsRollout)},
+		{o: observation(true, nil, NeedsRollout), halted: FormatChanges(lifecycleCause)},
+		{o: with(observation(true, nil, NeedsRollout), func(o *Observation) { o.Window = time.Second })},
 	}
 }
 
@@ -120,7 +120,7 @@ func lifecycleFixtures() []fixture {
 func optedOut() Observation {
 	hold := workload.Hold{{Path: "spec.paused", Set: true}}
 	failed := StartRecord(t0.Add(-time.Minute), lifecycleCause, false).AsCanary(hold.Encode()).Fail(true)
-	o := observation(true, &failed, NeedNothing)
+	o := observation(true, &failed, NeedsNothing)
 	o.Object.(*appsv1.Deployment).Spec.Paused = true
 	o.Ours = false
 	return o
@@ -132,7 +132,7 @@ func optedOut() Observation {
 func resumedByHand() Observation {
 	hold := workload.Hold{{Path: "spec.paused", Set: true}}
 	failed := StartRecord(t0.Add(-time.Minute), lifecycleCause, false).AsCanary(hold.Encode()).Fail(true)
-	o := observation(true, &failed, NeedNothing)
+	o := observation(true, &failed, NeedsNothing)
 	d := o.Object.(*appsv1.Deployment)
 	d.Spec.Paused = true
 	delete(d.Annotations, AnnotationHalted)
@@ -203,7 +203,7 @@ func told(e Effects) []string {
 // pinnedUndo is a pinned workload asking for undo, whose pods fail, whose failed template is
 // stamped v1-bad and whose revision 4, stamped v1-good, passed verification.
 func pinnedUndo(rec Record, edit func(tmpl *corev1.PodTemplateSpec)) Observation {
-	o := observation(false, nil, NeedNothing)
+	o := observation(false, nil, NeedsNothing)
 	d := o.Object.(*appsv1.Deployment)
 	d.Spec.Template.Annotations = map[string]string{stamp.AnnotationHash: "v1-bad", pin.AnnotationPinned: "ConfigMap/shared-bad=shared"}
 	sealed(d, rec, testKeys.Current())
@@ -240,34 +240,34 @@ func TestDecideEffects(t *testing.T) {
 		events []string // substrings, in order
 		undo   bool
 	}{
-		"failed, halting: told on the workload and on its source": {f: fixture{o: failed(observation(false, &late, NeedNothing))}, want: CloseFailed,
+		"failed, halting: told on the workload and on its source": {f: fixture{o: failed(observation(false, &late, NeedsNothing))}, want: CloseFailed,
 			counts: []string{MetricFailed + "{Deployment}"},
 			events: []string{"Warning RolloutFailed Halt (workload): rollout for ConfigMap/shared@00aa failed: its new pods failed: pod w-x: container app restarted 1 times; configstamp halts further rollouts",
 				"Warning RolloutFailed Halt (ConfigMap/shared): this change made the rollout of Deployment w fail; its rollout to other workloads is halted"}},
-		"failed, not halting": {f: fixture{policy: noHalt, o: failed(observation(false, &late, NeedNothing))}, want: CloseFailed,
+		"failed, not halting": {f: fixture{policy: noHalt, o: failed(observation(false, &late, NeedsNothing))}, want: CloseFailed,
 			counts: []string{MetricFailed + "{Deployment}"},
 			events: []string{"rollout for ConfigMap/shared@00aa failed: its new pods failed: pod w-x: container app restarted 1 times; configstamp does not halt other rollouts (--halt-on-failure=false)"}},
-		"failed in its verification window": {f: fixture{o: failed(observation(true, &verifying, NeedNothing))}, want: CloseFailed,
+		"failed in its verification window": {f: fixture{o: failed(observation(true, &verifying, NeedsNothing))}, want: CloseFailed,
 			counts: []string{MetricFailed + "{Deployment}", MetricFailedVerification + "{Deployment}"},
 			events: []string{"failed: it failed verification: pod w-x", "(ConfigMap/shared)"}},
-		"a canary failed": {f: fixture{o: failed(observation(false, &lateCanary, NeedNothing))}, want: CloseFailed,
+		"a canary failed": {f: fixture{o: failed(observation(false, &lateCanary, NeedsNothing))}, want: CloseFailed,
 			counts: []string{MetricFailed + "{Deployment}", MetricCanaries + "{failed,Deployment}"},
 			events: []string{"RolloutFailed", "RolloutFailed"}},
-		"completed": {f: fixture{o: observation(true, &open, NeedNothing)}, want: CloseCompleted,
+		"completed": {f: fixture{o: observation(true, &open, NeedsNothing)}, want: CloseCompleted,
 			counts: []string{MetricCompleted + "{Deployment}"}},
-		"a canary of the whole workload completed: it passed": {f: fixture{o: observation(true, &wholeCanary, NeedNothing)}, want: CloseCompleted,
+		"a canary of the whole workload completed: it passed": {f: fixture{o: observation(true, &wholeCanary, NeedsNothing)}, want: CloseCompleted,
 			counts: []string{MetricCanaries + "{passed,Deployment}", MetricCompleted + "{Deployment}"}},
 		"a held canary passed": {f: fixture{o: canaryObservation(Verification{Window: 30 * time.Second, Read: true, Pods: 1, FirstHealthySince: t0.Add(-time.Minute)})},
 			want: PassCanary, counts: []string{MetricCanaries + "{passed,Deployment}"},
 			events: []string{"Normal CanaryPassed Canary (workload): the canary of ConfigMap/shared@00aa passed: its first new pod stayed healthy for 30s"}},
 		"recovered: the halt lifted": {f: fixture{o: func() Observation {
-			o := observation(true, &halting, NeedNothing)
+			o := observation(true, &halting, NeedsNothing)
 			o.Verification = Verification{Window: 30 * time.Second, Read: true, Healthy: true, HealthySince: t0.Add(-time.Minute)}
 			return o
 		}()}, want: Resume, events: []string{"Normal RolloutRecovered Resume (workload): the workload is complete again: the halt of  is lifted"}},
-		"waits on a halted change": {f: fixture{o: observation(true, nil, NeedRollout), halted: "ConfigMap/shared@00aa"}, want: Wait,
+		"waits on a halted change": {f: fixture{o: observation(true, nil, NeedsRollout), halted: "ConfigMap/shared@00aa"}, want: Wait,
 			events: []string{"Warning RolloutHalted Wait (workload): not rolling out: the change ConfigMap/shared@00aa failed on another workload"}},
-		"stamps: what the write did tells": {f: fixture{o: observation(true, nil, NeedRollout)}, want: Stamp},
+		"stamps: what the write did tells": {f: fixture{o: observation(true, nil, NeedsRollout)}, want: Stamp},
 		"failed, pinned, undo asked: undone to the verified revision": {f: fixture{o: pinnedUndo(lateVerified, nil)}, want: CloseFailed,
 			counts: []string{MetricFailed + "{Deployment}"}, events: []string{"RolloutFailed", "RolloutFailed"}, undo: true},
 		"failed, undo asked, an edit since the verified revision": {f: fixture{o: pinnedUndo(lateVerified, func(tmpl *corev1.PodTemplateSpec) {
@@ -283,7 +283,7 @@ func TestDecideEffects(t *testing.T) {
 		}()}, want: CloseFailed, counts: []string{MetricFailed + "{Deployment}"},
 			events: []string{"RolloutFailed", "RolloutFailed", "UndoImpossible Undo (workload): configstamp.io/on-failure: undo is asked, but the workload is not pinned"}},
 		"failed, a bad on-failure value": {f: fixture{o: func() Observation {
-			o := failed(observation(false, &late, NeedNothing))
+			o := failed(observation(false, &late, NeedsNothing))
 			o.Undo.Problems = []stamp.Problem{{Field: "annotation " + AnnotationOnFailure, Value: "sometimes", Message: "is neither"}}
 			return o
 		}()}, want: CloseFailed, counts: []string{MetricFailed + "{Deployment}"},
@@ -323,7 +323,7 @@ func TestDecideEffects(t *testing.T) {
 // newer one rolled (ConfigChanged naming the stamp kept, one count); the
 // old one kept rolled nothing; none at all was pruned (StampDropped).
 func TestStampLanded(t *testing.T) {
-	d := fixture{o: observation(true, nil, NeedRollout)}.decide(t)
+	d := fixture{o: observation(true, nil, NeedsRollout)}.decide(t)
 	if d.Transition != Stamp || d.Stamp == nil || !d.Release || len(d.Patches) != 1 || !d.Patches[0].Judged {
 		t.Fatalf("decision %+v: want one patch on the judged version, its slot released if it does not land", d)
 	}

@@ -1,5 +1,24 @@
 package rollout
 
+// Need is what a workload's data asks for (NeedOf): nothing, its record
+// written, or a rollout. Each is the Trigger of the same name (Trigger);
+// no other trigger is a need.
+type Need int
+
+// The three needs.
+const (
+	NeedsNothing Need = iota
+	NeedsRecord
+	NeedsRollout
+)
+
+// Trigger is the lifecycle's trigger of n.
+func (n Need) Trigger() Trigger {
+	return [...]Trigger{NeedNothing, NeedRecord, NeedRollout}[n]
+}
+
+func (n Need) String() string { return n.Trigger().String() }
+
 // Facts is what NeedOf weighs: what the workload carries and what the data
 // hashes to now.
 type Facts struct {
@@ -32,7 +51,7 @@ type Facts struct {
 //   - The known hash differs from computed: referenced data changed since the
 //     pods were made: roll.
 //   - Otherwise at most bookkeeping.
-func NeedOf(f Facts) Trigger {
+func NeedOf(f Facts) Need {
 	known := f.Recorded
 	if known == "" {
 		known = f.Stamped
@@ -41,21 +60,21 @@ func NeedOf(f Facts) Trigger {
 	switch {
 	case f.Stamped == f.Computed:
 		if f.Recorded != f.Computed || keyChanged || f.Bookkeeping {
-			return NeedRecord
+			return NeedsRecord
 		}
-		return NeedNothing
+		return NeedsNothing
 	case known == "":
-		return NeedRecord
+		return NeedsRecord
 	case keyChanged && f.RecordedUnderKey == "":
-		return NeedRecord
+		return NeedsRecord
 	case keyChanged && f.RecordedUnderKey == f.Recorded:
-		return NeedRecord
+		return NeedsRecord
 	case keyChanged:
-		return NeedRollout
+		return NeedsRollout
 	case known != f.Computed:
-		return NeedRollout
+		return NeedsRollout
 	case f.Recorded != f.Computed || f.Bookkeeping:
-		return NeedRecord
+		return NeedsRecord
 	}
-	return NeedNothing
+	return NeedsNothing
 }

@@ -138,7 +138,7 @@ func Rules(sit Situation, p Policy) Ruling {
 		recheck = o.Verification.poll(0)
 	}
 	held := rec.State == Rolling && rec.Canary == CanaryRunning && rec.Hold != ""
-	if held && o.Need != NeedRollout {
+	if held && o.Need != NeedsRollout {
 		if at, ok := canaryPassAt(o); ok && !at.After(sit.Now) {
 			passed := rec.PassCanary()
 			return Ruling{Transition: PassCanary, On: CanaryHealthy, Record: &passed}
@@ -157,7 +157,7 @@ func Rules(sit Situation, p Policy) Ruling {
 		// first; a newer change supersedes it (it is judged no more).
 		after := o.Verification.poll(sit.Now.Sub(rec.Started))
 		ruling = Ruling{Transition: Follow, On: ruling.On, After: after}
-		if o.Need == NeedRollout {
+		if o.Need == NeedsRollout {
 			ruling = Ruling{Transition: Gate, On: NeedRollout, After: after}
 		}
 	}
@@ -268,11 +268,11 @@ func judged(sit Situation, p Policy) Ruling {
 		return Ruling{Transition: Settle, On: NotOurs}
 	case o.CacheBehind, !rolling && sit.Stamping:
 		return Ruling{Transition: Stale, On: CacheBehind, After: StaleRecheck}
-	case rolling && o.Need != NeedRollout: // nothing new: keep following the rollout under way
-		return Ruling{Transition: Follow, On: o.Need, After: following}
-	case o.Need == NeedNothing:
+	case rolling && o.Need != NeedsRollout: // nothing new: keep following the rollout under way
+		return Ruling{Transition: Follow, On: o.Need.Trigger(), After: following}
+	case o.Need == NeedsNothing:
 		return Ruling{Transition: Settle, On: NeedNothing}
-	case o.Need == NeedRecord:
+	case o.Need == NeedsRecord:
 		return Ruling{Transition: Baseline, On: NeedRecord}
 	}
 	return Ruling{Transition: Gate, On: NeedRollout, After: following}

@@ -32,7 +32,7 @@ func TestRules(t *testing.T) {
 		gone     bool
 		ours     bool
 		outside  bool // out of this installation's scope
-		need     Trigger
+		need     Need
 		behind   bool
 		stamping bool
 		want     Transition
@@ -63,20 +63,20 @@ func TestRules(t *testing.T) {
 		{name: "rolling past its deadline, out of scope: left to its installation", record: &late, outside: true, want: Settle},
 		{name: "rolling, out of scope: holds no slot", record: &open, outside: true, want: Settle},
 		{name: "failed, halting, complete, out of scope: its halt is not lifted here", complete: true, record: &halting, outside: true, want: Settle},
-		{name: "rolling, nothing new: follow it", record: &open, ours: true, need: NeedRecord, want: Follow, after: PodPollMin},
-		{name: "rolling, up to date: follow it", record: &open, ours: true, need: NeedNothing, want: Follow, after: PodPollMin},
-		{name: "rolling, a new change: gate it, to supersede", record: &open, ours: true, need: NeedRollout, want: Gate, after: PodPollMin},
-		{name: "rolling and stamped by this process, a new change: gate it", record: &open, ours: true, need: NeedRollout, stamping: true,
+		{name: "rolling, nothing new: follow it", record: &open, ours: true, need: NeedsRecord, want: Follow, after: PodPollMin},
+		{name: "rolling, up to date: follow it", record: &open, ours: true, need: NeedsNothing, want: Follow, after: PodPollMin},
+		{name: "rolling, a new change: gate it, to supersede", record: &open, ours: true, need: NeedsRollout, want: Gate, after: PodPollMin},
+		{name: "rolling and stamped by this process, a new change: gate it", record: &open, ours: true, need: NeedsRollout, stamping: true,
 			want: Gate, after: PodPollMin},
 		{name: "completed, not ours", complete: true, record: &done, want: Settle},
 		{name: "no record, not ours", complete: true, want: Settle},
-		{name: "cache behind its record", complete: true, ours: true, need: NeedRollout, behind: true, want: Stale, after: StaleRecheck},
-		{name: "stamped by this process, the cache shows no rollout", complete: true, ours: true, need: NeedRollout, stamping: true,
+		{name: "cache behind its record", complete: true, ours: true, need: NeedsRollout, behind: true, want: Stale, after: StaleRecheck},
+		{name: "stamped by this process, the cache shows no rollout", complete: true, ours: true, need: NeedsRollout, stamping: true,
 			want: Stale, after: StaleRecheck},
-		{name: "completed, up to date", complete: true, record: &done, ours: true, need: NeedNothing, want: Settle},
-		{name: "record only", complete: true, ours: true, need: NeedRecord, want: Baseline},
-		{name: "completed, a new change: gate it", complete: true, record: &done, ours: true, need: NeedRollout, want: Gate},
-		{name: "failed and halting, a new change, still broken: gate it", record: &halting, ours: true, need: NeedRollout, want: Gate},
+		{name: "completed, up to date", complete: true, record: &done, ours: true, need: NeedsNothing, want: Settle},
+		{name: "record only", complete: true, ours: true, need: NeedsRecord, want: Baseline},
+		{name: "completed, a new change: gate it", complete: true, record: &done, ours: true, need: NeedsRollout, want: Gate},
+		{name: "failed and halting, a new change, still broken: gate it", record: &halting, ours: true, need: NeedsRollout, want: Gate},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -41,7 +41,7 @@ func TestUndoIsFollowedThenClosedIntoItsFailure(t *testing.T) {
 		}
 		for name, tc := range ended {
 			sit := Situation{Observation: Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", tc.complete, nil), Ours: true,
-				Need: NeedRollout}, Record: tc.rec, Now: t0}
+				Need: NeedsRollout}, Record: tc.rec, Now: t0}
 			p := Rules(sit, policy)
 			w := want
 			w.Started = tc.rec.Started
@@ -52,7 +52,7 @@ func TestUndoIsFollowedThenClosedIntoItsFailure(t *testing.T) {
 	}
 	// Still rolling: followed by its deadline, not superseded by the halted
 	// change (the gate holds it) nor judged as a canary.
-	sit := Situation{Observation: Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", false, nil), Ours: true, Need: NeedNothing},
+	sit := Situation{Observation: Observation{Key: dep("w"), Kind: deploymentKind, Object: workloadIn("w", false, nil), Ours: true, Need: NeedsNothing},
 		Record: undoing, Now: t0}
 	if p := Rules(sit, Policy{ProgressDeadline: time.Minute, HaltOnFailure: true}); p.Transition != Follow {
 		t.Fatalf("rolling undo: ruling %+v, want it followed", p)
@@ -68,7 +68,7 @@ func TestFailedUndoFreezesNothing(t *testing.T) {
 	s.Halts = haltsFunc(func() string { return "" })
 	hold := workload.Hold{{Path: "spec.strategy.rollingUpdate.maxSurge", Set: float64(1)}}
 	undoing := StartRecord(t0.Add(-5*time.Minute), cause, false).AsCanary(hold.Encode()).Fail(true).StartUndo(t0.Add(-10*time.Second), "v1-good")
-	o := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &undoing), Ours: true, Need: NeedNothing, VerifyWindow: 30 * time.Second,
+	o := Observation{Key: dep("a"), Kind: deploymentKind, Object: threeReplicas("a", &undoing), Ours: true, Need: NeedsNothing, VerifyWindow: 30 * time.Second,
 		Verification: Verification{Read: true, Pods: 3, Problem: "pod a-x: container app restarted 1 times"}}
 	o.Object.(*appsv1.Deployment).Status.UpdatedReplicas = 1
 	d, err := s.Decide(t.Context(), o)
