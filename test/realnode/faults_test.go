@@ -20,27 +20,38 @@ import (
 	"github.com/configstamp/configstamp/test/localcp"
 )
 
-// TestNoFalseHaltFromTheNode: a good change is verified through faults of
+// TestNoFalseHaltFromTheNode: a good change is judged through faults of
 // the node that are not the config's, each inside the verification window
 // (120 s here): a new pod evicted through the Eviction API, containerd
 // killed and restarted, the kubelet killed and restarted, and the node
-// stopped (cordoned, its kubelet gone until the node is NotReady). Neither
-// rollout fails; both complete.
+// stopped (cordoned, its kubelet gone until the node is NotReady).
+// evicted (canary off) is verifying its whole rollout meanwhile; steady,
+// two replicas at the defaults, is the change's canary, held at one new
+// pod and judged through the same faults. Neither fails: evicted
+// completes, steady's canary passes.
 func TestNoFalseHaltFromTheNode(t *testing.T) {
 	// Not parallel: the node's faults would be every other test's too.
 	ns := lane(t, defaultFlags...).Namespace(t, "node-faults", nil)
-	// Both verify at once while the node fails under them: no canary,
-	// which would hold steady until evicted's 120 s window passed.
-	long := map[string]string{rollout.AnnotationVerifyWindow: "120s", rollout.AnnotationCanaryOpt: "false"}
-	evicted := deployment(ns, "evicted", "shared", appOptions{probe: true, annotations: long})
-	steady := deployment(ns, "steady", "shared", appOptions{probe: true, annotations: long})
+	window := map[string]string{rollout.AnnotationVerifyWindow: "120s"}
+	whole := map[string]string{rollout.AnnotationVerifyWindow: "120s", rollout.AnnotationCanaryOpt: "false"}
+	evicted := deployment(ns, "evicted", "shared", appOptions{probe: true, annotations: whole})
+	steady := deployment(ns, "steady", "shared", appOptions{probe: true, annotations: window})
+	steady.Spec.Replicas = ptr.To(int32(2))
 	env.Apply(t, configMap(ns, "shared", "good"), evicted, steady)
 	waitReady(t, evicted, 2*time.Minute)
 	waitReady(t, steady, 2*time.Minute)
+	before := framework.TemplateHash(steady)
 	env.Apply(t, configMap(ns, "shared", "better"))
-	for _, d := range []client.Object{evicted, steady} {
-		waitState(t, d, rollout.Verifying, time.Minute)
-	}
+	waitState(t, evicted, rollout.Verifying, time.Minute)
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) { // its canary pod runs, held
+		rec := record(t, steady)
+		for _, p := range pods(t, ns, "steady") {
+			if p.Annotations["configstamp.io/config-hash"] != before && containersReadyFor(p) > 0 {
+				return rec.Canary == rollout.CanaryRunning && rec.Hold != "", fmt.Sprintf("steady's record %+v", rec)
+			}
+		}
+		return false, fmt.Sprintf("steady's canary pod not Ready yet; record %+v", rec)
+	})
 	noFailure := func(what string) {
 		t.Helper()
 		for _, d := range []client.Object{evicted, steady} {
@@ -87,7 +98,7 @@ func TestNoFalseHaltFromTheNode(t *testing.T) {
 		ready, why := nodeReady(t)
 		return !ready, "the node is still Ready without its kubelet: " + why
 	})
-	t.Logf("the node turned NotReady %s after its kubelet stopped", since(stopped))
+	t.Logf("the node turned NotReady %s after its kubelet stopped; steady's canary %s", since(stopped), record(t, steady).Canary)
 	noFailure("the node NotReady")
 	if err := env.CP.StartKubelet(); err != nil {
 		t.Fatal(err)
@@ -95,13 +106,12 @@ func TestNoFalseHaltFromTheNode(t *testing.T) {
 	env.Kubectl(t, "", "uncordon", localcp.RealNodeName)
 	waitNodeReady(t, "kubelet started again")
 
-	for _, d := range []client.Object{evicted, steady} {
-		framework.Eventually(t, 2*time.Minute, func() (bool, string) {
-			noFailure("after the faults")
-			rec := record(t, d)
-			return rec.State == rollout.Completed, fmt.Sprintf("%s's record %+v", d.GetName(), rec)
-		})
-	}
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		noFailure("after the faults")
+		rec, canary := record(t, evicted), record(t, steady)
+		return rec.State == rollout.Completed && canary.Canary == rollout.CanaryPassed,
+			fmt.Sprintf("evicted's record %+v (want completed), steady's %+v (want its canary passed)", rec, canary)
+	})
 	if n := env.CountEvents(t, steady, controllers.ReasonRolloutFailed) + env.CountEvents(t, evicted, controllers.ReasonRolloutFailed); n != 0 {
 		t.Fatalf("%d RolloutFailed events on a good change", n)
 	}
