@@ -18,11 +18,12 @@ func runLatency(ctx context.Context, cfg *config, e *env, res *results) error {
 	if err := e.configstamp.stop(); err != nil {
 		return err
 	}
-	if _, err := e.startConfigstampWith(ctx, "configstamp-budget.log", append([]string{"--debounce=0"}, cfg.extraArgs...)); err != nil {
+	// No canary: see rolloutFlags.
+	if _, err := e.startConfigstampWith(ctx, "configstamp-budget.log", append([]string{"--debounce=0", "--canary=false"}, cfg.extraArgs...)); err != nil {
 		return err
 	}
 	if err := latencyPass(ctx, cfg, e, res, scLatency, "bench-latency-budget",
-		"same, default budget (--max-concurrent-rollouts=10), --debounce=0", false); err != nil {
+		"same, default budget (--max-concurrent-rollouts=10), --debounce=0, --canary=false", false); err != nil {
 		return err
 	}
 	if err := e.configstamp.stop(); err != nil {
