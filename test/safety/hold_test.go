@@ -198,11 +198,8 @@ func TestTheCheapestCanaryGoesFirst(t *testing.T) {
 	t.Parallel()
 	l := lane(t)
 	ns := l.NamespaceNamed(t, costNamespace, nil)
-	a := framework.Deployment(ns, "a", framework.OptIn, tenantSpec())
-	a.Spec.Replicas = ptr.To[int32](3)
+	a, b := tenantApp(ns, "a"), tenantApp(ns, "b")
 	a.Spec.Strategy.Type = appsv1.RecreateDeploymentStrategyType
-	b := framework.Deployment(ns, "b", framework.OptIn, tenantSpec())
-	b.Spec.Replicas = ptr.To[int32](3)
 	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), a, b)
 	waitComplete(t, ns, a.Name, b.Name)
 	before := framework.TemplateHash(get(t, a))

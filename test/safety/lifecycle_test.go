@@ -431,13 +431,7 @@ func TestAPausedWorkloadIsJudgedOnceResumed(t *testing.T) {
 	spec := framework.PodSpec()
 	framework.MountConfigMap(&spec, "cfg")
 	d := framework.Deployment(ns, "app", framework.OptIn, spec)
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil), d)
-	waitComplete(t, ns, d.Name)
-	before := framework.TemplateHash(get(t, d))
-	env.Kubectl(t, "", "rollout", "pause", "-n", ns, "deployment/"+d.Name)
-
-	env.Apply(t, framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil))
-	stayUnstamped(t, d, before)
+	pausedThenChanged(t, d, framework.ConfigMap(ns, "cfg", map[string]string{"v": "1"}, nil), framework.ConfigMap(ns, "cfg", map[string]string{"v": "2"}, nil))
 	if n := replicaSets(t, ns, d.Name); n != 1 {
 		t.Fatalf("%d ReplicaSets while paused, want 1: it made no pod of the change", n)
 	}
@@ -465,6 +459,26 @@ func ranBad(t *testing.T, ns, bad string, ran map[string]bool, apps ...string) {
 	}
 }
 
+// tenantApp is an opted-in Deployment of ns, three replicas of tenantSpec.
+func tenantApp(ns, name string) *appsv1.Deployment {
+	d := framework.Deployment(ns, name, framework.OptIn, tenantSpec())
+	d.Spec.Replicas = ptr.To[int32](3)
+	return d
+}
+
+// pausedThenChanged applies d with its ConfigMap as cm, waits until it is
+// complete, pauses it (kubectl rollout pause), applies changed, and checks
+// that d stays unstamped.
+func pausedThenChanged(t *testing.T, d *appsv1.Deployment, cm, changed *corev1.ConfigMap) {
+	t.Helper()
+	env.Apply(t, cm, d)
+	waitComplete(t, d.Namespace, d.Name)
+	before := framework.TemplateHash(get(t, d))
+	env.Kubectl(t, "", "rollout", "pause", "-n", d.Namespace, "deployment/"+d.Name)
+	env.Apply(t, changed)
+	stayUnstamped(t, d, before)
+}
+
 // stayUnstamped watches d for a while past the change it was not to be
 // stamped with (past the lane's 2 s debounce and the scheduler's own waits
 // of a few seconds), failing if its template's stamp moves from before.
@@ -489,16 +503,9 @@ func TestAResumedWorkloadIsHeldAsTheCanary(t *testing.T) {
 	t.Parallel()
 	l := lane(t)
 	ns := l.NamespaceNamed(t, resumeNamespace, nil)
-	d := framework.Deployment(ns, "app", framework.OptIn, tenantSpec())
-	d.Spec.Replicas = ptr.To[int32](3)
+	d := tenantApp(ns, "app")
 	d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: ptr.To(intstr.FromString("100%")), MaxUnavailable: ptr.To(intstr.FromInt32(0))}
-	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), d)
-	waitComplete(t, ns, d.Name)
-	before := framework.TemplateHash(get(t, d))
-	env.Kubectl(t, "", "rollout", "pause", "-n", ns, "deployment/"+d.Name)
-
-	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
-	stayUnstamped(t, d, before)
+	pausedThenChanged(t, d, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
 	env.Kubectl(t, "", "rollout", "resume", "-n", ns, "deployment/"+d.Name)
 	bad, ran := stuckHashIn(ns), map[string]bool{}
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
