@@ -219,7 +219,7 @@ func TestTheCheapestCanaryGoesFirst(t *testing.T) {
 	}
 }
 
-// TestAFailedOrderedReadyStatefulSetNamesItsBrokenPod: a StatefulSet of
+// TestAFailedOrderedReadyStatefulSetWarnsOfItsPod: a StatefulSet of
 // three replicas, podManagementPolicy OrderedReady (the default), a bad
 // change (kwok keeps its pods unready): its canary pod fails, and
 // configstamp says at once, with a Warning FixNeedsPodDelete, that no fix
@@ -227,7 +227,7 @@ func TestTheCheapestCanaryGoesFirst(t *testing.T) {
 // as the test then sees: the fix applied, the broken pod keeps the bad
 // change past the debounce; deleted, as a user would, the fix rolls to
 // every pod. Before, nothing said so: the fix hung with no word.
-func TestAFailedOrderedReadyStatefulSetNamesItsBrokenPod(t *testing.T) {
+func TestAFailedOrderedReadyStatefulSetWarnsOfItsPod(t *testing.T) {
 	t.Parallel()
 	l := lane(t)
 	ns := l.NamespaceNamed(t, orderedNamespace, nil)

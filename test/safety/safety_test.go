@@ -49,7 +49,7 @@ const (
 	// change (TestTheCheapestCanaryGoesFirst).
 	costNamespace = "cost"
 	// orderedNamespace: a StatefulSet whose canary fails
-	// (TestAFailedOrderedReadyStatefulSetNamesItsBrokenPod).
+	// (TestAFailedOrderedReadyStatefulSetWarnsOfItsPod).
 	orderedNamespace = "ordered"
 	slowNode         = "kwok-slow"
 	// progressDeadline is the suite's --progress-deadline.
