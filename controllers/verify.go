@@ -25,6 +25,20 @@ import (
 // need them, and a pod cache would grow with the cluster.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 
+// podsListOptions: how the pods of a rollout judged by rule are listed.
+// ResourceVersion "0" is served from the API server's watch cache, not
+// etcd: a poll a moment behind is judged again at the next. But a halt's
+// lift (RuleLasting) must not rest on a stale list: on a saturated
+// machine the watch cache showed a crashing pod Ready 20 s after its
+// container had exited again, and the halt lifted (TestFailuresAfterReady
+// in test/realnode); a halted workload's pods are read consistently.
+func podsListOptions(rule rollout.Rule) *client.ListOptions {
+	if rule == rollout.RuleLasting {
+		return &client.ListOptions{}
+	}
+	return &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
+}
+
 // ReasonPodsUnreadable: configstamp may not list pods, so it judges
 // rollouts by the workloads' status alone.
 const ReasonPodsUnreadable = "PodsUnreadable"
@@ -80,10 +94,7 @@ func (r *kindReconciler) verification(ctx context.Context, obj client.Object) ro
 		seen.Started = latest(rec.Started, now.Add(-max(v.Window, time.Minute)))
 	}
 	pods := &corev1.PodList{}
-	// ResourceVersion "0": served from the API server's watch cache, not
-	// etcd; a poll a moment behind is judged again at the next.
-	err = r.APIReader.List(ctx, pods, client.InNamespace(obj.GetNamespace()), client.MatchingLabels(tmpl.Labels),
-		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}})
+	err = r.APIReader.List(ctx, pods, client.InNamespace(obj.GetNamespace()), client.MatchingLabels(tmpl.Labels), podsListOptions(rule))
 	switch {
 	case apierrors.IsForbidden(err):
 		// An installation whose RBAC predates verification: judged by the

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
@@ -42,5 +43,18 @@ func TestUnmountableReadsTheStampedData(t *testing.T) {
 				t.Errorf("unmountable = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A halted workload's pods, whose health lifts the halt, are read
+// consistently, never from the API server's watch cache (ResourceVersion
+// "0"), which on a saturated machine showed a crashing pod Ready long
+// after it exited again; an open rollout's polls may read the cache.
+func TestAHaltsLiftReadsPodsConsistently(t *testing.T) {
+	for rule, cached := range map[rollout.Rule]bool{rollout.RuleLasting: false, rollout.RuleRolling: true, rollout.RuleVerifying: true, rollout.RuleCrashing: true} {
+		o := podsListOptions(rule)
+		if got := o.Raw != nil && o.Raw.ResourceVersion == "0"; got != cached {
+			t.Errorf("rule %v: pods listed from the watch cache %v, want %v", rule, got, cached)
+		}
 	}
 }
