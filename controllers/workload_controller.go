@@ -194,7 +194,7 @@ func (r *kindReconciler) act(ctx context.Context, o *rollout.Observation, d roll
 		stale, err = r.write(ctx, o, []rollout.Patch{d.Unheld.Patch})
 	}
 	if stale || err != nil {
-		if d.Release {
+		if d.Release { // it asks again at once, where it stood in the wave
 			r.Scheduler.Release(o.Key)
 		}
 		return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
@@ -203,11 +203,9 @@ func (r *kindReconciler) act(ctx context.Context, o *rollout.Observation, d roll
 	if d.Stamp != nil {
 		landed, rolled, err := d.Stamp.Landed(r.Kind.PodTemplate(o.Object))
 		r.tell(ctx, o.Object, landed)
-		if !rolled {
+		if !rolled && err != nil { // retried: where it stood in the wave
 			r.Scheduler.Release(o.Key)
-			if err != nil {
-				return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
-			}
+			return reconcile.Result{RequeueAfter: rollout.StaleRecheck}, err
 		}
 	}
 	if d.Written != nil {

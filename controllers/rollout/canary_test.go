@@ -393,6 +393,40 @@ func TestReconcileOnOlderDataKeepsItsPlaceInTheWave(t *testing.T) {
 	}
 }
 
+// A canary's stamp that did not land (the write found the workload changed:
+// its own controller updated its status at that moment) keeps the
+// workload's place in the wave. Before, the grant dropped it: the next of
+// the wave (priority 0) took the change's canary while the first asked again
+// as a newcomer, with a new debounce window (the real node, ci23: second
+// ran the bad value, first was never stamped).
+func TestAStampThatDidNotLandKeepsItsPlaceInTheWave(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, c := waveScheduler(t)
+	wants := func(name string, priority int) Observation { return wantsChange(name, priority, cause, c.now()) }
+	s.Announce(dep("first"), 10, ref)
+	s.Announce(dep("second"), 0, ref)
+	for _, w := range []Observation{wants("first", 10), wants("second", 0)} {
+		if d, err := s.Decide(t.Context(), w); err != nil || d.Transition == Stamp {
+			t.Fatalf("%s within the debounce: %+v %v; want it to wait", w.Key.Name, d, err)
+		}
+	}
+	c.advance(2100 * time.Millisecond)
+	d, err := s.Decide(t.Context(), wants("first", 10))
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || !d.Release {
+		t.Fatalf("first, after the debounce: %+v %v; want the canary's stamp, its slot given back if it does not land", d, err)
+	}
+	s.Release(dep("first")) // the write was stale: act gives the slot back
+	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Transition == Stamp {
+		t.Fatalf("second, while first's stamp is written again: %+v %v; want it to wait for first's canary", d, err)
+	}
+	c.advance(StaleRecheck)
+	d, err = s.Decide(t.Context(), wants("first", 10))
+	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
+		t.Fatalf("first, asking again after the stale write: %+v %v; want the canary's stamp at once, no second debounce", d, err)
+	}
+}
+
 // A workload announced again before its reconcile asked (a second change
 // to its source) debounces from the newer change, not the first.
 func TestAnnouncedAgainDebouncesFromTheNewerChange(t *testing.T) {

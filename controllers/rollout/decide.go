@@ -104,8 +104,8 @@ type Decision struct {
 
 	// Patches: the writes, in order.
 	Patches []Patch
-	// Release: give the slot a Stamp took back when its patch did not land,
-	// or did not roll (Scheduler.Release).
+	// Release: give the slot a Stamp took back when its patch did not land
+	// (Scheduler.Release: it keeps its place in the wave).
 	Release bool
 	// Stamp: how the stamp Patches write is judged once it landed.
 	Stamp *StampWrite
@@ -154,14 +154,14 @@ func (s *Scheduler) take(ctx context.Context, sit Situation, ruling Ruling) (Dec
 	switch ruling.Transition {
 	case Gone:
 		s.settle(o.Key, time.Time{})
-		s.Release(o.Key)
+		s.Done(o.Key)
 	case Settle:
 		s.settle(o.Key, o.ReadAt)
 	case CloseCompleted, CloseFailed:
 		// The slot stays counted until the cache shows the closed record (it
 		// is read from the open records there), so the halt a failure writes
 		// is known before the next in the wave may take the slot.
-		s.Release(o.Key)
+		s.Done(o.Key)
 		d.Wake = s.Next(ctx, max(2, s.Policy.MaxConcurrent))
 		if ruling.Transition == CloseFailed && ruling.Record != nil && ruling.Record.Hold != "" && sit.Record.Undo == "" {
 			d.Record, d.Hold = frozen(o, *ruling.Record)
@@ -324,7 +324,7 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	// failed: its close and its halt reach the cache in one update, which may
 	// have landed after the look above. Look again now that the slot is ours.
 	if d, halted, err := s.checkHalt(ctx, sit); halted || err != nil {
-		s.Release(o.Key)
+		s.Done(o.Key)
 		return d, false, false, err
 	}
 	if wait := s.suspected(o.Key, sit.Causes, sit.Now); wait > 0 {

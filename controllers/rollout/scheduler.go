@@ -169,6 +169,9 @@ type Scheduler struct {
 	pending map[Key]*pending
 	// inflight: stamped by this process, maybe not yet visible in the cache.
 	inflight map[Key]time.Time
+	// granted: the wave entries Acquire took out of pending for a stamp, and
+	// when; Release puts one back when its stamp did not happen.
+	granted map[Key]grant
 	// halted: workloads told that they wait on a halted change, which, and
 	// their priorities (announced again when the halt lifts).
 	halted map[Key]haltedOn
@@ -217,6 +220,7 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		Policy: policy, Cache: cache, Keys: keys, Kinds: kinds,
 		pending:  map[Key]*pending{},
 		inflight: map[Key]time.Time{},
+		granted:  map[Key]grant{},
 		halted:   map[Key]haltedOn{},
 		seals:    map[Key]sealCheck{},
 		progress: map[Key]progressMark{},
@@ -387,19 +391,52 @@ func (s *Scheduler) Acquire(ctx context.Context, k Key, priority int, needsSlot 
 		return max(r.DelayFrom(now), 50*time.Millisecond), nil
 	}
 	delete(s.pending, k)
+	s.granted[k] = grant{entry: p, at: now}
 	if needsSlot {
 		s.inflight[k] = now
 	}
 	return 0, nil
 }
 
-// Release frees the slot k took in Acquire (the stamp did not happen, or its
-// rollout is over) and forgets it.
+// grant is a wave entry Acquire granted, and when.
+type grant struct {
+	entry *pending
+	at    time.Time
+}
+
+// Release gives back the slot k took in Acquire, whose stamp did not
+// happen (a stale write, a wait found once the slot was k's), and puts k
+// back in the wave where it stood, asking now: its debounce is over, and it
+// keeps its place ahead of the workloads that come after it. Forgotten, it
+// would ask again as a newcomer, with a new debounce window, while the next
+// of the wave took the change's canary.
 func (s *Scheduler) Release(k Key) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	g, ok := s.granted[k]
+	s.release(k)
+	if !ok || now.Sub(g.at) > inflightFor || s.entry(k, now) != nil {
+		return
+	}
+	g.entry.announced, g.entry.readyAt, g.entry.seen = false, now, now
+	s.pending[k] = g.entry
+	s.report()
+}
+
+// Done frees the slot k took in Acquire and its canary claim: its rollout
+// is over, k is gone, or its change is halted.
+func (s *Scheduler) Done(k Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.release(k)
+}
+
+// release is Done; s.mu held.
+func (s *Scheduler) release(k Key) {
 	delete(s.inflight, k)
 	delete(s.canaryClaims, k)
+	delete(s.granted, k)
 }
 
 // inflightFor is how long a stamp this process wrote holds its slot without
@@ -883,6 +920,7 @@ func (s *Scheduler) report() {
 				delete(s.pending, k)
 			}
 		}
+		maps.DeleteFunc(s.granted, func(_ Key, g grant) bool { return now.Sub(g.at) > inflightFor })
 		for _, m := range []map[string]time.Time{s.canaryPassed, s.passedAsked} {
 			maps.DeleteFunc(m, func(_ string, at time.Time) bool { return now.Sub(at) > passedFor })
 		}

@@ -124,7 +124,7 @@ func TestAcquireBudgetAndOrder(t *testing.T) {
 	if w, _ := s.Acquire(ctx, dep("a"), 0, true); w == 0 {
 		t.Fatal("a granted beyond the budget")
 	}
-	s.Release(dep("p"))
+	s.Done(dep("p")) // its rollout is over
 	if w, _ := s.Acquire(ctx, dep("b"), 0, true); w == 0 {
 		t.Fatal("b granted ahead of a")
 	}
