@@ -104,6 +104,7 @@ type computed struct {
 	window       time.Duration
 	verifyWindow time.Duration
 	canary       bool
+	rotation     rollout.Rotation
 }
 
 // Reconcile finds the key's kind, observes the workload (the workload, its
@@ -176,7 +177,7 @@ func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*rollout
 		return o, err
 	}
 	o.Data, o.Ours, o.Hash, o.Sources, o.Priority, o.Window = p.comp, true, p.comp.Hash, p.comp.Sources, p.priority, p.window
-	o.VerifyWindow, o.Canary = p.verifyWindow, p.canary
+	o.VerifyWindow, o.Canary, o.Rotation = p.verifyWindow, p.canary, p.rotation
 	if o.Need, o.CacheBehind, err = r.need(ctx, obj, p.comp); err != nil {
 		return nil, err
 	}
@@ -323,6 +324,9 @@ func (r *kindReconciler) compute(ctx context.Context, obj client.Object, ns *cor
 	var vp *stamp.Problem
 	p.verifyWindow, vp = rollout.VerifyWindow(obj.GetAnnotations(), r.Scheduler.Policy.VerifyWindow)
 	p.canary, problems = canaryWanted(obj, ns, r.Scheduler.Policy.Canary, problems)
+	var rp []stamp.Problem
+	p.rotation, rp = rollout.RotationOf(obj.GetAnnotations(), comp.Sources)
+	problems = append(problems, rp...)
 	for _, problem := range append(problems, deref(pp, dp, vp)...) {
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", problem.String())
 	}

@@ -435,7 +435,7 @@ func TestAnnouncedAgainDebouncesFromTheNewerChange(t *testing.T) {
 	s.Announce(dep("a"), 0, ref)
 	c.advance(8 * time.Second)
 	s.Announce(dep("a"), 0, ref)
-	if wait := s.Debounce(dep("a"), "v1-new", 2*time.Second, 0); wait != 2*time.Second {
+	if wait := s.Debounce(dep("a"), "v1-new", 2*time.Second, 0, 0); wait != 2*time.Second {
 		t.Fatalf("debounce after a change announced 8 s after the first: wait %v, want the whole window (2s) from the newer change", wait)
 	}
 }

@@ -34,7 +34,7 @@ func TestClosingReadsHoldersOnlyForSomeoneWaiting(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s, _, lists := countingScheduler(t, tc.policy, testKeys, rollingDeployment("ns", "rolling", t0))
 			s.Announce(dep("announced"), 0)                       // its reconcile has not asked yet
-			s.Debounce(dep("debouncing"), "v1-x", time.Minute, 0) // in its window
+			s.Debounce(dep("debouncing"), "v1-x", time.Minute, 0, 0) // in its window
 			for i := range tc.asks {
 				if _, err := s.Acquire(t.Context(), dep(fmt.Sprintf("asks%d", i)), 0, true); err != nil {
 					t.Fatal(err)
@@ -143,11 +143,11 @@ func TestHoldersRecheckSeals(t *testing.T) {
 func TestStaleEntryIsDroppedOnLookup(t *testing.T) {
 	s, c := newTestScheduler(t, Policy{MaxWait: 10 * time.Second, ProgressDeadline: time.Minute})
 	k := dep("a")
-	if w := s.Debounce(k, "v1-1", 2*time.Second, 0); w != 2*time.Second {
+	if w := s.Debounce(k, "v1-1", 2*time.Second, 0, 0); w != 2*time.Second {
 		t.Fatalf("first change: wait %v, want the window", w)
 	}
 	c.advance(forgetAfter + 3*time.Second) // the entry is stale; nothing has pruned it since
-	if w := s.Debounce(k, "v1-2", 2*time.Second, 0); w != 2*time.Second {
+	if w := s.Debounce(k, "v1-2", 2*time.Second, 0, 0); w != 2*time.Second {
 		t.Fatalf("a change long after the last window: wait %v, want a new window of 2s", w)
 	}
 }

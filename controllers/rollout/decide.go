@@ -48,6 +48,8 @@ type Observation struct {
 	// is less what its controller already waits: minReadySeconds), the
 	// time a canary pod must stay healthy.
 	VerifyWindow time.Duration
+	// Rotation: its sources that change together (RotationOf).
+	Rotation Rotation
 	// Canary: a rollout of a change no canary passed yet makes it the
 	// change's canary (Policy.Canary, AnnotationCanaryOpt).
 	Canary bool
@@ -283,7 +285,7 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	if wait := s.suspected(o.Key, sit.Causes, sit.Now); wait > 0 {
 		return Decision{After: wait}, false, false, nil
 	}
-	wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority)
+	wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority, o.Rotation.together(sit.Causes))
 	// Paused by its user (not by its failed canary's freeze, which its
 	// stamp puts back), or with nothing to roll (no replicas, OnDelete, a
 	// partition that holds every pod), it makes no pod of the change now:

@@ -328,8 +328,9 @@ func (s *Scheduler) Ongoing(ctx context.Context, k Key, causes []Change) bool {
 // Debounce records that k needs hash and returns how long to wait before
 // rolling: until window has passed since the last different hash (the
 // first: since the change was announced, when it was), at most MaxWait
-// after the first.
-func (s *Scheduler) Debounce(k Key, hash string, window time.Duration, priority int) time.Duration {
+// after the first; and, when together is not 0 (a rotation seen in part,
+// Rotation.together), until together has passed since the first.
+func (s *Scheduler) Debounce(k Key, hash string, window time.Duration, priority int, together time.Duration) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -351,6 +352,9 @@ func (s *Scheduler) Debounce(k Key, hash string, window time.Duration, priority 
 	until := p.last.Add(window)
 	if s.Policy.MaxWait > 0 {
 		until = minTime(until, p.first.Add(s.Policy.MaxWait))
+	}
+	if together > 0 {
+		until = maxTime(until, p.first.Add(together))
 	}
 	p.priority, p.readyAt, p.seen = priority, maxTime(until, now), now
 	s.report()

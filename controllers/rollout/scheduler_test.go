@@ -72,24 +72,24 @@ func countingScheduler(t *testing.T, policy Policy, keys Keys, rolling ...client
 func TestDebounce(t *testing.T) {
 	s, c := newTestScheduler(t, Policy{MaxWait: 10 * time.Second})
 	k := dep("a")
-	if w := s.Debounce(k, "v1-1", 2*time.Second, 0); w != 2*time.Second {
+	if w := s.Debounce(k, "v1-1", 2*time.Second, 0, 0); w != 2*time.Second {
 		t.Fatalf("first change: wait %v, want the whole window", w)
 	}
 	c.advance(1500 * time.Millisecond)
-	if w := s.Debounce(k, "v1-2", 2*time.Second, 0); w != 2*time.Second {
+	if w := s.Debounce(k, "v1-2", 2*time.Second, 0, 0); w != 2*time.Second {
 		t.Fatalf("a second change restarts the window: wait %v", w)
 	}
 	c.advance(2 * time.Second)
-	if w := s.Debounce(k, "v1-2", 2*time.Second, 0); w != 0 {
+	if w := s.Debounce(k, "v1-2", 2*time.Second, 0, 0); w != 0 {
 		t.Fatalf("quiet for the window: wait %v, want 0", w)
 	}
 	// A source rewritten every second still rolls after MaxWait.
 	k = dep("b")
 	for i := 0; i < 9; i++ {
-		s.Debounce(k, fmt.Sprintf("v1-%d", i), 2*time.Second, 0)
+		s.Debounce(k, fmt.Sprintf("v1-%d", i), 2*time.Second, 0, 0)
 		c.advance(time.Second)
 	}
-	if w := s.Debounce(k, "v1-z", 2*time.Second, 0); w != time.Second {
+	if w := s.Debounce(k, "v1-z", 2*time.Second, 0, 0); w != time.Second {
 		t.Fatalf("after 9s of changes with MaxWait 10s: wait %v, want 1s", w)
 	}
 }
@@ -260,8 +260,8 @@ func TestNamespacesShareTheBudget(t *testing.T) {
 func TestUpcomingDebounceCountsForTheOrder(t *testing.T) {
 	s, c := newTestScheduler(t, Policy{MaxConcurrent: 1, ProgressDeadline: time.Minute})
 	// Both leave a 2s debounce window together; the canary has the higher priority.
-	s.Debounce(dep("app"), "v1-a", 2*time.Second, 0)
-	s.Debounce(dep("canary"), "v1-a", 2*time.Second, 10)
+	s.Debounce(dep("app"), "v1-a", 2*time.Second, 0, 0)
+	s.Debounce(dep("canary"), "v1-a", 2*time.Second, 10, 0)
 	c.advance(2 * time.Second)
 	if w, _ := s.Acquire(t.Context(), dep("app"), 0, true); w == 0 {
 		t.Fatal("app took the slot although the canary leaves its window at the same moment")
