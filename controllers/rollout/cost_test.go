@@ -33,7 +33,7 @@ func TestClosingReadsHoldersOnlyForSomeoneWaiting(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, _, lists := countingScheduler(t, tc.policy, testKeys, rollingDeployment("ns", "rolling", t0))
-			s.Announce(dep("announced"), 0)                       // its reconcile has not asked yet
+			s.Announce(dep("announced"), 0)                          // its reconcile has not asked yet
 			s.Debounce(dep("debouncing"), "v1-x", time.Minute, 0, 0) // in its window
 			for i := range tc.asks {
 				if _, err := s.Acquire(t.Context(), dep(fmt.Sprintf("asks%d", i)), 0, true); err != nil {
