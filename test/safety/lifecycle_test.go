@@ -484,12 +484,19 @@ func pausedThenChanged(t *testing.T, d *appsv1.Deployment, cm, changed *corev1.C
 // of a few seconds), failing if its template's stamp moves from before.
 func stayUnstamped(t *testing.T, d *appsv1.Deployment, before string) {
 	t.Helper()
+	unchangedFor(t, d, before, 12*time.Second)
+}
+
+// unchangedFor watches obj for d, failing if its template's stamp moves
+// from before.
+func unchangedFor(t *testing.T, obj client.Object, before string, d time.Duration) {
+	t.Helper()
 	from := time.Now()
-	framework.Eventually(t, time.Minute, func() (bool, string) {
-		if h := framework.TemplateHash(get(t, d)); h != before {
-			t.Fatalf("%s was stamped (%s, record %+v) %v after the change: want it left unstamped", d.Name, h, state(t, d), time.Since(from).Round(time.Millisecond))
+	framework.Eventually(t, d+time.Minute, func() (bool, string) {
+		if h := framework.TemplateHash(get(t, obj)); h != before {
+			t.Fatalf("%s was stamped (%s, record %+v) %v after the change: want it left unstamped", obj.GetName(), h, state(t, obj), time.Since(from).Round(time.Millisecond))
 		}
-		return time.Since(from) > 12*time.Second, "watching the stamp"
+		return time.Since(from) > d, "watching the stamp"
 	})
 }
 
@@ -516,5 +523,40 @@ func TestAResumedWorkloadIsHeldAsTheCanary(t *testing.T) {
 	env.WaitEvent(t, d, "RolloutFailed", "")
 	if len(ran) != 1 {
 		t.Fatalf("%d pods ran the bad change (%v), want 1: resumed, it was to be held as its change's canary", len(ran), ran)
+	}
+}
+
+// TestAScaleUpDuringTheHoldGivesTheCanaryItsShare: a canary held at one new
+// pod of a bad change (three replicas; the pod never becomes Ready) is
+// scaled to nine by its user, as an HPA would. The Deployment controller
+// spreads the added replicas over its ReplicaSets in proportion to their
+// size, paused or not, so the new one gets its share: Kubernetes allows no
+// way to hold it at one pod then. What the test bounds is that share (one
+// pod of four before the scale-up, so at most 1 + 6/4 rounded up), and that
+// the canary still fails and halts its change.
+func TestAScaleUpDuringTheHoldGivesTheCanaryItsShare(t *testing.T) {
+	t.Parallel()
+	l := lane(t)
+	ns := l.NamespaceNamed(t, scaleNamespace, nil)
+	d := tenantApp(ns, "app")
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), d)
+	waitComplete(t, ns, d.Name)
+	env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
+	bad, ran := stuckHashIn(ns), map[string]bool{}
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		ranBad(t, ns, bad, ran, d.Name)
+		r := state(t, d)
+		return len(ran) == 1 && r.Canary == rollout.CanaryRunning, fmt.Sprintf("record %+v; pods of the bad change %d", r, len(ran))
+	})
+	env.Kubectl(t, "", "scale", "-n", ns, "deployment/"+d.Name, "--replicas=9")
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		ranBad(t, ns, bad, ran, d.Name)
+		r := state(t, d)
+		return r.State == rollout.Failed && r.Halted != "", fmt.Sprintf("record %+v; pods of the bad change %d", r, len(ran))
+	})
+	ranBad(t, ns, bad, ran, d.Name)
+	t.Logf("%d pods ran the bad change after a scale-up from 3 to 9 during the hold", len(ran))
+	if len(ran) > 3 {
+		t.Fatalf("%d pods ran the bad change (%v), want at most 3: the canary's one and its proportional share of the scale-up", len(ran), ran)
 	}
 }

@@ -1,13 +1,11 @@
 package safety
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/test/framework"
@@ -72,17 +70,4 @@ func TestARotationOfTwoSecretsRollsOnce(t *testing.T) {
 		t.Errorf("the half rotation rolled %v after it was applied, want no sooner than the group's wait (30 s)", d.Round(100*time.Millisecond))
 	}
 	t.Logf("half rotation rolled, warned, %v after it was applied", time.Since(began).Round(100*time.Millisecond))
-}
-
-// unchangedFor fails when obj's template stamp moves from h within d.
-func unchangedFor(t *testing.T, obj client.Object, h string, d time.Duration) {
-	t.Helper()
-	from := time.Now()
-	framework.Eventually(t, d+10*time.Second, func() (bool, string) {
-		env.Get(t, obj)
-		if got := framework.TemplateHash(obj); got != h {
-			t.Fatalf("the template was stamped %s %v after half of a rotation, want no rollout before the rest of it", got, time.Since(from).Round(100*time.Millisecond))
-		}
-		return time.Since(from) >= d, fmt.Sprintf("unchanged for %v of %v", time.Since(from).Round(time.Second), d)
-	})
 }

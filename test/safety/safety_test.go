@@ -51,6 +51,9 @@ const (
 	// orderedNamespace: a StatefulSet whose canary fails
 	// (TestAFailedOrderedReadyStatefulSetWarnsOfItsPod).
 	orderedNamespace = "ordered"
+	// scaleNamespace: a held canary scaled up by its user
+	// (TestAScaleUpDuringTheHoldGivesTheCanaryItsShare).
+	scaleNamespace = "scaleup"
 	slowNode         = "kwok-slow"
 	// progressDeadline is the suite's --progress-deadline.
 	progressDeadline = 30 * time.Second
@@ -63,7 +66,7 @@ var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 // The control plane is the suite's; each test runs a configstamp of its own
 // (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
-	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), stuckHashIn(resumeNamespace), stuckHashIn(costNamespace), stuckHashIn(orderedNamespace), crashingAgentHash()}
+	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), stuckHashIn(resumeNamespace), stuckHashIn(costNamespace), stuckHashIn(orderedNamespace), stuckHashIn(scaleNamespace), crashingAgentHash()}
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
