@@ -100,7 +100,7 @@ func (r *kindReconciler) verification(ctx context.Context, obj client.Object) ro
 		// An installation whose RBAC predates verification: judged by the
 		// workload's status only, and said so once per workload and process.
 		if _, told := r.podsUnreadable.LoadOrStore(obj.GetUID(), true); !told {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonPodsUnreadable, "Verify",
+			r.note(corev1.EventTypeWarning, ReasonPodsUnreadable, "Verify",
 				"configstamp may not list pods (%s): its rollouts are judged by the workload's status only; a crash, a config error or a lost readiness "+
 					"is seen only at the progress deadline. Grant list on pods (config/rbac)", err.Error())
 		}
@@ -211,7 +211,7 @@ func (r *kindReconciler) nodesNotReady(ctx context.Context, obj client.Object, r
 	obj.SetAnnotations(a)
 	if told, _ := nodesNotReadyTold.Swap(obj.GetUID(), seen.Hash); told != seen.Hash {
 		log.FromContext(ctx).Info("the DaemonSet's rollout does not wait for its pods on NotReady nodes", "nodes", notReady)
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonNodesNotReady, "Verify",
+		r.note(corev1.EventTypeWarning, ReasonNodesNotReady, "Verify",
 			"the rollout does not wait for the pods on NotReady nodes %s: they cannot be replaced until the node is Ready again or deleted; "+
 				"it is complete once every pod on a Ready node is updated and available", strings.Join(notReady, ", "))
 	}
@@ -233,7 +233,7 @@ func (r *kindReconciler) tellStalled(ctx context.Context, obj client.Object, rec
 		return
 	}
 	log.FromContext(ctx).Info("the DaemonSet's own controller waits for NotReady nodes; its rollout is not failed", "nodes", stalled)
-	r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonStalledByNodes, "Verify",
+	r.note(corev1.EventTypeWarning, ReasonStalledByNodes, "Verify",
 		"the DaemonSet's controller updates no further node while its pods on NotReady nodes %s use up its maxUnavailable (kubernetes/kubernetes#117204): "+
 			"configstamp does not fail the change for it; the rollout goes on once those nodes are Ready again or deleted. "+
 			"Give node agents a maxUnavailable above the number of nodes that may be down at once", strings.Join(stalled, ", "))

@@ -95,6 +95,14 @@ var _ reconcile.TypedReconciler[rollout.Key] = &WorkloadReconciler{}
 type kindReconciler struct {
 	*WorkloadReconciler
 	Kind workload.Kind
+	// notes: what this reconcile's observe found to tell (Observation.Notes).
+	notes []rollout.Event
+}
+
+// note adds an event of what observe found (a bad value, pods it may not
+// list, NotReady nodes) to the observation's Notes.
+func (r *kindReconciler) note(typ, reason, action, format string, args ...any) {
+	r.notes = append(r.notes, rollout.Event{Type: typ, Reason: reason, Action: action, Message: fmt.Sprintf(format, args...)})
 }
 
 // computed is what compute found of a workload: its data and its rollout settings.
@@ -150,6 +158,7 @@ func (r *WorkloadReconciler) adopted() bool {
 // nil while it is being deleted. A workload gone has no Object.
 func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*rollout.Observation, error) {
 	o := &rollout.Observation{Key: key, Kind: r.Kind}
+	defer func() { o.Notes = r.notes }()
 	obj := r.Kind.New()
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, obj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -188,6 +197,7 @@ func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*rollout
 // stale read; what the stamp did; the scheduler told of the record
 // written; the counters, logs and events; the undo; the wake-ups.
 func (r *kindReconciler) act(ctx context.Context, o *rollout.Observation, d rollout.Decision) (reconcile.Result, error) {
+	r.tell(ctx, o.Object, rollout.Effects{Events: o.Notes})
 	stale, err := r.write(ctx, o, d.Patches)
 	if err != nil && d.Unheld != nil && rollout.HoldRejected(err) {
 		r.tell(ctx, o.Object, d.Unheld.Rejected(err))
@@ -294,7 +304,7 @@ func (r *kindReconciler) compute(ctx context.Context, obj client.Object, ns *cor
 	tmpl := r.Kind.PodTemplate(obj)
 	if tmpl == nil { // an extra kind's object with no template there (an Argo Rollout with workloadRef) or a malformed one
 		if enabled {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore",
+			r.note(corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore",
 				"no pod template configstamp can read at %s: not stamped", strings.Join(r.Kind.TemplateFields(), "."))
 		}
 		return nil, nil
@@ -302,7 +312,7 @@ func (r *kindReconciler) compute(ctx context.Context, obj client.Object, ns *cor
 	comp, err := r.Resolver.Compute(ctx, obj.GetNamespace(), obj.GetAnnotations(), tmpl)
 	if tooMany := (*workload.TooManyReferences)(nil); errors.As(err, &tooMany) {
 		if enabled {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", tooMany.Problem().String())
+			r.note(corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", tooMany.Problem().String())
 		}
 		return nil, nil
 	}
@@ -328,7 +338,7 @@ func (r *kindReconciler) compute(ctx context.Context, obj client.Object, ns *cor
 	p.rotation, rp = rollout.RotationOf(obj.GetAnnotations(), comp.Sources)
 	problems = append(problems, rp...)
 	for _, problem := range append(problems, deref(pp, dp, vp)...) {
-		r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", problem.String())
+		r.note(corev1.EventTypeWarning, workload.ReasonInvalidValue, "Ignore", "%s", problem.String())
 	}
 	return p, nil
 }

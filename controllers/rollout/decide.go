@@ -61,6 +61,10 @@ type Observation struct {
 	Data *workload.Computation
 	// Undo is what a failed rollout's undo needs (UndoFacts).
 	Undo UndoFacts
+	// Notes: what observing it found to tell, whatever the decision (a bad
+	// value of an annotation, pods configstamp may not list, NotReady
+	// nodes its rollout does not wait for), told by act first.
+	Notes []Event
 }
 
 // HaltFinder finds the halted change that holds one of causes in namespace
