@@ -133,6 +133,7 @@ func (r *WorkloadReconciler) Reconcile(ctx context.Context, key rollout.Key) (re
 	if o == nil || err != nil {
 		return reconcile.Result{}, err
 	}
+	k.tell(ctx, o.Object, rollout.Effects{Events: o.Notes}) // whatever the decision
 	d, err := r.Scheduler.Decide(ctx, *o)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -197,7 +198,6 @@ func (r *kindReconciler) observe(ctx context.Context, key rollout.Key) (*rollout
 // stale read; what the stamp did; the scheduler told of the record
 // written; the counters, logs and events; the undo; the wake-ups.
 func (r *kindReconciler) act(ctx context.Context, o *rollout.Observation, d rollout.Decision) (reconcile.Result, error) {
-	r.tell(ctx, o.Object, rollout.Effects{Events: o.Notes})
 	stale, err := r.write(ctx, o, d.Patches)
 	if err != nil && d.Unheld != nil && rollout.HoldRejected(err) {
 		r.tell(ctx, o.Object, d.Unheld.Rejected(err))

@@ -63,7 +63,7 @@ type Observation struct {
 	Undo UndoFacts
 	// Notes: what observing it found to tell, whatever the decision (a bad
 	// value of an annotation, pods configstamp may not list, NotReady
-	// nodes its rollout does not wait for), told by act first.
+	// nodes its rollout does not wait for), told before Decide is asked.
 	Notes []Event
 }
 
