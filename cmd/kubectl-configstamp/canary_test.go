@@ -450,3 +450,37 @@ data: {x: "2"}
 	goldenJSON(t, "plan-canaries", raw)
 	goldenText(t, "plan-canaries", run(""))
 }
+
+// plan says when a workload that rolls a change waits for the rest of its
+// rotate-together group: the members the manifest leaves unchanged.
+func TestPlanRotateTogether(t *testing.T) {
+	secret := func(name, v string) *source {
+		return &source{ref: stamp.ObjectRef{Kind: stamp.KindSecret, Name: name}, namespace: "ns", data: map[string][]byte{"v": []byte(v)}}
+	}
+	var from []corev1.EnvFromSource
+	for _, n := range []string{"db-user", "db-password"} {
+		from = append(from, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: n}}})
+	}
+	w := workload{kind: "Deployment", meta: metav1.ObjectMeta{Namespace: "ns", Name: "app", Labels: map[string]string{stamp.LabelEnabled: "true"},
+		Annotations: map[string]string{rollout.AnnotationRotateTogether: "Secret/db-user,Secret/db-password"}},
+		template: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "app"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", EnvFrom: from}}}}}
+	none := func(string) map[string]string { return nil }
+	plan := func(names ...string) []planResult {
+		var out []planResult
+		for _, n := range names {
+			out = append(out, planFor(secret(n, "0"), secret(n, "1"), []workload{w}, nil, none, none))
+		}
+		markRotations(out)
+		return out
+	}
+	const waits = "it waits for the rest of its configstamp.io/rotate-together group, unchanged here (Secret/db-password), at most 10m0s"
+	if got := plan("db-user")[0].Workloads[0]; !got.Rolls || !strings.Contains(got.Reason, waits) {
+		t.Errorf("only db-user changes: %+v; want it to roll, saying %q", got, waits)
+	}
+	for _, res := range plan("db-user", "db-password") {
+		if got := res.Workloads[0]; !got.Rolls || strings.Contains(got.Reason, "waits for the rest") {
+			t.Errorf("both change: %+v; want it to roll, waiting for nothing", got)
+		}
+	}
+}

@@ -218,6 +218,7 @@ type planEntry struct {
 	canaryOff  bool
 	change     rollout.Change
 	references stamp.KeySet // what it references of the object, which makes its change
+	rotation   rollout.Rotation
 }
 
 type planResult struct {
@@ -283,6 +284,7 @@ func planFor(live, next *source, ws []workload, others []sourceMeta, nsLabels, n
 			e.Reason, e.Keys = rollReason(live, next, liveSrc, nextSrc, refsLive, refsNext, referenced)
 			e.change = rollout.Change{Ref: next.ref, Content: sharedworkload.ChangeContent(next.namespace, next.ref, refsNext, nextSrc)}
 			e.references = refsNext.Keys(next.ref)
+			e.rotation = rotationOf(w)
 			_, pinned := pin.Pinned(w.template)[next.ref]
 			e.NewSnapshot = pinned && !nextSrc.Ignored // an ignored source is read directly again
 		case nextSrc.Ignored && liveSrc.Ignored:
@@ -521,7 +523,53 @@ func planFiles(ctx context.Context, o *options, files []*source) ([]planResult, 
 			func(ns string) map[string]string { return nsl.annotations(ctx, ns) }))
 	}
 	markCanaries(results) // a workload of two of the objects rolls both changes at once
+	markRotations(results)
 	return results, nil
+}
+
+// rotationOf is w's rotate-together group (rollout.RotationOf), of the
+// sources it references.
+func rotationOf(w workload) rollout.Rotation {
+	refs, _ := stamp.WorkloadReferences(w.meta.Annotations, pin.SourceSpec(w.template))
+	referenced := map[stamp.ObjectRef]string{}
+	for _, r := range refs {
+		referenced[r.Ref] = ""
+	}
+	r, _ := rollout.RotationOf(w.meta.Annotations, referenced)
+	return r
+}
+
+// markRotations says, of each workload that rolls a change of the manifest
+// and names it in its rotate-together group, which members the manifest
+// leaves unchanged: it waits for them (at most its group's wait).
+func markRotations(results []planResult) {
+	rolls := map[rollout.Key][]rollout.Change{}
+	for _, r := range results {
+		for _, e := range r.Workloads {
+			if e.Rolls {
+				k := rollout.Key{Kind: e.Kind, Namespace: r.Namespace, Name: e.Name}
+				rolls[k] = append(rolls[k], e.change)
+			}
+		}
+	}
+	for r := range results {
+		for i := range results[r].Workloads {
+			e := &results[r].Workloads[i]
+			if !e.Rolls {
+				continue
+			}
+			missing := e.rotation.Missing(rolls[rollout.Key{Kind: e.Kind, Namespace: results[r].Namespace, Name: e.Name}])
+			if len(missing) == 0 {
+				continue
+			}
+			names := make([]string, len(missing))
+			for j, m := range missing {
+				names[j] = m.String()
+			}
+			e.Reason += fmt.Sprintf("; it waits for the rest of its %s group, unchanged here (%s), at most %v", rollout.AnnotationRotateTogether,
+				strings.Join(names, ", "), e.rotation.Wait)
+		}
+	}
 }
 
 // planCanaryLines name the canaries of the object's changes (none: nothing
