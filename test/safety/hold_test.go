@@ -274,3 +274,68 @@ func TestAFailedOrderedReadyStatefulSetWarnsOfItsPod(t *testing.T) {
 		return n == 3 && s.Status.ReadyReplicas == 3, fmt.Sprintf("%d of 3 pods run the fix; statefulset %+v", n, s.Status)
 	})
 }
+
+// TestUserActsOnTheCanary: a user acts on a running canary of a bad change
+// (kwok keeps its pods unready); a, rollout-priority 10, is the canary, b
+// waits.
+//   - a deleted (kubectl delete): b is the change's canary next, held at one
+//     new pod, and fails: one pod of b ran the bad change, not three.
+//   - a's image edited (kubectl set image): its controller makes a new
+//     ReplicaSet, still held at one new pod; a fails and halts the change,
+//     and b is never stamped. Two pods of a ran the bad change, one per
+//     ReplicaSet: the user's edit replaced the canary's pod.
+func TestUserActsOnTheCanary(t *testing.T) {
+	t.Parallel()
+	l := lane(t)
+	canaryOf := func(t *testing.T, ns string) (a, b *appsv1.Deployment, bad string, ran map[string]bool) {
+		a, b = tenantApp(ns, "a"), tenantApp(ns, "b")
+		a.Annotations = map[string]string{rollout.AnnotationPriority: "10"}
+		env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "ok"}, nil), a, b)
+		waitComplete(t, ns, a.Name, b.Name)
+		env.Apply(t, framework.ConfigMap(ns, "tenant-cfg", map[string]string{"v": "stuck"}, nil))
+		bad, ran = stuckHashIn(ns), map[string]bool{}
+		framework.Eventually(t, time.Minute, func() (bool, string) {
+			ranBad(t, ns, bad, ran, a.Name, b.Name)
+			r := state(t, a)
+			return len(ran) == 1 && r.Canary == rollout.CanaryRunning, fmt.Sprintf("a's record %+v; pods of the bad change %d", r, len(ran))
+		})
+		return a, b, bad, ran
+	}
+	t.Run("deleted", func(t *testing.T) {
+		t.Parallel()
+		ns := l.NamespaceNamed(t, deletedNamespace, nil)
+		a, b, bad, _ := canaryOf(t, ns)
+		env.Kubectl(t, "", "delete", "-n", ns, "deployment/"+a.Name, "--wait=false")
+		ranB := map[string]bool{}
+		framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+			ranBad(t, ns, bad, ranB, b.Name)
+			r := state(t, b)
+			return r.State == rollout.Failed, fmt.Sprintf("b's record %+v; pods of b with the bad change %d", r, len(ranB))
+		})
+		if r := state(t, b); r.Canary != rollout.CanaryRunning || r.Hold == "" {
+			t.Errorf("b's record %+v: want it the change's canary, held", r)
+		}
+		ranBad(t, ns, bad, ranB, b.Name)
+		if len(ranB) != 1 {
+			t.Fatalf("%d pods of b ran the bad change (%v), want 1: with a deleted, b was to be the canary, held at one pod", len(ranB), ranB)
+		}
+	})
+	t.Run("image edited", func(t *testing.T) {
+		t.Parallel()
+		ns := l.NamespaceNamed(t, imageNamespace, nil)
+		a, b, bad, ran := canaryOf(t, ns)
+		before := framework.TemplateHash(get(t, b))
+		env.Kubectl(t, "", "set", "image", "-n", ns, "deployment/"+a.Name, a.Spec.Template.Spec.Containers[0].Name+"=example.com/app:v2")
+		framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+			ranBad(t, ns, bad, ran, a.Name, b.Name)
+			r := state(t, a)
+			return r.State == rollout.Failed && r.Halted != "", fmt.Sprintf("a's record %+v; pods of the bad change %d", r, len(ran))
+		})
+		stayUnstamped(t, b, before)
+		ranBad(t, ns, bad, ran, a.Name, b.Name)
+		if len(ran) > 2 {
+			t.Fatalf("%d pods ran the bad change (%v), want at most 2: a's canary pod and the one of the ReplicaSet the image edit made", len(ran), ran)
+		}
+		t.Logf("%d pods ran the bad change after the canary's image was edited", len(ran))
+	})
+}

@@ -54,6 +54,10 @@ const (
 	// scaleNamespace: a held canary scaled up by its user
 	// (TestAScaleUpDuringTheHoldGivesTheCanaryItsShare).
 	scaleNamespace = "scaleup"
+	// deletedNamespace, imageNamespace: a user deletes the canary, or edits
+	// its image, while it runs (TestUserActsOnTheCanary).
+	deletedNamespace = "canary-deleted"
+	imageNamespace   = "canary-image"
 	slowNode         = "kwok-slow"
 	// progressDeadline is the suite's --progress-deadline.
 	progressDeadline = 30 * time.Second
@@ -66,7 +70,7 @@ var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 // The control plane is the suite's; each test runs a configstamp of its own
 // (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
-	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), stuckHashIn(resumeNamespace), stuckHashIn(costNamespace), stuckHashIn(orderedNamespace), stuckHashIn(scaleNamespace), crashingAgentHash()}
+	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), stuckHashIn(resumeNamespace), stuckHashIn(costNamespace), stuckHashIn(orderedNamespace), stuckHashIn(scaleNamespace), stuckHashIn(deletedNamespace), stuckHashIn(imageNamespace), crashingAgentHash()}
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
