@@ -311,12 +311,7 @@ func TestCanariesAreTheSchedulersOwn(t *testing.T) {
 // ran from the workload's own first reconcile, and a workload of lower
 // priority whose debounce ended first took the canary.
 func TestLateReconcileKeepsItsPlaceInTheWave(t *testing.T) {
-	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
-	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, c := waveScheduler(t)
-	wants := func(name string, priority int) Observation { return wantsChange(name, priority, cause, c.now()) }
-	s.Announce(dep("first"), 10, ref)
-	s.Announce(dep("second"), 0, ref)
+	s, c, wants := firstAndSecond(t)
 	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Transition == Stamp {
 		t.Fatalf("second within the debounce: %+v %v; want it to wait", d, err)
 	}
@@ -332,6 +327,18 @@ func TestLateReconcileKeepsItsPlaceInTheWave(t *testing.T) {
 	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
 		t.Fatalf("first, after the change's debounce: %+v %v; want the canary's stamp", d, err)
 	}
+}
+
+// firstAndSecond is a waveScheduler where a change of ConfigMap shared was
+// announced to first (priority 10) and second (priority 0), and what each
+// observes of it (wantsChange).
+func firstAndSecond(t *testing.T) (*Scheduler, *clock, func(name string, priority int) Observation) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	s, c := waveScheduler(t)
+	s.Announce(dep("first"), 10, ref)
+	s.Announce(dep("second"), 0, ref)
+	return s, c, func(name string, priority int) Observation { return wantsChange(name, priority, cause, c.now()) }
 }
 
 // waveScheduler is a scheduler of canaries with a budget of 10, halting,
@@ -400,12 +407,7 @@ func TestReconcileOnOlderDataKeepsItsPlaceInTheWave(t *testing.T) {
 // as a newcomer, with a new debounce window (the real node, ci23: second
 // ran the bad value, first was never stamped).
 func TestAStampThatDidNotLandKeepsItsPlaceInTheWave(t *testing.T) {
-	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
-	cause := []Change{{Ref: ref, Content: "00aa"}}
-	s, c := waveScheduler(t)
-	wants := func(name string, priority int) Observation { return wantsChange(name, priority, cause, c.now()) }
-	s.Announce(dep("first"), 10, ref)
-	s.Announce(dep("second"), 0, ref)
+	s, c, wants := firstAndSecond(t)
 	for _, w := range []Observation{wants("first", 10), wants("second", 0)} {
 		if d, err := s.Decide(t.Context(), w); err != nil || d.Transition == Stamp {
 			t.Fatalf("%s within the debounce: %+v %v; want it to wait", w.Key.Name, d, err)
