@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
@@ -482,5 +483,52 @@ func TestPlanRotateTogether(t *testing.T) {
 		if got := res.Workloads[0]; !got.Rolls || strings.Contains(got.Reason, "waits for the rest") {
 			t.Errorf("both change: %+v; want it to roll, waiting for nothing", got)
 		}
+	}
+}
+
+// why shows a workload's rotate-together group, which members were written
+// since its last stamp, and what it waits for.
+func TestWhyRotateTogether(t *testing.T) {
+	d := deployment("app", map[string]string{rollout.AnnotationRotateTogether: "Secret/db-user,Secret/db-password",
+		stamp.AnnotationSourceVersions: stamp.FormatVersions(map[stamp.ObjectRef]string{
+			{Kind: stamp.KindSecret, Name: "db-user"}: "5", {Kind: stamp.KindSecret, Name: "db-password"}: "6"})})
+	for _, n := range []string{"db-user", "db-password"} {
+		d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers, corev1.Container{Name: n,
+			EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: n}}}}})
+	}
+	secret := func(name, version string) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: version}}
+	}
+	for _, tc := range []struct {
+		name    string
+		user    string
+		want    string
+		written int
+	}{
+		{"none written", "5", "Secret/db-user, Secret/db-password: none written since its last rollout", 0},
+		{"half written", "7", "Secret/db-user written since its last rollout; it waits for Secret/db-password, at most 10m0s from the first change", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, out := fakeCluster(t, time.Now(), d)
+			scheme := metadatafake.NewTestScheme()
+			scheme.AddKnownTypeWithName(corev1.SchemeGroupVersion.WithKind("Secret"), &metav1.PartialObjectMetadata{})
+			o.meta = metadatafake.NewSimpleMetadataClient(scheme, secret("db-user", tc.user), secret("db-password", "6"))
+			if err := runWhy(t.Context(), o, []string{"deploy/app"}); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), tc.want) {
+				t.Errorf("want %q in\n%s", tc.want, out)
+			}
+			o.output = "json"
+			out.Reset()
+			if err := runWhy(t.Context(), o, []string{"deploy/app"}); err != nil {
+				t.Fatal(err)
+			}
+			var res whyResult
+			if err := json.Unmarshal(out.Bytes(), &res); err != nil || res.Rotation == nil || len(res.Rotation.Written) != tc.written {
+				t.Errorf("json rotation %+v (%v), want %d written", res.Rotation, err, tc.written)
+			}
+		})
 	}
 }

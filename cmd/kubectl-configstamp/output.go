@@ -131,6 +131,13 @@ Output (-o json|yaml), one object:
     haltedBy[]     the workloads halting it (kind/name)
     message        its RolloutHalted event
     eventTime      when (RFC 3339)
+  rotation         its configstamp.io/rotate-together group (absent: none):
+    members[]      its sources that change together (Kind/name)
+    written[]      those written since its last rollout (their resourceVersion
+                   is not the one it recorded): while some are and some are
+                   not, configstamp waits for the rest
+    wait           how long at most, from the first change
+    unread         why a member's metadata could not be read (absent: read)
   summary          what it means now (the Now: line)
   events[]         its events, oldest first:
     type, reason, count

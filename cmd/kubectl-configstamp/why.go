@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
@@ -129,10 +130,13 @@ type whyResult struct {
 	RolledBackTo string `json:"rolledBackTo,omitempty"`
 	// UndoTo is the stamp of the revision configstamp's undo returned the
 	// failed workload to, while the undo's own rollout is followed.
-	UndoTo    string      `json:"undoTo,omitempty"`
-	WaitingOn *waiting    `json:"waitingOn,omitempty"`
-	Summary   string      `json:"summary"`
-	Events    []eventView `json:"events"`
+	UndoTo    string   `json:"undoTo,omitempty"`
+	WaitingOn *waiting `json:"waitingOn,omitempty"`
+	// Rotation: its configstamp.io/rotate-together group, and which of it
+	// was written since its last stamp (absent: no group).
+	Rotation *rotationView `json:"rotation,omitempty"`
+	Summary  string        `json:"summary"`
+	Events   []eventView   `json:"events"`
 }
 
 // heldField is one field of a canary's hold: where, the value configstamp
@@ -368,6 +372,9 @@ func explain(ctx context.Context, o *options, w workload, ns string) (whyResult,
 	if res.WaitingOn, err = o.waitingOn(ctx, ns, rec, res.Events); err != nil {
 		return res, err
 	}
+	if res.Rotation, err = o.rotation(ctx, w, ns); err != nil {
+		return res, err
+	}
 	res.Summary = summary(res)
 	return res, nil
 }
@@ -411,6 +418,9 @@ func printWhy(o *options, w workload, ns string, res whyResult) {
 	}
 	if res.WaitingOn != nil {
 		rows = append(rows, []cell{c("Waiting on:"), coloured(res.WaitingOn.Change+", halted by "+strings.Join(res.WaitingOn.HaltedBy, ", "), red)})
+	}
+	if res.Rotation != nil {
+		rows = append(rows, []cell{c("Rotates together:"), c(res.Rotation.text())})
 	}
 	rows = append(rows, []cell{c("Now:"), c(res.Summary)})
 	o.table(rows)
@@ -564,6 +574,62 @@ func (o *options) waitingOn(ctx context.Context, ns string, rec rollout.Record, 
 		}
 	}
 	return out, nil
+}
+
+// rotationView is a workload's configstamp.io/rotate-together group: its
+// members, those written since its last stamp (their resourceVersion is
+// not the one the stamp recorded, configstamp.io/source-versions), and how
+// long a change of some waits for the rest.
+type rotationView struct {
+	Members []string `json:"members"`
+	Written []string `json:"written"`
+	Wait    string   `json:"wait"`
+	// Unread: why a member's metadata could not be read ("": read).
+	Unread string `json:"unread,omitempty"`
+}
+
+// rotation reads w's rotate-together group and its members' metadata.
+func (o *options) rotation(ctx context.Context, w workload, ns string) (*rotationView, error) {
+	r := rotationOf(w)
+	if len(r.Members) == 0 {
+		return nil, nil
+	}
+	recorded := stamp.ParseVersions(w.meta.Annotations[stamp.AnnotationSourceVersions])
+	v := &rotationView{Written: []string{}, Wait: r.Wait.String()}
+	for _, m := range r.Members {
+		v.Members = append(v.Members, m.String())
+		meta, err := o.meta.Resource(sourceResources[m.Kind]).Namespace(ns).Get(ctx, m.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			v.Written = append(v.Written, m.String()) // deleted since
+		case err != nil:
+			v.Unread = fmt.Sprintf("%s: %v", m, err)
+		case meta.ResourceVersion != recorded[m]:
+			v.Written = append(v.Written, m.String())
+		}
+	}
+	return v, nil
+}
+
+// text is the Rotates together: row.
+func (v *rotationView) text() string {
+	group := strings.Join(v.Members, ", ")
+	switch {
+	case v.Unread != "":
+		return group + " (not read: " + v.Unread + ")"
+	case len(v.Written) == 0:
+		return group + ": none written since its last rollout"
+	case len(v.Written) == len(v.Members):
+		return group + ": all written since its last rollout, which rolls them together"
+	}
+	var rest []string
+	for _, m := range v.Members {
+		if !slices.Contains(v.Written, m) {
+			rest = append(rest, m)
+		}
+	}
+	return fmt.Sprintf("%s: %s written since its last rollout; it waits for %s, at most %s from the first change", group,
+		strings.Join(v.Written, ", "), strings.Join(rest, ", "), v.Wait)
 }
 
 func summary(r whyResult) string {
