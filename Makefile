@@ -110,11 +110,13 @@ TEST_OUT ?= $(CURDIR)/_output/test
 # not one long suite alone.
 REST_FIRST := ./test/safety ./test/chaos ./test/pin ./test/adversarial ./test/plugin ./test/e2e ./test/kinds ./test/manifests
 # test/argo runs Argo Rollouts' real controller, built from its Go module:
-# make test-argo, not make test (see there).
+# make test-argo, not make test (see there); test/eso the External Secrets
+# Operator's, make test-eso.
 ARGO_PKGS := ./test/argo
-# Every package but the real-node ones and test/argo, as import paths,
-# REST_FIRST first.
-REST_PKGS = $(shell $(GO) list $(REST_FIRST)) $(filter-out $(shell $(GO) list $(REALNODE_PKGS) $(ARGO_PKGS) $(REST_FIRST)),$(shell $(GO) list ./...))
+ESO_PKGS := ./test/eso
+# Every package but the real-node ones, test/argo and test/eso, as import
+# paths, REST_FIRST first.
+REST_PKGS = $(shell $(GO) list $(REST_FIRST)) $(filter-out $(shell $(GO) list $(REALNODE_PKGS) $(ARGO_PKGS) $(ESO_PKGS) $(REST_FIRST)),$(shell $(GO) list ./...))
 # What every test run of make test shares: the suites run the manager built
 # once (bin/configstamp, by the build target) instead of linking their own
 # (framework.ManagerBinary), and their builds vet nothing (make lint runs go vet
@@ -220,6 +222,16 @@ test-argo: build controlplane argo-rollouts ## test/argo: configstamp with Argo 
 	@start=$$(date +%s); \
 	env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 20m $(GOTEST_FLAGS) $(ARGO_PKGS); rc=$$?; \
 	echo "==> test-argo: exit $$rc in $$(( $$(date +%s) - start ))s"; exit $$rc
+
+# make test-eso: test/eso, configstamp beside the External Secrets Operator's
+# real controller (hack/external-secrets.sh builds it from its Go module, fake
+# provider only, cached in bin/), not part of make test for the same reason as
+# test-argo. CI runs it after make test (.ci/run).
+.PHONY: test-eso
+test-eso: build controlplane external-secrets ## test/eso: configstamp beside the External Secrets Operator's real controller (builds it into bin/ first; not part of make test).
+	@start=$$(date +%s); \
+	env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 20m $(GOTEST_FLAGS) $(ESO_PKGS); rc=$$?; \
+	echo "==> test-eso: exit $$rc in $$(( $$(date +%s) - start ))s"; exit $$rc
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).

@@ -147,3 +147,14 @@ argo-rollouts: $(ARGO_ROLLOUTS) ## Build Argo Rollouts' controller from its Go m
 
 $(ARGO_ROLLOUTS):
 	$(CP_TOOLS)/../argo-rollouts.sh $(ARGO_ROLLOUTS_VERSION) $@
+
+# The External Secrets Operator's controller, for test/eso. The version is
+# test/eso's esoModule.
+EXTERNAL_SECRETS_VERSION := v0.16.2
+EXTERNAL_SECRETS := $(CP_BIN)/external-secrets-$(EXTERNAL_SECRETS_VERSION)
+
+.PHONY: external-secrets
+external-secrets: $(EXTERNAL_SECRETS) ## Build the External Secrets Operator's controller (fake provider only) from its Go module into ./bin (cached; test/eso runs it).
+
+$(EXTERNAL_SECRETS):
+	$(CP_TOOLS)/../external-secrets.sh $(EXTERNAL_SECRETS_VERSION) $@

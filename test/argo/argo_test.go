@@ -11,13 +11,10 @@ package argo
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,34 +63,17 @@ func startArgo(ctx context.Context, e *framework.Env) error {
 	if err := e.ApplyCRDs(ctx, "rollouts.argoproj.io", "-k", filepath.Join(dir, "manifests", "crds")); err != nil {
 		return err
 	}
-	version := strings.Split(framework.ArgoModule, "@")[1]
-	bin := filepath.Join(e.Root, "bin", "argo-rollouts-controller-"+version)
-	if _, err := os.Stat(bin); err != nil {
-		build := exec.CommandContext(ctx, filepath.Join(e.Root, "hack", "argo-rollouts.sh"), version, bin)
-		if out, err := build.CombinedOutput(); err != nil {
-			return fmt.Errorf("building Argo's controller: %w\n%s", err, out)
-		}
-	}
-	ports := make([]string, 2)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		ports[i] = strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-		_ = l.Close()
-	}
-	log, err := os.Create(filepath.Join(e.Dir(), "argo-rollouts.log"))
+	bin, err := e.ControllerBinary(ctx, "argo-rollouts.sh", "argo-rollouts-controller", strings.Split(framework.ArgoModule, "@")[1])
 	if err != nil {
 		return err
 	}
-	ctl := exec.Command(bin, "--kubeconfig="+e.Kubeconfig, "--leader-elect=false", "--metricsport="+ports[0], "--healthzPort="+ports[1])
-	ctl.Stdout, ctl.Stderr = log, log
-	ctl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := ctl.Start(); err != nil {
-		return fmt.Errorf("starting Argo's controller: %w", err)
+	log, err := e.StartController("argo-rollouts", bin, 2, func(ports []string) []string {
+		return []string{"--kubeconfig=" + e.Kubeconfig, "--leader-elect=false", "--metricsport=" + ports[0], "--healthzPort=" + ports[1]}
+	})
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(os.Stderr, "argo: CRDs and controller of %s up in %v (log %s)\n", framework.ArgoModule, time.Since(began).Round(time.Millisecond), log.Name())
+	fmt.Fprintf(os.Stderr, "argo: CRDs and controller of %s up in %v (log %s)\n", framework.ArgoModule, time.Since(began).Round(time.Millisecond), log)
 	return nil
 }
 

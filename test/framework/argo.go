@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -28,16 +30,19 @@ func ArgoKindsFile() (string, error) {
 	return path, err
 }
 
-// ArgoSource downloads ArgoModule through the Go module proxy, outside
-// configstamp's module (whose go.mod and go.sum stay as they are), and
-// returns its directory in the module cache.
-func ArgoSource(ctx context.Context) (string, error) {
-	tmp, err := os.MkdirTemp("", "configstamp-argo-")
+// ArgoSource downloads ArgoModule (ModuleSource) and returns its directory.
+func ArgoSource(ctx context.Context) (string, error) { return ModuleSource(ctx, ArgoModule) }
+
+// ModuleSource downloads module ("path@version") through the Go module
+// proxy, outside configstamp's module (whose go.mod and go.sum stay as they
+// are), and returns its directory in the module cache.
+func ModuleSource(ctx context.Context, module string) (string, error) {
+	tmp, err := os.MkdirTemp("", "configstamp-module-")
 	if err != nil {
 		return "", err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", ArgoModule)
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
 	cmd.Dir = tmp
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
 	var stderr strings.Builder
@@ -48,9 +53,52 @@ func ArgoSource(ctx context.Context) (string, error) {
 		err = jsonErr
 	}
 	if err != nil || mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download %s: %w %s\n%s%s", ArgoModule, err, mod.Error, out, stderr.String())
+		return "", fmt.Errorf("go mod download %s: %w %s\n%s%s", module, err, mod.Error, out, stderr.String())
 	}
 	return mod.Dir, nil
+}
+
+// ControllerBinary is bin/NAME-VERSION, another project's controller,
+// built by hack/SCRIPT VERSION BIN when it is missing (cached there).
+func (e *Env) ControllerBinary(ctx context.Context, script, name, version string) (string, error) {
+	bin := filepath.Join(e.Root, "bin", name+"-"+version)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	build := exec.CommandContext(ctx, filepath.Join(e.Root, "hack", script), version, bin)
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %w\n%s", name, err, out)
+	}
+	return bin, nil
+}
+
+// StartController runs another project's controller, bin with args, as a
+// process of the suite (it dies with it), with the admin kubeconfig in
+// KUBECONFIG; its output goes to name.log in the suite's directory (the
+// path returned). ports
+// free local ports are chosen for its flags (metrics, health) and passed to
+// args, which makes them its flags.
+func (e *Env) StartController(name, bin string, ports int, args func(ports []string) []string) (string, error) {
+	free := make([]string, ports)
+	for i := range free {
+		p, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		free[i] = strconv.Itoa(p)
+	}
+	log, err := os.Create(filepath.Join(e.Dir(), name+".log"))
+	if err != nil {
+		return "", err
+	}
+	ctl := exec.Command(bin, args(free)...)
+	ctl.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig)
+	ctl.Stdout, ctl.Stderr = log, log
+	ctl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := ctl.Start(); err != nil {
+		return "", fmt.Errorf("starting %s: %w", name, err)
+	}
+	return log.Name(), nil
 }
 
 // ApplyCRDs applies CRD manifests as a user would, server-side (Argo's files
