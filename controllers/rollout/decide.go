@@ -289,7 +289,7 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	if wait := s.suspected(o.Key, sit.Causes, sit.Now); wait > 0 {
 		return Decision{After: wait}, false, false, nil
 	}
-	wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority, o.Rotation.together(sit.Causes))
+	wait := s.Debounce(o.Key, o.Hash, o.Window, o.Priority, sit.together())
 	// Paused by its user (not by its failed canary's freeze, which its
 	// stamp puts back), or with nothing to roll (no replicas, OnDelete, a
 	// partition that holds every pod), it makes no pod of the change now:

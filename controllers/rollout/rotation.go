@@ -106,13 +106,32 @@ func (r Rotation) Missing(causes []Change) []stamp.ObjectRef {
 	return missing
 }
 
-// together is how long, from the first sight of its change, a workload
-// rolling causes waits for the rest of its rotation (0: nothing missing).
-func (r Rotation) together(causes []Change) time.Duration {
-	if len(r.Missing(causes)) == 0 {
+// rotationRest are the members of its rotate-together group that the
+// change it would roll out waits for (Rotation.Missing), less those its last
+// rollout rolled when that was the first part of a rotation, rolled when
+// the group's wait ran out, less than a wait ago: the rest completes it,
+// and waits no longer.
+func (sit Situation) rotationRest() []stamp.ObjectRef {
+	r := sit.Rotation
+	rest := r.Missing(sit.Causes)
+	if len(rest) == 0 || sit.Record.Started.IsZero() || sit.Now.Sub(sit.Record.Started) > r.Wait {
+		return rest
+	}
+	last := ParseChanges(sit.Record.Cause)
+	if part := r.Missing(last); len(part) == 0 { // the last rollout rolled none of the group, or all of it
+		return rest
+	}
+	rolled := refsOf(last)
+	return slices.DeleteFunc(rest, func(m stamp.ObjectRef) bool { return slices.Contains(rolled, m) })
+}
+
+// together is how long, from the first sight of its change, the rollout
+// waits for the rest of its rotation (0: nothing to wait for).
+func (sit Situation) together() time.Duration {
+	if len(sit.rotationRest()) == 0 {
 		return 0
 	}
-	return r.Wait
+	return sit.Rotation.Wait
 }
 
 // refNames joins refs as "Kind/name, ...".

@@ -90,4 +90,21 @@ func TestARotationOfTwoSecretsRollsOnce(t *testing.T) {
 	if err != nil || d.Transition != Stamp || i < 0 || !strings.Contains(d.Events[i].Message, "without Secret/db-password") {
 		t.Fatalf("other, half rotated when the wait ran out: %+v %v; want its stamp with a Warning %s naming Secret/db-password", d, err, ReasonRotationIncomplete)
 	}
+
+	// The rest of that rotation comes a minute later: it completes what
+	// rolled, and waits for nothing more than its debounce.
+	c.advance(time.Minute)
+	rest := rotated("other", whole)
+	rest.Object.SetAnnotations(map[string]string{stamp.AnnotationSources: stamp.FormatSources(half)})
+	done := *d.Record // its rollout completed meanwhile
+	done.State = Completed
+	sealed(rest.Object, done, testKeys.Current())
+	if d, err := s.Decide(t.Context(), rest); err != nil || d.Transition == Stamp || d.After != 2*time.Second {
+		t.Fatalf("other, the rest of its rotation a minute after the first part rolled: %+v %v; want its debounce (2 s) only", d, err)
+	}
+	c.advance(2 * time.Second)
+	d, err = s.Decide(t.Context(), rest)
+	if err != nil || d.Transition != Stamp || slices.ContainsFunc(d.Events, func(e Event) bool { return e.Reason == ReasonRotationIncomplete }) {
+		t.Fatalf("other, the rest of its rotation after its debounce: %+v %v; want its stamp, no warning", d, err)
+	}
 }
