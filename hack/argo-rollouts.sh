@@ -11,10 +11,7 @@ out=$(realpath -m "$2")
 module=github.com/argoproj/argo-rollouts
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
-dir=$(cd "$tmp" && GOWORK=off GOFLAGS= go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-[ -n "$dir" ] || { echo "go mod download $module@$version gave no directory" >&2; exit 1; }
-cp -r "$dir" "$tmp/src"
-chmod -R u+w "$tmp/src"
+"$(dirname "$0")/module-copy.sh" "$module@$version" "$tmp/src"
 echo "building the rollouts-controller of $module@$version (a few minutes on 2 cores the first time)" >&2
 mkdir -p "$(dirname "$out")"
 cd "$tmp/src"

@@ -14,10 +14,7 @@ out=$(realpath -m "$2")
 module=github.com/external-secrets/external-secrets
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp"; rm -rf "$tmp"' EXIT
-dir=$(cd "$tmp" && GOWORK=off GOFLAGS= go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-[ -n "$dir" ] || { echo "go mod download $module@$version gave no directory" >&2; exit 1; }
-cp -r "$dir" "$tmp/src"
-chmod -R u+w "$tmp/src"
+"$(dirname "$0")/module-copy.sh" "$module@$version" "$tmp/src"
 for kind in provider generator; do
 	cat >"$tmp/src/pkg/$kind/register/register.go" <<GO
 // Package register registers the fake $kind only (hack/external-secrets.sh).

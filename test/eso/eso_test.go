@@ -18,10 +18,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/test/framework"
 )
 
@@ -129,14 +127,7 @@ func TestARotationThroughExternalSecretsRollsOnce(t *testing.T) {
 	secretHolds(t, ns, "db-user", "DB_USER", "app-0")
 	secretHolds(t, ns, "db-password", "DB_PASSWORD", "pw-0")
 
-	spec := framework.PodSpec()
-	for _, name := range []string{"db-user", "db-password"} {
-		spec.Containers[0].EnvFrom = append(spec.Containers[0].EnvFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: name}}})
-	}
-	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
-	dep.Spec.Replicas = ptr.To(int32(2))
-	dep.Annotations = map[string]string{rollout.AnnotationRotateTogether: "Secret/db-user,Secret/db-password"}
+	dep := framework.RotatingApp(ns, 2)
 	env.Apply(t, dep)
 	rolledOut(t, dep)
 	h0 := framework.TemplateHash(dep)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
 
@@ -58,6 +59,21 @@ func MountConfigMap(spec *corev1.PodSpec, name string) {
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}})
 	spec.Containers[0].VolumeMounts = append(spec.Containers[0].VolumeMounts,
 		corev1.VolumeMount{Name: name, MountPath: "/config/" + name})
+}
+
+// RotatingApp is an opted-in Deployment of ns, app, of replicas, whose
+// container reads the Secrets db-user and db-password (envFrom), named as
+// sources that change together (configstamp.io/rotate-together).
+func RotatingApp(ns string, replicas int32) *appsv1.Deployment {
+	spec := PodSpec()
+	for _, name := range []string{"db-user", "db-password"} {
+		spec.Containers[0].EnvFrom = append(spec.Containers[0].EnvFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name}}})
+	}
+	d := Deployment(ns, "app", OptIn, spec)
+	d.Spec.Replicas = &replicas
+	d.Annotations = map[string]string{rollout.AnnotationRotateTogether: "Secret/db-user,Secret/db-password"}
+	return d
 }
 
 // Deployment builds a Deployment with the given workload labels and pod spec;

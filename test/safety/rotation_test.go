@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/configstamp/configstamp/controllers/rollout"
 	"github.com/configstamp/configstamp/test/framework"
@@ -23,14 +22,7 @@ func TestARotationOfTwoSecretsRollsOnce(t *testing.T) {
 	t.Parallel()
 	l := lane(t)
 	ns := l.Namespace(t, "rotation", nil)
-	spec := framework.PodSpec()
-	for _, name := range []string{"db-user", "db-password"} {
-		spec.Containers[0].EnvFrom = append(spec.Containers[0].EnvFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: name}}})
-	}
-	dep := framework.Deployment(ns, "app", framework.OptIn, spec)
-	dep.Spec.Replicas = ptr.To(int32(3))
-	dep.Annotations = map[string]string{rollout.AnnotationRotateTogether: "Secret/db-user,Secret/db-password"}
+	dep := framework.RotatingApp(ns, 3)
 	secrets := func(user, password string) (*corev1.Secret, *corev1.Secret) {
 		return framework.Secret(ns, "db-user", map[string]string{"DB_USER": user}),
 			framework.Secret(ns, "db-password", map[string]string{"DB_PASSWORD": password})
