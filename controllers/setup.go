@@ -100,6 +100,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 func newScheduler(mgr ctrl.Manager, o Options, resolver *workload.Resolver) *rollout.Scheduler {
 	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys, o.Kinds)
 	scheduler.Halts = &rollout.Halts{Reader: mgr.GetCache(), Kinds: o.Kinds, Resolver: resolver}
+	scheduler.Log = mgr.GetLogger().WithName("wave")
 	if o.Scope != nil {
 		scheduler.InScope = func(ctx context.Context, namespace string) bool {
 			ns := &corev1.Namespace{}

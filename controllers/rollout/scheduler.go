@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/go-logr/logr"
 	"maps"
 	"slices"
 	"strings"
@@ -164,6 +165,10 @@ type Scheduler struct {
 	InScope func(ctx context.Context, namespace string) bool
 	// Halts finds the halted changes that hold a rollout (nil: none).
 	Halts HaltFinder
+	// Log says when a workload announced for a change never asked within
+	// forgetAfter, and lost its place in the wave: a sign that its
+	// reconcile did not run (the zero Logger: not said).
+	Log logr.Logger
 
 	mu      sync.Mutex
 	pending map[Key]*pending
@@ -513,10 +518,19 @@ func (s *Scheduler) anyAsking(now time.Time) bool {
 func (s *Scheduler) entry(k Key, now time.Time) *pending {
 	p := s.pending[k]
 	if p != nil && p.stale(now) {
-		delete(s.pending, k)
+		s.drop(k, p)
 		return nil
 	}
 	return p
+}
+
+// drop deletes k's stale pending entry p; s.mu held.
+func (s *Scheduler) drop(k Key, p *pending) {
+	delete(s.pending, k)
+	if p.announced {
+		s.Log.Info("a workload announced for a change did not ask for it in time: it loses its place in the wave",
+			"workload", k.String(), "after", forgetAfter.String())
+	}
 }
 
 // SlotsInUse counts the workloads holding a slot now.
@@ -921,7 +935,7 @@ func (s *Scheduler) report() {
 		s.pruned = now
 		for k, p := range s.pending {
 			if p.stale(now) {
-				delete(s.pending, k)
+				s.drop(k, p)
 			}
 		}
 		maps.DeleteFunc(s.granted, func(_ Key, g grant) bool { return now.Sub(g.at) > inflightFor })

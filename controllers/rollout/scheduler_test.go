@@ -3,9 +3,11 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -386,5 +388,26 @@ func TestOngoing(t *testing.T) {
 				t.Fatalf("Ongoing = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A workload announced for a change whose reconcile never asked loses its
+// place in the wave after forgetAfter, and the scheduler says so: the
+// trace of a reconcile that did not run (the wave-order failures of the
+// real-node runs left no line for the workload that lost its place).
+func TestAnAnnouncedWorkloadThatNeverAsksIsSaid(t *testing.T) {
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: time.Minute})
+	var said []string
+	s.Log = funcr.New(func(prefix, args string) { said = append(said, args) }, funcr.Options{})
+	s.Announce(dep("quiet"), 0)
+	s.Announce(dep("asks"), 0)
+	c.advance(5 * time.Second)
+	s.Debounce(dep("asks"), "v1-x", 2*time.Second, 0, 0)
+	c.advance(forgetAfter + time.Second)
+	if s.entry(dep("quiet"), c.now()) != nil {
+		t.Fatal("quiet still has its place after forgetAfter")
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "Deployment ns/quiet") {
+		t.Fatalf("said %q, want one line naming Deployment ns/quiet", said)
 	}
 }
