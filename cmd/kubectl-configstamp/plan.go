@@ -562,12 +562,8 @@ func markRotations(results []planResult) {
 			if len(missing) == 0 {
 				continue
 			}
-			names := make([]string, len(missing))
-			for j, m := range missing {
-				names[j] = m.String()
-			}
 			e.Reason += fmt.Sprintf("; it waits for the rest of its %s group, unchanged here (%s), at most %v", rollout.AnnotationRotateTogether,
-				strings.Join(names, ", "), e.rotation.Wait)
+				stamp.JoinRefs(missing), e.rotation.Wait)
 		}
 	}
 }

@@ -217,7 +217,7 @@ func (p Policy) effects(sit Situation, d Decision) Decision {
 		if missing := sit.rotationRest(); len(missing) > 0 {
 			d.event(corev1.EventTypeWarning, ReasonRotationIncomplete, "Rollout",
 				"rolling out %s without %s, which did not change within %v (%s): its new pods get the new values of some of the sources that change together and the old values of the rest",
-				refNames(refsOf(sit.Causes)), refNames(missing), o.Rotation.Wait, AnnotationRotateTogetherWait)
+				stamp.JoinRefs(refsOf(sit.Causes)), stamp.JoinRefs(missing), o.Rotation.Wait, AnnotationRotateTogetherWait)
 		}
 		if len(d.Hold) > 0 && d.Record != nil {
 			d.Unheld = d.unheld(sit)

@@ -133,12 +133,3 @@ func (sit Situation) together() time.Duration {
 	}
 	return sit.Rotation.Wait
 }
-
-// refNames joins refs as "Kind/name, ...".
-func refNames(refs []stamp.ObjectRef) string {
-	names := make([]string, len(refs))
-	for i, r := range refs {
-		names[i] = r.String()
-	}
-	return strings.Join(names, ", ")
-}

@@ -78,6 +78,15 @@ type ObjectRef struct {
 // String returns "Kind/name", e.g. "ConfigMap/app-config".
 func (r ObjectRef) String() string { return string(r.Kind) + "/" + r.Name }
 
+// JoinRefs joins refs as "Kind/name, Kind/name".
+func JoinRefs(refs []ObjectRef) string {
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = r.String()
+	}
+	return strings.Join(names, ", ")
+}
+
 // ParseObjectRef is the inverse of ObjectRef.String. The kind must be ConfigMap or
 // Secret and the name non-empty; the name is taken verbatim after the first "/".
 func ParseObjectRef(s string) (ObjectRef, error) {
