@@ -46,14 +46,24 @@ func (o *options) selectorSources(ctx context.Context, ns string) ([]sourceMeta,
 // sourceAnnotations reads the annotations of a ConfigMap or Secret (metadata
 // only); exists is false when it does not exist.
 func (o *options) sourceAnnotations(ctx context.Context, ns string, ref stamp.ObjectRef) (map[string]string, bool, error) {
-	m, err := o.meta.Resource(sourceResources[ref.Kind]).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("while reading %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
+	m, err := o.sourceMetadata(ctx, ns, ref)
+	if m == nil || err != nil {
+		return nil, false, err
 	}
 	return m.Annotations, true, nil
+}
+
+// sourceMetadata reads a ConfigMap or Secret, metadata only; nil when it
+// does not exist.
+func (o *options) sourceMetadata(ctx context.Context, ns string, ref stamp.ObjectRef) (*metav1.PartialObjectMetadata, error) {
+	m, err := o.meta.Resource(sourceResources[ref.Kind]).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("while reading %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
+	}
+	return m, nil
 }
 
 // referenceUse is one way a workload references the object.

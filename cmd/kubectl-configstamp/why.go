@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
@@ -598,13 +597,11 @@ func (o *options) rotation(ctx context.Context, w workload, ns string) (*rotatio
 	v := &rotationView{Written: []string{}, Wait: r.Wait.String()}
 	for _, m := range r.Members {
 		v.Members = append(v.Members, m.String())
-		meta, err := o.meta.Resource(sourceResources[m.Kind]).Namespace(ns).Get(ctx, m.Name, metav1.GetOptions{})
+		meta, err := o.sourceMetadata(ctx, ns, m)
 		switch {
-		case apierrors.IsNotFound(err):
-			v.Written = append(v.Written, m.String()) // deleted since
 		case err != nil:
-			v.Unread = fmt.Sprintf("%s: %v", m, err)
-		case meta.ResourceVersion != recorded[m]:
+			v.Unread = err.Error()
+		case meta == nil || meta.ResourceVersion != recorded[m]: // written, or deleted, since
 			v.Written = append(v.Written, m.String())
 		}
 	}
