@@ -215,6 +215,7 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 	}
 	if o.Need == NeedsRollout {
 		sit.Causes = Causes(o.Object.GetAnnotations(), o.Sources)
+		sit.RotationRest = sit.rotationRest()
 	}
 	sit.Stamping = s.stamping(o.Key)
 	if sit.Record.Open() {

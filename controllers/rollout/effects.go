@@ -214,7 +214,7 @@ func (p Policy) effects(sit Situation, d Decision) Decision {
 		d.log(1, "recorded hash", "hash", o.Data.Hash, "baseline", currentStamp(o) == "")
 	case Stamp:
 		d.Patches, d.Stamp, d.Release = []Patch{d.stampPatch(sit)}, d.stampWrite(o), !d.Supersedes
-		if missing := sit.rotationRest(); len(missing) > 0 {
+		if missing := sit.RotationRest; len(missing) > 0 {
 			d.event(corev1.EventTypeWarning, ReasonRotationIncomplete, "Rollout",
 				"rolling out %s without %s, which did not change within %v (%s): its new pods get the new values of some of the sources that change together and the old values of the rest",
 				stamp.JoinRefs(refsOf(sit.Causes)), stamp.JoinRefs(missing), o.Rotation.Wait, AnnotationRotateTogetherWait)

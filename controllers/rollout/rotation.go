@@ -128,7 +128,7 @@ func (sit Situation) rotationRest() []stamp.ObjectRef {
 // together is how long, from the first sight of its change, the rollout
 // waits for the rest of its rotation (0: nothing to wait for).
 func (sit Situation) together() time.Duration {
-	if len(sit.rotationRest()) == 0 {
+	if len(sit.RotationRest) == 0 {
 		return 0
 	}
 	return sit.Rotation.Wait

@@ -30,6 +30,9 @@ type Situation struct {
 	Record Record
 	// Causes are the changes a rollout of it now would roll out.
 	Causes []Change
+	// RotationRest are the members of its rotate-together group those
+	// changes wait for (rotationRest; none: they wait for nothing).
+	RotationRest []stamp.ObjectRef
 	// Now is the time of the decision.
 	Now time.Time
 	// Stamping: this process stamped it, and the cache it was read from does
