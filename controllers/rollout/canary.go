@@ -253,12 +253,9 @@ func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes
 		// ended (a fix applied while a lower-priority canary ran).
 		return 0, nil
 	}
-	me := entryOf{k, &pending{priority: priority}}
-	if mine := s.pending[k]; mine != nil {
-		me.p.cost = mine.cost
-	}
-	for j, p := range s.pending {
-		if j != k && j.Namespace == k.Namespace && !p.idle && p.candidate(now) && p.concerns(refs) && (idle || inNamespace(entryOf{j, p}, me) < 0) {
+	me := entryOf{k, s.placeOf(k, priority)}
+	for j, p := range s.inWave(now) {
+		if j != k && j.Namespace == k.Namespace && !p.idle && p.concerns(refs) && (idle || inNamespace(entryOf{j, p}, me) < 0) {
 			return canaryWait, nil
 		}
 	}
@@ -289,8 +286,12 @@ func (s *Scheduler) ClaimCanary(ctx context.Context, k Key, priority int, causes
 		return false, wait, err
 	}
 	unpassed, err := s.unpassed(ctx, k.Namespace, causes, now)
-	if len(unpassed) == 0 || idle || err != nil {
+	if err != nil {
 		return false, 0, err
+	}
+	s.claimed(k)
+	if len(unpassed) == 0 || idle {
+		return false, 0, nil
 	}
 	s.canaryClaims[k] = canaryClaim{refs: refsOf(unpassed), at: now}
 	return true, 0, nil

@@ -429,6 +429,35 @@ func TestAStampThatDidNotLandKeepsItsPlaceInTheWave(t *testing.T) {
 	}
 }
 
+// Two reconciles of one wave run at once: first, ahead in the wave, holds
+// its slot and has not yet claimed the change's canary (its halt and
+// suspect checks read the cache in between) when second asks. second
+// waits: a granted entry keeps its place in the wave until its stamp is
+// written or given back. Before, first was then in neither the wave's
+// entries nor the canary claims, second took the canary, and first, told
+// to wait for it, was never stamped (the real node under load: ci23,
+// ci26, ci27, where a Recreate Deployment ran the change before the
+// cheaper canary).
+func TestAGrantedWorkloadKeepsItsPlaceUntilItClaims(t *testing.T) {
+	s, c, wants := firstAndSecond(t)
+	for _, w := range []Observation{wants("first", 10), wants("second", 0)} {
+		if d, err := s.Decide(t.Context(), w); err != nil || d.Transition == Stamp {
+			t.Fatalf("%s within the debounce: %+v %v; want it to wait", w.Key.Name, d, err)
+		}
+	}
+	c.advance(2100 * time.Millisecond)
+	if wait, err := s.Acquire(t.Context(), dep("first"), 10, true); err != nil || wait != 0 {
+		t.Fatalf("first's slot: wait %v, %v", wait, err)
+	}
+	if d, err := s.Decide(t.Context(), wants("second", 0)); err != nil || d.Transition == Stamp {
+		t.Fatalf("second, while first holds its slot before its claim: %+v %v; want it to wait for first's canary", d, err)
+	}
+	cause := []Change{{Ref: stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}, Content: "00aa"}}
+	if canary, wait, err := s.ClaimCanary(t.Context(), dep("first"), 10, cause, false); err != nil || !canary || wait != 0 {
+		t.Fatalf("first's claim: canary %v, wait %v, %v; want the change's canary", canary, wait, err)
+	}
+}
+
 // A workload announced again before its reconcile asked (a second change
 // to its source) debounces from the newer change, not the first.
 func TestAnnouncedAgainDebouncesFromTheNewerChange(t *testing.T) {

@@ -350,6 +350,9 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 // another's (ClaimCanary), when canaries apply to it.
 func (s *Scheduler) claim(ctx context.Context, o Observation, causes []Change, canaries, idle bool) (bool, time.Duration, error) {
 	if !canaries {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.claimed(o.Key) // neither a canary nor waiting for one
 		return false, 0, nil
 	}
 	return s.ClaimCanary(ctx, o.Key, o.Priority, causes, idle)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -407,10 +408,55 @@ func (s *Scheduler) Acquire(ctx context.Context, k Key, priority int, needsSlot 
 	return 0, nil
 }
 
-// grant is a wave entry Acquire granted, and when.
+// grant is a wave entry Acquire granted, and when; claimed once its
+// canary claim was settled (ClaimCanary, claim).
 type grant struct {
-	entry *pending
-	at    time.Time
+	entry   *pending
+	at      time.Time
+	claimed bool
+}
+
+// inWave yields the entries that take a place in the wave order now: the
+// candidates of pending, and the entries granted a slot whose canary claim
+// is not settled yet. Between Acquire and ClaimCanary (the halt and suspect
+// checks in between read the cache) a granted workload is in neither
+// pending nor the canary claims; left out, the next of the wave would take
+// the change's canary, and the first, told to wait for it, would never be
+// stamped. s.mu held.
+func (s *Scheduler) inWave(now time.Time) iter.Seq2[Key, *pending] {
+	return func(yield func(Key, *pending) bool) {
+		for k, p := range s.pending {
+			if p.candidate(now) && !yield(k, p) {
+				return
+			}
+		}
+		for k, g := range s.granted {
+			if !g.claimed && now.Sub(g.at) <= inflightFor && s.pending[k] == nil && !yield(k, g.entry) {
+				return
+			}
+		}
+	}
+}
+
+// placeOf is k's place in the wave at priority: the cost its entry knows
+// (pending or granted), 0 when none; s.mu held.
+func (s *Scheduler) placeOf(k Key, priority int) *pending {
+	me := &pending{priority: priority}
+	if p := s.pending[k]; p != nil {
+		me.cost = p.cost
+	} else if g, ok := s.granted[k]; ok {
+		me.cost = g.entry.cost
+	}
+	return me
+}
+
+// claimed settles k's canary claim: its grant no longer holds a place in
+// the wave order (inWave); s.mu held.
+func (s *Scheduler) claimed(k Key) {
+	if g, ok := s.granted[k]; ok {
+		g.claimed = true
+		s.granted[k] = g
+	}
 }
 
 // Release gives back the slot k took in Acquire, whose stamp did not
