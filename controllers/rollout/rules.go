@@ -81,8 +81,9 @@ type Ruling struct {
 //  2. Failed, halting its change, complete again with no sign of failure
 //     among the pods of its revision (a canary paused by its failure: its
 //     new pods, at least one), and every one of them Ready with no
-//     restart for a full window (and for twice the longest run before a
-//     container's last crash: a crash loop never looks recovered): resume
+//     restart for a full window (and for longer than the longest run before
+//     a container's last crash, by a late write: a crash loop never looks
+//     recovered, outlast): resume
 //     (lift the halt, and put back the canary's pause). Not yet that long: ask again when it will be
 //     (Recheck). One Ready read lifts nothing.
 //     A pinned workload a user rolled back to an earlier revision's snapshots
@@ -198,8 +199,9 @@ func recovered(o Observation, rec Record, now time.Time) (time.Time, bool) {
 		// Paused by its canary's failure, complete says nothing; its new
 		// revision's pods do (the canary's one pod, a restart at its start
 		// since history): every one of them healthy for the window as set
-		// (not less the minReadySeconds its hold raised) and twice its
-		// longest run before a crash, so a crash loop never looks recovered.
+		// (not less the minReadySeconds its hold raised) and longer than
+		// its longest run before a crash (outlast), so a crash loop never
+		// looks recovered.
 		if !v.Read || v.Unread || v.Pods == 0 || !v.Healthy {
 			return time.Time{}, false
 		}

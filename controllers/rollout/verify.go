@@ -60,9 +60,11 @@ type Verification struct {
 	// canary passes on it.
 	FirstHealthySince time.Time
 	// Outlast: how long a halted workload's pods must stay healthy besides
-	// the window: twice the longest run of a container before its last
-	// restart, so a crash loop whose runs outlast the window (a crash 45 s
-	// after each start) never looks recovered between two crashes.
+	// the window (outlast): longer than the longest run of a container
+	// before its last restart, by as long as a busy node's kubelet may take
+	// to write the next crash, so a crash loop whose runs outlast the window
+	// (a crash 45 s after each start) never looks recovered between two
+	// crashes.
 	Outlast time.Duration
 	// JudgeAt: when a pod whose containers run but that is not Ready yet
 	// has had its probes' budget (zero: no such pod).
@@ -253,7 +255,7 @@ func InspectPods(seen PodsSeen) Verification {
 			v.FirstHealthySince = since
 		}
 		if seen.Rule == RuleLasting {
-			v.Outlast = max(v.Outlast, 2*longestRun(p))
+			v.Outlast = max(v.Outlast, outlast(longestRun(p)))
 		}
 		if since.After(v.HealthySince) {
 			v.HealthySince = since
@@ -611,6 +613,19 @@ func statusWritten(p *corev1.Pod) time.Time {
 		at = later(at, e.Time.Time)
 	}
 	return at
+}
+
+// outlast is how long a pod whose container ran at most run before its last
+// restart must stay healthy to count as recovered (0: it never restarted):
+// its next crash comes within run of its restart, and the node may write
+// it up to workload.LateReadyMargin later (a crash 20 s after each start,
+// written 20 s late, lifted a halt when this was twice the run: ci27's
+// real-node lane); and at least twice run.
+func outlast(run time.Duration) time.Duration {
+	if run <= 0 {
+		return 0
+	}
+	return max(2*run, run+workload.LateReadyMargin)
 }
 
 // longestRun is how long the longest-running container of p ran before

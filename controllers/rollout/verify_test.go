@@ -275,11 +275,19 @@ func TestInspectPodsByRule(t *testing.T) {
 		judgeAt time.Time
 		outlast time.Duration
 	}{
+		// A crash 20 s after each start: the next comes 20 s after this
+		// restart, and a busy node wrote one 20 s late (ci27): health must
+		// outlast the run by LateReadyMargin. Twice the run lifted that halt.
 		"lasting: a crash loop's runs set how long health must last": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-5*time.Second)), readyAt(now.Add(-4*time.Second)), func(p *corev1.Pod) {
 			p.Status.ContainerStatuses[0].RestartCount = 2
 			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
 				StartedAt: metav1.NewTime(now.Add(-26 * time.Second)), FinishedAt: metav1.NewTime(now.Add(-6 * time.Second))}
-		}), healthy: true, since: now.Add(-4 * time.Second), outlast: 40 * time.Second},
+		}), healthy: true, since: now.Add(-4 * time.Second), outlast: 80 * time.Second},
+		"lasting: a long run between crashes sets twice itself": {rule: RuleLasting, pod: base("a", runningSince(now.Add(-5*time.Second)), readyAt(now.Add(-4*time.Second)), func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].RestartCount = 1
+			p.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
+				StartedAt: metav1.NewTime(now.Add(-126 * time.Second)), FinishedAt: metav1.NewTime(now.Add(-6 * time.Second))}
+		}), healthy: true, since: now.Add(-4 * time.Second), outlast: 240 * time.Second},
 		"rolling: a key removed (CreateContainerConfigError)": {rule: RuleRolling, pod: base("a", configError), problem: "cannot run, CreateContainerConfigError: couldn't find key mode"},
 		"rolling: an init container rejects the value":        {rule: RuleRolling, pod: base("a", initFailing), problem: "container check restarted 1 times (exit code 2, Error), CrashLoopBackOff"},
 		"rolling: starting within its probes' budget":         {rule: RuleRolling, pod: base("a", probe, runningSince(now.Add(-10*time.Second))), judgeAt: now.Add(-10*time.Second + 12*time.Second + readyMargin)},

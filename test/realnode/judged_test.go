@@ -232,11 +232,15 @@ func TestCrashAfterCompletionHaltsTheRestOfTheWave(t *testing.T) {
 	with := func(window, priority string) map[string]string {
 		return map[string]string{rollout.AnnotationVerifyWindow: window, rollout.AnnotationPriority: priority}
 	}
-	// Not later: the crash must come while the change still rolls to
-	// second (a crash after the whole wave completed fails nothing).
-	crashLate := map[string]string{"APP_FAIL_AFTER": "20s"}
+	// The crash comes 60 s after each start: after first's verified
+	// rollout (its three pods and a 10 s window took 46 s on a loaded node,
+	// ci27, when this was 20 s and the crash failed its verification
+	// instead), and while the change still rolls to second, whose 60 s
+	// window outlasts it (a crash after the whole wave completed fails
+	// nothing).
+	crashLate := map[string]string{"APP_FAIL_AFTER": "60s"}
 	first := deployment(ns, "first", "shared", appOptions{probe: true, env: crashLate, annotations: with("10s", "10")})
-	second := deployment(ns, "second", "shared", appOptions{probe: true, env: map[string]string{"APP_REJECT": ""}, annotations: with("30s", "5")})
+	second := deployment(ns, "second", "shared", appOptions{probe: true, env: map[string]string{"APP_REJECT": ""}, annotations: with("60s", "5")})
 	third := deployment(ns, "third", "shared", appOptions{probe: true, annotations: with("10s", "0")})
 	env.Apply(t, configMap(ns, "shared", "good"), first, second, third)
 	for _, d := range []*appsv1.Deployment{first, second, third} {
