@@ -45,32 +45,42 @@ func (r *kindReconciler) undoFacts(ctx context.Context, obj client.Object, v rol
 	}
 	f := rollout.UndoFacts{Pin: r.Pin}
 	f.Wanted, f.Problems = rollout.OnFailure(obj.GetAnnotations(), ns.Annotations, r.Scheduler.Policy.UndoOnFailure)
-	if rollout.UndoWanted(r.Kind, r.Kind.PodTemplate(obj), f, rec) {
-		f.Revision, f.Number, f.Err = r.verifiedRevision(ctx, obj, rec.Verified)
-		f.Template, f.Err = r.liveTemplate(ctx, obj, f.Err)
+	tmpl := r.Kind.PodTemplate(obj)
+	switch {
+	case rollout.UndoWanted(r.Kind, tmpl, f, rec):
+		f.Revision, f.Number, f.Err = r.verifiedRevision(ctx, obj, rollout.ParseVerified(rec.Verified))
+		f.Template, f.Current, f.Err = r.liveTemplate(ctx, obj, f.Err)
+	case rec.Open() && rollout.Undoable(r.Kind, tmpl, f):
+		// Its record will name the revision it verifies whole.
+		f.Template, f.Current, _ = r.liveTemplate(ctx, obj, nil)
 	}
 	return f
 }
 
 // liveTemplate is obj's pod template read live, whole (the cache keeps a
-// slim copy), when err (reading its revisions) is nil; an error reading it
-// is the undo's.
-func (r *kindReconciler) liveTemplate(ctx context.Context, obj client.Object, err error) (*corev1.PodTemplateSpec, error) {
+// slim copy), and its digest when it is the template of obj's generation
+// (rollout.TemplateDigest; "" when an edit landed since), when err
+// (reading its revisions) is nil; an error reading it is the undo's.
+func (r *kindReconciler) liveTemplate(ctx context.Context, obj client.Object, err error) (*corev1.PodTemplateSpec, string, error) {
 	if err != nil || r.APIReader == nil {
-		return nil, err
+		return nil, "", err
 	}
 	live := r.Kind.New()
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
-		return nil, fmt.Errorf("while reading %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+		return nil, "", fmt.Errorf("while reading %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 	}
-	return r.Kind.PodTemplate(live), nil
+	tmpl := r.Kind.PodTemplate(live)
+	if live.GetGeneration() != obj.GetGeneration() {
+		return tmpl, "", nil
+	}
+	return tmpl, rollout.TemplateDigest(tmpl), nil
 }
 
 // verifiedRevision is the newest pinned revision of obj (from the cache,
 // which holds the pinned ReplicaSets and ControllerRevisions) whose template
 // is stamped verified: the last one that passed verification. Its kind says
 // where its revisions are and how they are numbered.
-func (r *kindReconciler) verifiedRevision(ctx context.Context, obj client.Object, verified string) (*corev1.PodTemplateSpec, int64, error) {
+func (r *kindReconciler) verifiedRevision(ctx context.Context, obj client.Object, verified rollout.VerifiedID) (*corev1.PodTemplateSpec, int64, error) {
 	list := r.Kind.Revisions()
 	if list == nil {
 		return nil, 0, nil
@@ -90,7 +100,7 @@ func (r *kindReconciler) verifiedRevision(ctx context.Context, obj client.Object
 			return nil
 		}
 		t, err := revisionTemplate(rev)
-		if err != nil || t.Annotations[stamp.AnnotationHash] != verified {
+		if err != nil || !verified.Names(t) {
 			return err
 		}
 		best, bestRev = t.DeepCopy(), n

@@ -28,9 +28,14 @@ import (
 func TestVerifiedRevision(t *testing.T) {
 	kinds := workload.NewRegistry()
 	tmpl := func(hash string) corev1.PodTemplateSpec {
+		image := "app:1"
+		if strings.HasSuffix(hash, "+edit") { // an image edited after the verified rollout: the same stamp
+			hash, image = strings.TrimSuffix(hash, "+edit"), "app:2"
+		}
 		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{
 			Labels:      map[string]string{"app": "w", appsv1.DefaultDeploymentUniqueLabelKey: "abc"},
-			Annotations: map[string]string{stamp.AnnotationHash: hash}}}
+			Annotations: map[string]string{stamp.AnnotationHash: hash}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: image}}}}
 	}
 	meta := func(owner client.Object, kind, name string, ann map[string]string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: ann, Labels: map[string]string{pin.LabelPinned: "true"},
@@ -50,19 +55,26 @@ func TestVerifiedRevision(t *testing.T) {
 		return &appsv1.ControllerRevision{ObjectMeta: meta(sts, "StatefulSet", name, nil), Revision: rev, Data: runtime.RawExtension{Raw: raw}}
 	}
 	c := fake.NewClientBuilder().WithObjects(
-		rs("rs-9", "9", "v1-good"), rs("rs-10", "10", "v1-good"), rs("rs-11", "11", "v1-bad"),
-		cr("cr-3", 3, "v1-good"), cr("cr-12", 12, "v1-good"), cr("cr-13", 13, "v1-bad"),
+		rs("rs-9", "9", "v1-good"), rs("rs-10", "10", "v1-good"), rs("rs-11", "11", "v1-good+edit"), rs("rs-12", "12", "v1-bad"),
+		cr("cr-3", 3, "v1-good"), cr("cr-12", 12, "v1-good"), cr("cr-13", 13, "v1-good+edit"), cr("cr-14", 14, "v1-bad"),
 	).Build()
+	whole := tmpl("v1-good") // the template verified: its digest without the ReplicaSet's label
+	verified := rollout.VerifiedID{Stamp: "v1-good", Template: rollout.TemplateDigest(&whole)}
 	for _, tc := range []struct {
 		obj       client.Object
+		verified  rollout.VerifiedID
 		want      int64
 		hashLabel bool
-	}{{dep, 10, false}, {sts, 12, true}} {
+	}{
+		{dep, verified, 10, false}, {sts, verified, 12, true},
+		// A record written before the digest names the stamp only: the newest of it.
+		{dep, rollout.VerifiedID{Stamp: "v1-good"}, 11, false},
+	} {
 		kind, _ := kinds.Of(tc.obj)
 		r := &kindReconciler{WorkloadReconciler: &WorkloadReconciler{Client: c}, Kind: kind}
-		got, n, err := r.verifiedRevision(t.Context(), tc.obj, "v1-good")
+		got, n, err := r.verifiedRevision(t.Context(), tc.obj, tc.verified)
 		if err != nil || got == nil || n != tc.want {
-			t.Fatalf("%s: revision %d (%v), want %d", kind.Name, n, err, tc.want)
+			t.Fatalf("%s verified %s: revision %d (%v), want %d", kind.Name, tc.verified, n, err, tc.want)
 		}
 		if _, has := got.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; has != tc.hashLabel {
 			t.Fatalf("%s: the revision's %s label kept: %v, want %v", kind.Name, appsv1.DefaultDeploymentUniqueLabelKey, has, tc.hashLabel)

@@ -47,9 +47,10 @@ const (
 	// AnnotationVerifyWindow (user): a Go duration overriding --verify-window
 	// for this workload ("0s": completed as soon as it is complete).
 	AnnotationVerifyWindow = "configstamp.io/verify-window"
-	// AnnotationVerified is the stamp (configstamp.io/config-hash) of the
-	// last revision of the workload whose rollout passed verification: the
-	// only revision an undo returns to.
+	// AnnotationVerified names the last revision of the workload whose
+	// rollout passed verification, the only one an undo returns to: its
+	// stamp (configstamp.io/config-hash) and, for a workload that asks for
+	// undo, a digest of its whole pod template after a dot (Verified).
 	AnnotationVerified = "configstamp.io/rollout-verified"
 	// AnnotationCanary says that the rollout is its change's canary: "running"
 	// while the wave waits for its verdict, "passed" once it passed (see
@@ -147,8 +148,9 @@ type Record struct {
 	Until  time.Time
 	Cause  string
 	Halted string
-	// Verified: the stamp of the last revision whose rollout passed
-	// verification ("" when none did yet); carried from rollout to rollout.
+	// Verified: the identity of the last revision whose rollout passed
+	// verification (VerifiedID; "" when none did yet); carried from rollout
+	// to rollout.
 	Verified string
 	// Canary: whether this rollout is its change's canary, and how it stands.
 	Canary Canary
@@ -332,9 +334,9 @@ func (r Record) StartVerifying(until time.Time) Record {
 	return r
 }
 
-// Complete closes a rollout that completed (verified); its revision,
-// stamped stamp, is the last verified one ("" keeps the one before: a
-// rollout with nothing to verify). An undo's rollout closes back into the
+// Complete closes a rollout that completed (verified); its revision, of
+// identity stamp (VerifiedID.String), is the last verified one ("" keeps the
+// one before: a rollout with nothing to verify). An undo's rollout closes back into the
 // failure it undid (undone).
 func (r Record) Complete(stamp string) Record {
 	if r.Undo != "" {

@@ -232,17 +232,23 @@ func released(sit Situation) (Ruling, bool) {
 	return Ruling{Transition: Settle, On: NotOurs, Record: &rec}, true
 }
 
-// verifiedStamp is the stamp of o's template, whose rollout passed
-// verification ("" for a rollout with nothing to wait for: nothing was
-// verified).
-func verifiedStamp(o Observation) string {
+// verifiedID is the identity of o's template, whose rollout passed
+// verification: its stamp and, read whole while it rolled, its digest
+// (UndoFacts.Current); "" for a rollout with nothing to wait for: nothing
+// was verified.
+func verifiedID(o Observation) string {
 	if st := o.Kind.Status(o.Object); st.NothingToWaitFor || st.Paused {
 		return ""
 	}
-	if tmpl := o.Kind.PodTemplate(o.Object); tmpl != nil {
-		return tmpl.Annotations[stamp.AnnotationHash]
+	tmpl := o.Kind.PodTemplate(o.Object)
+	if tmpl == nil {
+		return ""
 	}
-	return ""
+	id := VerifiedID{Stamp: tmpl.Annotations[stamp.AnnotationHash]}
+	if o.Undo.Template != nil && o.Undo.Template.Annotations[stamp.AnnotationHash] == id.Stamp {
+		id.Template = o.Undo.Current
+	}
+	return id.String()
 }
 
 // judged is rules 4 to 8.
@@ -258,7 +264,7 @@ func judged(sit Situation, p Policy) Ruling {
 			verifying := rec.StartVerifying(sit.Now.Add(o.Verification.Window))
 			return Ruling{Transition: StartVerify, On: RolloutComplete, Record: &verifying, After: min(o.Verification.Window+100*time.Millisecond, o.Verification.poll(sit.Now.Sub(rec.Started)))}
 		case RolloutVerified:
-			closed := rec.Complete(verifiedStamp(o))
+			closed := rec.Complete(verifiedID(o))
 			return Ruling{Transition: CloseCompleted, On: RolloutVerified, Record: &closed}
 		case RolloutFailed:
 			closed := rec.Fail(p.HaltOnFailure)

@@ -1,11 +1,16 @@
 package rollout
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,6 +61,58 @@ type UndoFacts struct {
 	// slim copy (no images, resources, probes), which no revision equals,
 	// and an edit of those would go unseen.
 	Template *corev1.PodTemplateSpec
+	// Current is TemplateDigest of Template, read while the rollout of a
+	// workload that asks for undo is open: the identity its record keeps
+	// when the rollout passes verification ("": not read).
+	Current string
+}
+
+// VerifiedID is what a record keeps of the revision that last passed
+// verification (Record.Verified): its stamp and, when it was read, a digest
+// of its whole pod template (TemplateDigest). The stamp alone names every
+// revision of one config: an image or env edit made after the verified
+// rollout has the same stamp, and was never verified. Records written
+// before the digest name the stamp only.
+type VerifiedID struct {
+	Stamp, Template string
+}
+
+// ParseVerified reads a record's Verified.
+func ParseVerified(s string) VerifiedID {
+	st, digest, _ := strings.Cut(s, ".")
+	return VerifiedID{Stamp: st, Template: digest}
+}
+
+func (v VerifiedID) String() string {
+	if v.Template == "" {
+		return v.Stamp
+	}
+	return v.Stamp + "." + v.Template
+}
+
+// Names reports whether t, a revision's template or a workload's (whole,
+// as read live or from a revision), is the verified one: its stamp and,
+// when the digest is known, its whole template.
+func (v VerifiedID) Names(t *corev1.PodTemplateSpec) bool {
+	return t != nil && v.Stamp != "" && t.Annotations[stamp.AnnotationHash] == v.Stamp && (v.Template == "" || TemplateDigest(t) == v.Template)
+}
+
+// TemplateDigest is a digest of t, whole, but for the label the Deployment
+// controller adds to its ReplicaSets' copies (pod-template-hash): equal for
+// a workload's template and its revision's. A template is no secret (anyone
+// who reads the workload reads it), so it is not keyed.
+func TemplateDigest(t *corev1.PodTemplateSpec) string {
+	if t == nil {
+		return ""
+	}
+	c := t.DeepCopy()
+	delete(c.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:8])
 }
 
 // Undo is the undo of a failed rollout a decision asks for: replace the
@@ -105,7 +162,7 @@ func undo(o Observation, rec Record) (Effects, *Undo) {
 		e.event(corev1.EventTypeWarning, ReasonUndoImpossible, "Undo", format, args...)
 		return e, nil
 	}
-	tmpl := o.Kind.PodTemplate(o.Object)
+	tmpl, verified := o.Kind.PodTemplate(o.Object), ParseVerified(rec.Verified)
 	switch {
 	case o.Kind.Unstructured():
 		return impossible("%s: undo is asked, but configstamp returns only Deployments, StatefulSets and DaemonSets to a previous revision", AnnotationOnFailure)
@@ -115,12 +172,12 @@ func undo(o Observation, rec Record) (Effects, *Undo) {
 	case rec.Verified == "":
 		return impossible("%s: undo is asked, but no earlier revision of this workload passed configstamp's verification: configstamp returns only to a verified one",
 			AnnotationOnFailure)
-	case rec.Verified == tmpl.Annotations[stamp.AnnotationHash]:
+	case verified.Stamp == tmpl.Annotations[stamp.AnnotationHash] && (f.Template == nil || verified.Names(f.Template)):
 		return impossible("%s: undo is asked, but the revision that failed is the one that last passed verification (it crashed after its window, "+
 			"while its change still rolled to other workloads); configstamp keeps no earlier verified revision to return to", AnnotationOnFailure)
-	case f.Err != nil || f.Revision == nil || f.Revision.Annotations[stamp.AnnotationHash] != rec.Verified:
+	case f.Err != nil || !verified.Names(f.Revision):
 		return impossible("%s: undo is asked, but the last verified revision of this workload (stamp %s) is no longer kept (revisionHistoryLimit) (%v)",
-			AnnotationOnFailure, rec.Verified, f.Err)
+			AnnotationOnFailure, verified.Stamp, f.Err)
 	}
 	if f.Template != nil {
 		tmpl = f.Template
@@ -216,8 +273,21 @@ func MayFail(rec Record, v Verification) bool {
 // a kind configstamp returns, and its record (rec, as written) names a
 // verified revision other than the current one to return to.
 func UndoWanted(kind workload.Kind, tmpl *corev1.PodTemplateSpec, f UndoFacts, rec Record) bool {
-	return f.Wanted && f.Pin && !kind.Unstructured() && tmpl != nil && len(pin.Pinned(tmpl)) > 0 &&
-		rec.Verified != "" && rec.Verified != tmpl.Annotations[stamp.AnnotationHash]
+	if !Undoable(kind, tmpl, f) || rec.Verified == "" {
+		return false
+	}
+	// The slim template shows the stamp only: an edit since the verified
+	// revision, of the same stamp, is seen in the live one (undo).
+	v := ParseVerified(rec.Verified)
+	return v.Stamp != tmpl.Annotations[stamp.AnnotationHash] || v.Template != ""
+}
+
+// Undoable: the workload asks for undo, is pinned where pinning is
+// installed, and is of a kind configstamp returns. While its rollout is
+// open, its whole template is read (UndoFacts.Current), so that its record
+// names the verified revision whole.
+func Undoable(kind workload.Kind, tmpl *corev1.PodTemplateSpec, f UndoFacts) bool {
+	return f.Wanted && f.Pin && !kind.Unstructured() && tmpl != nil && len(pin.Pinned(tmpl)) > 0
 }
 
 // editedSince says how failed, the template whose rollout failed, differs

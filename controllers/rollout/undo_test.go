@@ -144,3 +144,56 @@ func TestUndoJudgesTheLiveTemplateNotTheSlimCopy(t *testing.T) {
 		t.Fatalf("undo %+v over an image edited since", d.Undo)
 	}
 }
+
+// The verified identity is the whole template: the record of a workload
+// that asks for undo names its verified revision's digest too, and an
+// undo goes back only to that template. An image edited after the verified
+// rollout made a revision of the same stamp that was never verified: the
+// undo does not return to it (item 7 of issue "The canary at every edge").
+// Before, the stamp alone named it, and the undo returned to it.
+func TestUndoReturnsOnlyToTheVerifiedTemplate(t *testing.T) {
+	withImage := func(image string) func(*corev1.PodTemplateSpec) {
+		return func(tmpl *corev1.PodTemplateSpec) {
+			tmpl.Spec.Containers = []corev1.Container{{Name: "app", Image: image}}
+		}
+	}
+	verified := pinnedUndo(Record{}, withImage("app:1")).Undo.Revision
+	late := StartRecord(t0.Add(-2*time.Minute), lifecycleCause, false)
+	late.Verified = VerifiedID{Stamp: "v1-good", Template: TemplateDigest(verified)}.String()
+
+	failing := func(image string) Observation { // the revision of the verified stamp found, and the live template
+		o := pinnedUndo(late, withImage(image))
+		live := o.Kind.PodTemplate(o.Object).DeepCopy()
+		withImage(image)(live)
+		o.Undo.Template = live
+		return o
+	}
+	if d := (fixture{o: failing("app:1")}).decide(t); d.Undo == nil {
+		t.Fatalf("events %q: want the undo to the verified template", told(d.Effects))
+	}
+	d := (fixture{o: failing("app:2")}).decide(t) // the newest revision of the verified stamp: an image edited since
+	if d.Undo != nil || !strings.Contains(strings.Join(told(d.Effects), "\n"), "UndoImpossible") {
+		t.Fatalf("undo %+v, events %q: want no undo to a template never verified, and UndoImpossible", d.Undo, told(d.Effects))
+	}
+}
+
+// A rollout of a workload that asks for undo closes naming its whole
+// template, read live while it rolled; a live read of another generation
+// (an edit landed since) names the stamp only.
+func TestAVerifiedRolloutNamesItsWholeTemplate(t *testing.T) {
+	verifying := StartRecord(t0.Add(-2*time.Minute), lifecycleCause, false).StartVerifying(t0.Add(-time.Second))
+	o := observation(false, nil, NeedsNothing)
+	d := o.Object.(*appsv1.Deployment)
+	d.Spec.Template.Annotations = map[string]string{stamp.AnnotationHash: "v1-good"}
+	sealed(d, verifying, testKeys.Current())
+	o.Verification = Verification{Read: true, Healthy: true, Pods: 3}
+	o.Undo = UndoFacts{Wanted: true, Pin: true, Template: d.Spec.Template.DeepCopy(), Current: "0123456789abcdef"}
+	got := (fixture{o: o}).decide(t)
+	if got.Record == nil || got.Record.State != Completed || got.Record.Verified != "v1-good.0123456789abcdef" {
+		t.Fatalf("record %+v: want completed, verified v1-good.0123456789abcdef", got.Record)
+	}
+	o.Undo.Current = ""
+	if got := (fixture{o: o}).decide(t); got.Record == nil || got.Record.Verified != "v1-good" {
+		t.Fatalf("record %+v: want verified v1-good (no digest read)", got.Record)
+	}
+}

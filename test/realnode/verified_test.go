@@ -312,20 +312,26 @@ func TestUndoReturnsToTheLastVerifiedRevision(t *testing.T) {
 	// paused when that pod fails; the undo must resume it.
 	u.Spec.Replicas = ptr.To[int32](3)
 	v := deployment(ns, "v", "shared", appOptions{annotations: map[string]string{pin.AnnotationPin: "true", rollout.AnnotationVerifyWindow: "10s"}})
-	env.Apply(t, configMap(ns, "shared", "good"), u, v)
-	waitReady(t, u, 2*time.Minute)
-	waitReady(t, v, 2*time.Minute)
+	// e, on a ConfigMap of its own, asks for undo too; its user edits its
+	// env after its verified rollout (below).
+	e := deployment(ns, "e", "own", appOptions{annotations: map[string]string{
+		pin.AnnotationPin: "true", rollout.AnnotationOnFailure: "undo", rollout.AnnotationVerifyWindow: "10s"}})
+	env.Apply(t, configMap(ns, "shared", "good"), configMap(ns, "own", "good"), u, v, e)
+	for _, d := range []*appsv1.Deployment{u, v, e} {
+		waitReady(t, d, 2*time.Minute)
+	}
 
-	// "better" passes verification on both: u's last verified revision.
-	env.Apply(t, configMap(ns, "shared", "better"))
-	for _, d := range []*appsv1.Deployment{u, v} {
+	// "better" passes verification on all three: u's and e's last verified revision.
+	env.Apply(t, configMap(ns, "shared", "better"), configMap(ns, "own", "better"))
+	for _, d := range []*appsv1.Deployment{u, v, e} {
 		framework.Eventually(t, 2*time.Minute, func() (bool, string) {
 			rec := record(t, d)
 			return rec.State == rollout.Completed && rec.Verified != "", fmt.Sprintf("%s's record %+v", d.Name, rec)
 		})
 	}
 	vHash := framework.TemplateHash(v)
-	verified := record(t, u).Verified
+	verified := rollout.ParseVerified(record(t, u).Verified).Stamp // events name the stamp
+	editedAfterVerified(t, e)
 
 	// "interim" is stamped on u and superseded by "bad" while it rolls: it
 	// never passes. "bad" crashes at start and fails.
@@ -364,6 +370,40 @@ func TestUndoReturnsToTheLastVerifiedRevision(t *testing.T) {
 		t.Fatalf("u's record %+v: the halt must stay after the undo", rec)
 	}
 	staysUnstamped(t, v, vHash)
+	undoSkipsAnUnverifiedEdit(t, e)
+}
+
+// editedAfterVerified edits e's env as its user would (kubectl set env)
+// after its verified rollout, waits until that revision rolled out, and
+// applies the bad value to e's own ConfigMap: a revision of the verified
+// stamp that configstamp never verified, then a change that fails.
+func editedAfterVerified(t *testing.T, e *appsv1.Deployment) {
+	t.Helper()
+	env.Kubectl(t, "", "-n", e.Namespace, "set", "env", "deployment/"+e.Name, "APP_VALUE_EDIT=1")
+	waitReady(t, e, 2*time.Minute)
+	env.Apply(t, configMap(e.Namespace, "own", "bad"))
+}
+
+// undoSkipsAnUnverifiedEdit checks e, whose bad change failed after its
+// user's edit (editedAfterVerified): the undo returns only to the template
+// that passed verification, whole, and that one lacks the edit, which the
+// undo never overwrites: UndoImpossible, no RolloutUndone, the edit kept.
+// Before, the stamp alone named the verified revision, and the undo
+// returned to the edited one, never verified.
+func undoSkipsAnUnverifiedEdit(t *testing.T, e *appsv1.Deployment) {
+	t.Helper()
+	env.WaitEvent(t, e, controllers.ReasonUndoImpossible, "differs from revision")
+	if n := env.CountEvents(t, e, controllers.ReasonRolloutUndone); n != 0 {
+		t.Fatalf("e has %d RolloutUndone events: the undo returned to a revision never verified", n)
+	}
+	env.Get(t, e)
+	edited := false
+	for _, v := range e.Spec.Template.Spec.Containers[0].Env {
+		edited = edited || v.Name == "APP_VALUE_EDIT"
+	}
+	if rec := record(t, e); !edited || rec.State != rollout.Failed || rec.Halted == "" {
+		t.Fatalf("e: edit kept %v, record %+v; want the edit kept and the failure halted", edited, rec)
+	}
 }
 
 // staysUnstamped checks, once another workload's rollout of the change
