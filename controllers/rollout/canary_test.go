@@ -341,6 +341,20 @@ func firstAndSecond(t *testing.T) (*Scheduler, *clock, func(name string, priorit
 	return s, c, func(name string, priority int) Observation { return wantsChange(name, priority, cause, c.now()) }
 }
 
+// bothPastTheDebounce is firstAndSecond, both asked within their debounce
+// window (they wait), and the clock past it.
+func bothPastTheDebounce(t *testing.T) (*Scheduler, *clock, func(name string, priority int) Observation) {
+	t.Helper()
+	s, c, wants := firstAndSecond(t)
+	for _, w := range []Observation{wants("first", 10), wants("second", 0)} {
+		if d, err := s.Decide(t.Context(), w); err != nil || d.Transition == Stamp {
+			t.Fatalf("%s within the debounce: %+v %v; want it to wait", w.Key.Name, d, err)
+		}
+	}
+	c.advance(2100 * time.Millisecond)
+	return s, c, wants
+}
+
 // waveScheduler is a scheduler of canaries with a budget of 10, halting,
 // and no halt in force.
 func waveScheduler(t *testing.T) (*Scheduler, *clock) {
@@ -407,13 +421,7 @@ func TestReconcileOnOlderDataKeepsItsPlaceInTheWave(t *testing.T) {
 // as a newcomer, with a new debounce window (the real node, ci23: second
 // ran the bad value, first was never stamped).
 func TestAStampThatDidNotLandKeepsItsPlaceInTheWave(t *testing.T) {
-	s, c, wants := firstAndSecond(t)
-	for _, w := range []Observation{wants("first", 10), wants("second", 0)} {
-		if d, err := s.Decide(t.Context(), w); err != nil || d.Transition == Stamp {
-			t.Fatalf("%s within the debounce: %+v %v; want it to wait", w.Key.Name, d, err)
-		}
-	}
-	c.advance(2100 * time.Millisecond)
+	s, c, wants := bothPastTheDebounce(t)
 	d, err := s.Decide(t.Context(), wants("first", 10))
 	if err != nil || d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning || !d.Release {
 		t.Fatalf("first, after the debounce: %+v %v; want the canary's stamp, its slot given back if it does not land", d, err)
@@ -439,13 +447,7 @@ func TestAStampThatDidNotLandKeepsItsPlaceInTheWave(t *testing.T) {
 // ci26, ci27, where a Recreate Deployment ran the change before the
 // cheaper canary).
 func TestAGrantedWorkloadKeepsItsPlaceUntilItClaims(t *testing.T) {
-	s, c, wants := firstAndSecond(t)
-	for _, w := range []Observation{wants("first", 10), wants("second", 0)} {
-		if d, err := s.Decide(t.Context(), w); err != nil || d.Transition == Stamp {
-			t.Fatalf("%s within the debounce: %+v %v; want it to wait", w.Key.Name, d, err)
-		}
-	}
-	c.advance(2100 * time.Millisecond)
+	s, _, wants := bothPastTheDebounce(t)
 	if wait, err := s.Acquire(t.Context(), dep("first"), 10, true); err != nil || wait != 0 {
 		t.Fatalf("first's slot: wait %v, %v", wait, err)
 	}

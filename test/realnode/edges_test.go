@@ -30,13 +30,14 @@ func TestCanaryAtTheEdges(t *testing.T) {
 	t.Parallel()
 	l := lane(t, defaultFlags...)
 	for name, row := range map[string]func(t *testing.T, ns string){
-		"paused by its user, a bad change":            pausedFirstBadChange,
-		"Recreate first by name, a bad change":        recreateFirstBadChange,
-		"no replicas, a bad change, then a scale-up":  noReplicasFirstBadChange,
-		"progressDeadlineSeconds 60, a good change":   shortDeadlineGoodChange,
-		"a readiness gate, a good change":             readinessGateGoodChange,
-		"pods that exit once at start, a good change": exitOnceGoodChange,
-		"resume after a bad change, then a fix":       resumeThenFix,
+		"paused by its user, a bad change":                                  pausedFirstBadChange,
+		"Recreate first by name, a bad change":                              recreateFirstBadChange,
+		"no replicas, a bad change, then a scale-up":                        noReplicasFirstBadChange,
+		"progressDeadlineSeconds 60, a good change":                         shortDeadlineGoodChange,
+		"a readiness gate, a good change":                                   readinessGateGoodChange,
+		"pods that exit once at start, a good change":                       exitOnceGoodChange,
+		"resume after a bad change, then a fix":                             resumeThenFix,
+		"OnDelete first, a DaemonSet with an unavailable pod, a bad change": onDeleteAndUnavailableBadChange,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -80,23 +81,23 @@ func edgeApps(t *testing.T, ns string, others []string, shape func(*appsv1.Deplo
 
 // badPods adds to ran the pods of ds whose stamp is not the one each ran
 // before the change.
-func badPods(t *testing.T, ds []*appsv1.Deployment, before map[string]string, ran map[string]bool) {
+func badPods[W client.Object](t *testing.T, ds []W, before map[string]string, ran map[string]bool) {
 	t.Helper()
 	for _, d := range ds {
-		for _, p := range pods(t, d.Namespace, d.Name) {
-			if h := p.Annotations["configstamp.io/config-hash"]; h != "" && h != before[d.Name] {
+		for _, p := range pods(t, d.GetNamespace(), d.GetName()) {
+			if h := p.Annotations["configstamp.io/config-hash"]; h != "" && h != before[d.GetName()] {
 				ran[p.Name] = true
 			}
 		}
 	}
 }
 
-func stamps(t *testing.T, ds []*appsv1.Deployment) map[string]string {
+func stamps[W client.Object](t *testing.T, ds []W) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, d := range ds {
 		env.Get(t, d)
-		out[d.Name] = framework.TemplateHash(d)
+		out[d.GetName()] = framework.TemplateHash(d)
 	}
 	return out
 }
@@ -131,6 +132,37 @@ func recreateFirstBadChange(t *testing.T, ns string) {
 	onlyBRanIt(t, ds)
 }
 
+// a is a StatefulSet with updateStrategy OnDelete (first in the wave): its
+// controller replaces no pod for a new template, so it can make no pod of
+// the change and is never the canary. a-ds, at b's priority and before it
+// by name, is a DaemonSet whose one pod is not available (its readiness
+// probe fails on the value it runs): its controller replaces an
+// unavailable pod at once, whatever maxUnavailable allows, so a canary of
+// it costs its node and that pod. b, held at one new pod, is the cheaper
+// canary: its pod rejects the value, the change is halted, neither a nor
+// a-ds is ever stamped. (One row for both: each costs the real-node lane.)
+func onDeleteAndUnavailableBadChange(t *testing.T, ns string) {
+	a := framework.StatefulSet(ns, "a", framework.OptIn, appSpec("shared", appOptions{}))
+	a.Annotations = map[string]string{rollout.AnnotationPriority: "10"}
+	a.Spec.Replicas = ptr.To(int32(2))
+	a.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+	ads := framework.DaemonSet(ns, "a-ds", framework.OptIn, appSpec("shared", appOptions{probe: true,
+		env: map[string]string{"APP_REJECT": "good", "APP_FAIL_MODE": "unready"}}))
+	b := deployment(ns, "b", "shared", appOptions{})
+	b.Spec.Replicas = ptr.To(int32(2))
+	env.Apply(t, configMap(ns, "shared", "good"), a, ads, b)
+	framework.Eventually(t, 4*time.Minute, func() (bool, string) {
+		env.Get(t, ads)
+		ps := pods(t, ns, "a-ds")
+		s := ads.Status
+		return s.ObservedGeneration >= ads.Generation && s.DesiredNumberScheduled == 1 && s.NumberUnavailable == 1 && len(ps) == 1 && ps[0].Status.Phase == corev1.PodRunning,
+			fmt.Sprintf("a-ds's one pod running and unavailable: %+v, %d pods", s, len(ps))
+	})
+	waitReady(t, a, 4*time.Minute)
+	waitReady(t, b, 4*time.Minute)
+	onlyBRanIt(t, []client.Object{a, b, ads})
+}
+
 // a has no replicas: it can make no pod of the change, so it is never the
 // canary, and it is not stamped while the change has passed none (its
 // pods, once scaled up, would run the change untried). b's canary fails;
@@ -162,12 +194,12 @@ func noReplicasFirstBadChange(t *testing.T, ns string) {
 // canary, failed, then watches past the halted workloads' recheck (30 s),
 // the debounce and a window: exactly one pod, of b, ran the bad value, and
 // b alone was stamped. It returns the stamps from before the change.
-func onlyBRanIt(t *testing.T, ds []*appsv1.Deployment) map[string]string {
+func onlyBRanIt[W client.Object](t *testing.T, ds []W) map[string]string {
 	t.Helper()
 	b := ds[1]
 	before := stamps(t, ds)
 	changed := time.Now()
-	env.Apply(t, configMap(b.Namespace, "shared", "bad"))
+	env.Apply(t, configMap(b.GetNamespace(), "shared", "bad"))
 	ran := map[string]bool{}
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
 		badPods(t, ds, before, ran)
@@ -183,8 +215,8 @@ func onlyBRanIt(t *testing.T, ds []*appsv1.Deployment) map[string]string {
 	now := stamps(t, ds)
 	var stamped []string
 	for _, d := range ds {
-		if now[d.Name] != before[d.Name] {
-			stamped = append(stamped, d.Name)
+		if now[d.GetName()] != before[d.GetName()] {
+			stamped = append(stamped, d.GetName())
 		}
 	}
 	if len(ran) != 1 || len(stamped) != 1 || stamped[0] != "b" {

@@ -392,17 +392,25 @@ func editedAfterVerified(t *testing.T, e *appsv1.Deployment) {
 // returned to the edited one, never verified.
 func undoSkipsAnUnverifiedEdit(t *testing.T, e *appsv1.Deployment) {
 	t.Helper()
-	env.WaitEvent(t, e, controllers.ReasonUndoImpossible, "differs from revision")
-	if n := env.CountEvents(t, e, controllers.ReasonRolloutUndone); n != 0 {
-		t.Fatalf("e has %d RolloutUndone events: the undo returned to a revision never verified", n)
+	undoRefusedOverAnEdit(t, e, "1", "differs from revision")
+}
+
+// undoRefusedOverAnEdit checks w, whose user set APP_VALUE_EDIT=value and
+// whose rollout then failed: an UndoImpossible event saying why (fragment),
+// no RolloutUndone, the edit still in its template, its failure halting.
+func undoRefusedOverAnEdit(t *testing.T, w *appsv1.Deployment, value, fragment string) {
+	t.Helper()
+	env.WaitEvent(t, w, controllers.ReasonUndoImpossible, fragment)
+	if n := env.CountEvents(t, w, controllers.ReasonRolloutUndone); n != 0 {
+		t.Fatalf("%s has %d RolloutUndone events: the undo returned over the user's edit", w.Name, n)
 	}
-	env.Get(t, e)
-	edited := false
-	for _, v := range e.Spec.Template.Spec.Containers[0].Env {
-		edited = edited || v.Name == "APP_VALUE_EDIT"
+	env.Get(t, w)
+	found := false
+	for _, e := range w.Spec.Template.Spec.Containers[0].Env {
+		found = found || (e.Name == "APP_VALUE_EDIT" && e.Value == value)
 	}
-	if rec := record(t, e); !edited || rec.State != rollout.Failed || rec.Halted == "" {
-		t.Fatalf("e: edit kept %v, record %+v; want the edit kept and the failure halted", edited, rec)
+	if rec := record(t, w); !found || rec.State != rollout.Failed || rec.Halted == "" {
+		t.Fatalf("%s: edit kept %v (env %+v), record %+v; want the edit kept and the failure halting", w.Name, found, w.Spec.Template.Spec.Containers[0].Env, rec)
 	}
 }
 
@@ -444,19 +452,5 @@ func TestUndoNeverOverwritesAnEdit(t *testing.T) {
 	env.Apply(t, configMap(ns, "shared", "bad"))
 	env.WaitTemplateHash(t, w, betterHash)
 	env.Kubectl(t, "", "-n", ns, "set", "env", "deployment/w", "APP_VALUE_EDIT=kept")
-	env.WaitEvent(t, w, controllers.ReasonUndoImpossible, "never overwrites an edit")
-	if n := env.CountEvents(t, w, controllers.ReasonRolloutUndone); n != 0 {
-		t.Fatalf("%d RolloutUndone events: the undo overwrote the user's edit", n)
-	}
-	env.Get(t, w)
-	found := false
-	for _, e := range w.Spec.Template.Spec.Containers[0].Env {
-		found = found || (e.Name == "APP_VALUE_EDIT" && e.Value == "kept")
-	}
-	if !found {
-		t.Fatalf("the user's env edit is gone from the template: %+v", w.Spec.Template.Spec.Containers[0].Env)
-	}
-	if rec := record(t, w); rec.State != rollout.Failed || rec.Halted == "" {
-		t.Fatalf("record %+v: want failed and halting", rec)
-	}
+	undoRefusedOverAnEdit(t, w, "kept", "never overwrites an edit")
 }
