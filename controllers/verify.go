@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -75,7 +74,7 @@ func (r *kindReconciler) verification(ctx context.Context, obj client.Object) ro
 	if err != nil {
 		return v
 	}
-	complete, _ := rollout.Complete(r.Kind, obj)
+	complete, _ := rollout.Complete(r.Kind, obj, v)
 	rule, watched := rollout.Watched(rec, complete, rec.State == rollout.Completed)
 	tmpl := r.Kind.PodTemplate(obj)
 	if !watched || r.APIReader == nil || tmpl == nil || len(tmpl.Labels) == 0 {
@@ -119,7 +118,7 @@ func (r *kindReconciler) verification(ctx context.Context, obj client.Object) ro
 		seen.NodesNotReady, stalled = r.nodesNotReady(ctx, obj, rec, seen)
 	}
 	found := rollout.InspectPods(seen)
-	found.StalledBy = stalled
+	found.NotWaitedFor, found.StalledBy = seen.NodesNotReady, stalled
 	log.FromContext(ctx).V(1).Info("pods judged", "rule", rule, "pods", len(seen.Pods), "problem", found.Problem, "healthy", found.Healthy)
 	found.Window, found.PollScale = v.Window, r.Scheduler.PollScale()
 	return found
@@ -167,9 +166,9 @@ const maxNodeReads = 8
 var nodesNotReadyTold sync.Map
 
 // nodesNotReady returns the NotReady nodes that alone keep a DaemonSet's
-// rollout from complete (workload.DaemonSetNotWaitedFor) and marks obj with
-// them in memory (workload.AnnotationNodesNotReady), so its Status counts
-// it complete; nil for any other workload or rollout. stalled are the
+// rollout from complete (workload.DaemonSetNotWaitedFor; the judgement
+// counts it complete without them: rollout.StatusSeen); nil for any other
+// workload or rollout. stalled are the
 // NotReady nodes that stall its rolling update in its own controller
 // (workload.DaemonSetStalledBy): its rollout is then not failed at the
 // deadline, and once it has run that long a Warning says why. Nodes are not cached:
@@ -203,12 +202,6 @@ func (r *kindReconciler) nodesNotReady(ctx context.Context, obj client.Object, r
 		r.tellStalled(ctx, obj, rec, seen, stalled)
 		return nil, stalled
 	}
-	a := maps.Clone(obj.GetAnnotations())
-	if a == nil {
-		a = map[string]string{}
-	}
-	a[workload.AnnotationNodesNotReady] = strings.Join(notReady, ",")
-	obj.SetAnnotations(a)
 	if told, _ := nodesNotReadyTold.Swap(obj.GetUID(), seen.Hash); told != seen.Hash {
 		log.FromContext(ctx).Info("the DaemonSet's rollout does not wait for its pods on NotReady nodes", "nodes", notReady)
 		r.note(corev1.EventTypeWarning, ReasonNodesNotReady, "Verify",

@@ -48,7 +48,7 @@ kinds:
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kind, _ := kinds.Of(tc.obj)
-			complete, exceeded := Complete(kind, tc.obj)
+			complete, exceeded := Complete(kind, tc.obj, Verification{})
 			if complete != tc.complete || exceeded != tc.exceeded {
 				t.Fatalf("Complete = %v, %v; want %v, %v", complete, exceeded, tc.complete, tc.exceeded)
 			}

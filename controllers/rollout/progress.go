@@ -44,7 +44,7 @@ func Judge(kind workload.Kind, obj client.Object, rec Record, v Verification, de
 	if v.Problem != "" {
 		return Judgement{Trigger: RolloutFailed, Reason: "its new pods failed: " + v.Problem}
 	}
-	st := kind.Status(obj)
+	st := StatusSeen(kind, obj, v)
 	switch {
 	case st.Complete && st.Idle() && rec.Canary == CanaryRunning:
 		// Paused by its user mid-canary, or scaled to no replicas: it made
@@ -142,9 +142,21 @@ func judgeVerifying(kind workload.Kind, obj client.Object, rec Record, v Verific
 // failed as its controller reports it: see workload.Status and each kind's
 // Behavior (workload's deployment.go, statefulset.go, daemonset.go,
 // custom.go). Other objects are complete.
-func Complete(kind workload.Kind, obj client.Object) (complete, exceeded bool) {
-	st := kind.Status(obj)
+func Complete(kind workload.Kind, obj client.Object, v Verification) (complete, exceeded bool) {
+	st := StatusSeen(kind, obj, v)
 	return st.Complete, st.Exceeded
+}
+
+// StatusSeen is obj's status as its kind reads it, and complete, once its
+// controller observed the template, when its pods were judged to be done
+// but for those on NotReady nodes that cannot be replaced there
+// (Verification.NotWaitedFor).
+func StatusSeen(kind workload.Kind, obj client.Object, v Verification) workload.Status {
+	st := kind.Status(obj)
+	if len(v.NotWaitedFor) > 0 && st.Observed {
+		st.Complete = true
+	}
+	return st
 }
 
 // LostReadiness reports whether newObj, of kind, counts fewer ready or

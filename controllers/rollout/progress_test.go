@@ -79,10 +79,18 @@ func TestComplete(t *testing.T) {
 		"daemonset: new node joining":      {daemonSet(2, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 3, UpdatedNumberScheduled: 3, NumberAvailable: 2, NumberUnavailable: 1}), false, false},
 		"daemonset: rolling, complete":     {daemonSet(2, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 2, NumberAvailable: 2}), true, false},
 		"daemonset: on delete":             {daemonSet(2, appsv1.OnDeleteDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 2}), true, false},
+		// Its pods judged: every node done but a NotReady one, where its
+		// pod cannot be replaced (Verification.NotWaitedFor).
+		"daemonset: the rest on a NotReady node":               {daemonSet(2, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 3, UpdatedNumberScheduled: 2, NumberAvailable: 2, NumberUnavailable: 1}), true, false},
+		"daemonset: not observed, the rest on a NotReady node": {daemonSet(2, appsv1.RollingUpdateDaemonSetStrategyType, appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 3, UpdatedNumberScheduled: 2, NumberAvailable: 2, NumberUnavailable: 1}), false, false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			complete, ex := Complete(builtin(tc.obj), tc.obj)
+			var v Verification
+			if strings.Contains(name, "NotReady node") {
+				v.NotWaitedFor = []string{"down"}
+			}
+			complete, ex := Complete(builtin(tc.obj), tc.obj, v)
 			if complete != tc.complete || ex != tc.exceededWant {
 				t.Fatalf("Complete = (%v, exceeded %v), want (%v, %v)", complete, ex, tc.complete, tc.exceededWant)
 			}

@@ -207,7 +207,7 @@ func recovered(o Observation, rec Record, now time.Time) (time.Time, bool) {
 		}
 		return v.HealthySince.Add(max(o.VerifyWindow, v.Window, v.Outlast)), true
 	}
-	if complete, _ := Complete(o.Kind, o.Object); !complete || v.Unread || v.Problem != "" || (v.Read && !v.Healthy) {
+	if complete, _ := Complete(o.Kind, o.Object, v); !complete || v.Unread || v.Problem != "" || (v.Read && !v.Healthy) {
 		return time.Time{}, false
 	}
 	if !v.Read {

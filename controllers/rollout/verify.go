@@ -72,6 +72,12 @@ type Verification struct {
 	// PollScale multiplies PodPoll for this rollout (Scheduler.PollScale;
 	// 0 or 1: as it is).
 	PollScale int
+	// NotWaitedFor: the NotReady nodes whose pods alone keep a DaemonSet's
+	// rollout from complete (workload.DaemonSetNotWaitedFor, PodsSeen.NodesNotReady):
+	// they cannot be replaced until their node is back or gone, so the
+	// rollout is complete without them once its controller observed the
+	// template (StatusSeen).
+	NotWaitedFor []string
 	// StalledBy: NotReady nodes that stall a DaemonSet's rolling update in
 	// its own controller (workload.DaemonSetStalledBy): no progress then is
 	// no failure of the change.

@@ -46,6 +46,11 @@ type Status struct {
 	// Complete: the rollout of the current template is complete (a paused
 	// Deployment counts as complete: it will not roll until resumed).
 	Complete bool
+	// Observed: its controller observed the current template (a DaemonSet's
+	// observedGeneration). A rollout whose only unfinished pods are on
+	// NotReady nodes its controller cannot replace them on (DaemonSetNotWaitedFor,
+	// rollout.Verification.NotWaitedFor) counts as complete once observed.
+	Observed bool
 	// Exceeded: the rollout failed as its controller reports it (a
 	// Deployment's ProgressDeadlineExceeded, an extra kind's failed phase).
 	Exceeded bool

@@ -39,7 +39,7 @@ func TestBehaviorStatus(t *testing.T) {
 		// OrderedReady, the default, keeps a broken pod (kubernetes/kubernetes#67250).
 		"statefulset": {sts, Status{Mark: "1 2 1 2 1 2r2" /* fmt.Sprint puts no space before a string, as the mark always was */, Ready: 2, Available: 2, KeepsBrokenPods: true}},
 		// Its three old pods not available are replaced at once, beside the one a hold allows.
-		"daemonset": {ds, Status{Mark: "1 4 3 2 1", Ready: 2, Available: 1, MinReady: 5 * time.Second, CanaryPods: 4}},
+		"daemonset": {ds, Status{Observed: true, Mark: "1 4 3 2 1", Ready: 2, Available: 1, MinReady: 5 * time.Second, CanaryPods: 4}},
 		// Recreate replaces every pod at once: a canary of it costs all five.
 		"deployment, Recreate": {recreate, Status{Complete: true, Mark: "0 5 5 5 5", Ready: 5, Available: 5, CanaryPods: 5}},
 		"extra kind, degraded": {degraded, Status{Exceeded: true, FailedReason: `its status.phase reports the failed phase "Degraded"`,

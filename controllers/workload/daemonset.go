@@ -35,10 +35,11 @@ func (daemonSet) Template(obj client.Object) *corev1.PodTemplateSpec {
 // deletes them), nor has a DaemonSet that runs on no node (its controller
 // observed it and schedules no pod: a node selector no node matches); else
 // the latest generation observed and every scheduled node updated and
-// available — or every one but the NotReady nodes the judgement found alone
-// in the way (AnnotationNodesNotReady): their pods cannot be replaced until
-// their node is back or gone. No node is read from the last observed
-// generation: a stamp does not move the nodes a DaemonSet runs on.
+// available (the NotReady nodes a judgement finds alone in the way,
+// DaemonSetNotWaitedFor, are not waited for once it is Observed: their pods
+// cannot be replaced until their node is back or gone). No node is read
+// from the last observed generation: a stamp does not move the nodes a
+// DaemonSet runs on.
 func (daemonSet) Status(obj client.Object) Status {
 	d, ok := obj.(*appsv1.DaemonSet)
 	if !ok {
@@ -48,8 +49,9 @@ func (daemonSet) Status(obj client.Object) Status {
 	onDelete := d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
 	noNode := st.ObservedGeneration > 0 && st.DesiredNumberScheduled == 0 && st.CurrentNumberScheduled == 0
 	return Status{
-		Complete: onDelete || (st.ObservedGeneration >= d.Generation && ((st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
-			st.NumberAvailable >= st.DesiredNumberScheduled) || len(NodesNotReady(d)) > 0)),
+		Complete: onDelete || (st.ObservedGeneration >= d.Generation && st.UpdatedNumberScheduled >= st.DesiredNumberScheduled &&
+			st.NumberAvailable >= st.DesiredNumberScheduled),
+		Observed:         st.ObservedGeneration >= d.Generation,
 		NothingToWaitFor: onDelete || noNode,
 		Empty:            noNode,
 		// Its controller replaces an old pod that is not available at

@@ -2,7 +2,6 @@ package workload
 
 import (
 	"slices"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,13 +11,6 @@ import (
 
 	"github.com/configstamp/configstamp/controllers/stamp"
 )
-
-// AnnotationNodesNotReady is set in memory only, never on the API server
-// (the '#' makes it no valid annotation key), on a DaemonSet read for a
-// judgement: the NotReady nodes whose pods its rollout does not wait for
-// (DaemonSetNotWaitedFor), comma-separated. Its Status then counts the
-// rollout complete once its controller observed the template.
-const AnnotationNodesNotReady = "configstamp.io/cache#nodes-not-ready"
 
 // NodeState is what a DaemonSet's rollout reads of a node: whether it is
 // Ready, and its taints (which decide whether the DaemonSet controller counts
@@ -148,14 +140,6 @@ func DaemonSetStalledBy(d *appsv1.DaemonSet, unfinished []string, nodes map[stri
 		return nil
 	}
 	return down
-}
-
-// NodesNotReady reads AnnotationNodesNotReady of a DaemonSet.
-func NodesNotReady(d *appsv1.DaemonSet) []string {
-	if v := d.Annotations[AnnotationNodesNotReady]; v != "" {
-		return strings.Split(v, ",")
-	}
-	return nil
 }
 
 // podOn is the newest pod of pods on node (nil: none).

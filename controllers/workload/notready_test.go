@@ -75,14 +75,11 @@ func TestDaemonSetNotWaitedFor(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("DaemonSetNotWaitedFor = %v (unfinished %v), want %v", got, unfinished, tc.want)
 			}
-			d := tc.ds.DeepCopy()
-			if len(got) > 0 {
-				d.Annotations = map[string]string{AnnotationNodesNotReady: "down"}
-			}
-			plain := tc.ds.Status.UpdatedNumberScheduled >= tc.ds.Status.DesiredNumberScheduled && tc.ds.Status.NumberAvailable >= tc.ds.Status.DesiredNumberScheduled &&
-				tc.ds.Status.ObservedGeneration >= tc.ds.Generation
-			if complete := (daemonSet{}).Status(d).Complete; complete != (plain || len(got) > 0) {
-				t.Errorf("Status.Complete = %v", complete)
+			observed := tc.ds.Status.ObservedGeneration >= tc.ds.Generation
+			plain := tc.ds.Status.UpdatedNumberScheduled >= tc.ds.Status.DesiredNumberScheduled && tc.ds.Status.NumberAvailable >= tc.ds.Status.DesiredNumberScheduled && observed
+			// Complete without the nodes not waited for: rollout.StatusSeen.
+			if st := (daemonSet{}).Status(tc.ds); st.Complete != plain || st.Observed != observed || (len(got) > 0 && !observed) {
+				t.Errorf("Status = %+v: want Complete %v, Observed %v", st, plain, observed)
 			}
 		})
 	}

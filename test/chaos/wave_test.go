@@ -160,7 +160,7 @@ func (w *wave) waitComplete(t *testing.T, objs []client.Object, timeout time.Dur
 				return false, err.Error()
 			}
 			kind, _ := workload.NewRegistry().Of(o)
-			if done, _ := rollout.Complete(kind, o); !done {
+			if done, _ := rollout.Complete(kind, o, rollout.Verification{}); !done {
 				return false, key(o) + " not complete"
 			}
 		}
