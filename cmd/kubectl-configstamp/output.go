@@ -39,7 +39,10 @@ change of it, with a canary of its own; then a Canaries: line says how many,
 and a line per canary names it, the keys it references and who waits for
 it. The canaries are the controller's own choice (rollout.Canaries), across
 every object of the file: a workload that references two of them rolls both
-changes at once.
+changes at once. An object of one name that rolls workloads in several
+namespaces of the file (a platform's copies of one config) is a change in
+each: a last line says so, since a value they reject then costs up to one
+pod per namespace.
 
 Output (-o json|yaml), one object:
   objects[]          one per ConfigMap or Secret of the file:
@@ -61,7 +64,12 @@ Output (-o json|yaml), one object:
                      Namespace; absent on the others
       waitsFor       the canary of its change it waits for (kind/name;
                      absent: it is a canary, has canaries off, or does not
-                     roll)`
+                     roll)
+  acrossNamespaces[] the objects of one kind and name that roll workloads
+                     in more than one namespace: configstamp judges each
+                     namespace's change on its own, with a canary each
+    kind, name
+    namespaces[]     where it rolls workloads`
 
 const whyLong = `The workload's last configstamp rollout, from its annotations and events:
 when, caused by which change (Kind/name@content), its state now, why it
@@ -219,4 +227,7 @@ Output (-o json|yaml), one object:
 // planOutput is `plan -o json|yaml`: one result per object of the file.
 type planOutput struct {
 	Objects []planResult `json:"objects"`
+	// AcrossNamespaces: the objects of one kind and name that roll
+	// workloads in more than one namespace (planSpreads).
+	AcrossNamespaces []planSpread `json:"acrossNamespaces,omitempty"`
 }

@@ -461,7 +461,8 @@ func runPlan(ctx context.Context, o *options, _ []string) error {
 	for _, s := range skipped {
 		_, _ = fmt.Fprintf(o.errOut, "warning: %s skipped: plan reads ConfigMaps and Secrets\n", s)
 	}
-	if done, err := o.machine(planOutput{Objects: results}); done {
+	spreads := planSpreads(results)
+	if done, err := o.machine(planOutput{Objects: results, AcrossNamespaces: spreads}); done {
 		return err
 	}
 	for i, res := range results {
@@ -470,7 +471,44 @@ func runPlan(ctx context.Context, o *options, _ []string) error {
 		}
 		printPlan(o, res)
 	}
+	for _, s := range spreads {
+		o.printf("\n%s/%s rolls workloads in %d namespaces (%s): configstamp judges a change in each namespace on its own, "+
+			"so a value their workloads reject costs up to one pod in each, and a failed canary halts the change in its namespace only\n",
+			s.Kind, s.Name, len(s.Namespaces), strings.Join(s.Namespaces, ", "))
+	}
 	return nil
+}
+
+// planSpread is one object, by kind and name, that rolls workloads in more
+// than one namespace of a plan: a platform's copies of one shared config,
+// each a change of its own namespace, with a canary of its own.
+type planSpread struct {
+	Kind       string   `json:"kind"`
+	Name       string   `json:"name"`
+	Namespaces []string `json:"namespaces"`
+}
+
+// planSpreads are the plan's objects that roll workloads in more than one
+// namespace, in the order of their first result.
+func planSpreads(results []planResult) []planSpread {
+	var out []planSpread
+	at := map[[2]string]int{}
+	for _, res := range results {
+		if !slices.ContainsFunc(res.Workloads, func(e planEntry) bool { return e.Rolls }) {
+			continue
+		}
+		key := [2]string{res.Kind, res.Name}
+		i, ok := at[key]
+		if !ok {
+			i = len(out)
+			at[key] = i
+			out = append(out, planSpread{Kind: res.Kind, Name: res.Name})
+		}
+		if !slices.Contains(out[i].Namespaces, res.Namespace) {
+			out[i].Namespaces = append(out[i].Namespaces, res.Namespace)
+		}
+	}
+	return slices.DeleteFunc(out, func(s planSpread) bool { return len(s.Namespaces) < 2 })
 }
 
 // readPlanFile reads the ConfigMaps and Secrets of -f (- : standard input)
