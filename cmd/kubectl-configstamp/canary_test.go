@@ -185,6 +185,7 @@ func TestPlanCanary(t *testing.T) {
 		nsAnn  map[string]string
 		canary string // kind/name; "" none
 		line   string
+		also   string // another line the plan prints
 	}{
 		"by name":        {ws: []workload{mk("Deployment", "b", nil), mk("Deployment", "a", nil), unrelated}, canary: "Deployment/a"},
 		"by kind":        {ws: []workload{mk("StatefulSet", "a", nil), mk("DaemonSet", "a", nil)}, canary: "DaemonSet/a"},
@@ -192,7 +193,8 @@ func TestPlanCanary(t *testing.T) {
 		// A Recreate Deployment's canary replaces all its pods: at one
 		// priority, the workload held at one new pod goes first.
 		"the cheaper canary first": {ws: []workload{as(mk("Deployment", "a", nil), cswl.Status{CanaryPods: 3}), mk("Deployment", "b", nil)}, canary: "Deployment/b"},
-		"priority before cost":     {ws: []workload{as(mk("Deployment", "a", prio("5")), cswl.Status{CanaryPods: 3}), mk("Deployment", "b", nil)}, canary: "Deployment/a"},
+		"priority before cost": {ws: []workload{as(mk("Deployment", "a", prio("5")), cswl.Status{CanaryPods: 3}), mk("Deployment", "b", nil)}, canary: "Deployment/a",
+			also: "deployment/a cannot be held at one new pod: its canary runs the change on 3 pods at once"},
 		// A workload that can make no pod now is never the canary.
 		"paused passed over":    {ws: []workload{as(mk("Deployment", "a", prio("5")), cswl.Status{Paused: true}), mk("Deployment", "b", nil)}, canary: "Deployment/b"},
 		"opted out passed over": {ws: []workload{mk("Deployment", "a", nil), mk("Deployment", "z", optOut)}, canary: "Deployment/a"},
@@ -220,8 +222,8 @@ func TestPlanCanary(t *testing.T) {
 				line = "Canary: " + strings.ToLower(tc.canary) + " (first in the wave: it gets the change first, on one new pod where it can be held; " +
 					"the others that roll wait until it passes)\n"
 			}
-			if !strings.Contains(out.String(), line) {
-				t.Errorf("want %q in\n%s", line, out)
+			if !strings.Contains(out.String(), line) || !strings.Contains(out.String(), tc.also) {
+				t.Errorf("want %q and %q in\n%s", line, tc.also, out)
 			}
 		})
 	}

@@ -39,7 +39,10 @@ change of it, with a canary of its own; then a Canaries: line says how many,
 and a line per canary names it, the keys it references and who waits for
 it. The canaries are the controller's own choice (rollout.Canaries), across
 every object of the file: a workload that references two of them rolls both
-changes at once. An object of one name that rolls workloads in several
+changes at once. A canary Kubernetes cannot hold at one new pod (a
+Recreate Deployment, a DaemonSet whose pods are not all available) gets a
+line saying on how many pods it runs the change at once. An object of one
+name that rolls workloads in several
 namespaces of the file (a platform's copies of one config) is a change in
 each: a last line says so, since a value they reject then costs up to one
 pod per namespace.
@@ -65,6 +68,9 @@ Output (-o json|yaml), one object:
       waitsFor       the canary of its change it waits for (kind/name;
                      absent: it is a canary, has canaries off, or does not
                      roll)
+      canaryPods     a canary Kubernetes cannot hold at one new pod (a
+                     Recreate Deployment, a DaemonSet with pods not
+                     available): the pods it runs the change on at once
   acrossNamespaces[] the objects of one kind and name that roll workloads
                      in more than one namespace: configstamp judges each
                      namespace's change on its own, with a canary each

@@ -209,6 +209,11 @@ type planEntry struct {
 	// WaitsFor: the canary of its change it waits for (kind/name; absent:
 	// it is the canary, has canaries off, or does not roll).
 	WaitsFor string `json:"waitsFor,omitempty"`
+	// CanaryPods: a canary Kubernetes cannot hold at one new pod (a
+	// Recreate Deployment replaces all its pods; a DaemonSet replaces its
+	// pods that are not available at once): how many pods it runs the
+	// change on (workload.Status.CanaryPods); absent: one.
+	CanaryPods int64 `json:"canaryPods,omitempty"`
 	// place, idle, canaryOff and change: its wave order, whether it can
 	// make no canary pod now, configstamp.io/canary, and the change it
 	// rolls (workload.ChangeContent: equal for the workloads that roll the
@@ -341,10 +346,13 @@ func markCanaries(results []planResult) {
 		}
 	}
 	each(func(k rollout.Key, e *planEntry) {
-		e.Canary, e.WaitsFor = false, ""
+		e.Canary, e.WaitsFor, e.CanaryPods = false, "", 0
 		switch first, ok := canaryOf[e.change][k.Namespace]; {
 		case first == k:
 			e.Canary = true
+			if e.place.Cost > 1 {
+				e.CanaryPods = e.place.Cost
+			}
 		case ok:
 			e.WaitsFor = strings.ToLower(first.Kind) + "/" + first.Name
 		}
@@ -610,6 +618,25 @@ func markRotations(results []planResult) {
 // rolls): one line when one change rolls, else a line per change's canary
 // with the keys it rolls and the workloads that wait for it.
 func planCanaryLines(ws []planEntry) []string {
+	return append(canaryLines(ws), unheldLines(ws)...)
+}
+
+// unheldLines say which canaries Kubernetes cannot hold at one new pod, and
+// on how many pods each runs its change at once.
+func unheldLines(ws []planEntry) []string {
+	var out []string
+	for _, e := range ws {
+		if e.Canary && e.CanaryPods > 1 {
+			out = append(out, fmt.Sprintf("  %s/%s cannot be held at one new pod: its canary runs the change on %d pods at once "+
+				"(a Recreate Deployment replaces every pod; a DaemonSet replaces its pods that are not available); "+
+				"at a %s no higher than theirs, workloads that can be held go first", strings.ToLower(e.Kind), e.Name, e.CanaryPods, rollout.AnnotationPriority))
+		}
+	}
+	return out
+}
+
+// canaryLines name the canaries (planCanaryLines).
+func canaryLines(ws []planEntry) []string {
 	var off, canaries []string
 	rolls := 0
 	waiters := map[string][]string{}
