@@ -622,7 +622,8 @@ func statusWritten(p *corev1.Pod) time.Time {
 }
 
 // outlast is how long a pod whose container ran at most run before its last
-// restart must stay healthy to count as recovered (0: it never restarted):
+// restart must stay healthy to count as recovered (0: it never restarted,
+// or ran less than the second its start and end are written in):
 // its next crash comes within run of its restart, and the node may write
 // it up to workload.LateReadyMargin later (a crash 20 s after each start,
 // written 20 s late, lifted a halt when this was twice the run: ci27's
