@@ -50,8 +50,9 @@ func (r *kindReconciler) undoFacts(ctx context.Context, obj client.Object, v rol
 	case rollout.UndoWanted(r.Kind, tmpl, f, rec):
 		f.Revision, f.Number, f.Err = r.verifiedRevision(ctx, obj, rollout.ParseVerified(rec.Verified))
 		f.Template, f.Current, f.Err = r.liveTemplate(ctx, obj, f.Err)
-	case rec.Open() && rollout.Undoable(r.Kind, tmpl, f):
-		// Its record will name the revision it verifies whole.
+	case rollout.MayVerify(rec, v) && rollout.Undoable(r.Kind, tmpl, f):
+		// Its record will name the revision it verifies whole: read when it
+		// may close, not at every reconcile while it rolls.
 		f.Template, f.Current, _ = r.liveTemplate(ctx, obj, nil)
 	}
 	return f

@@ -61,9 +61,9 @@ type UndoFacts struct {
 	// slim copy (no images, resources, probes), which no revision equals,
 	// and an edit of those would go unseen.
 	Template *corev1.PodTemplateSpec
-	// Current is TemplateDigest of Template, read while the rollout of a
-	// workload that asks for undo is open: the identity its record keeps
-	// when the rollout passes verification ("": not read).
+	// Current is TemplateDigest of Template, read when the rollout of a
+	// workload that asks for undo may close as verified (MayVerify): the
+	// identity its record keeps when it passes ("": not read).
 	Current string
 }
 
@@ -268,6 +268,14 @@ func MayFail(rec Record, v Verification) bool {
 	return rec.Open() || rec.State == Completed && v.Problem != ""
 }
 
+// MayVerify reports whether a rollout whose record is rec may close as
+// verified now, its pods read as v (Judge): at the end of its window, or,
+// with no window, once complete. Only then does its record need the
+// identity of its template (UndoFacts.Current).
+func MayVerify(rec Record, v Verification) bool {
+	return rec.State == Verifying || rec.Open() && v.Window == 0
+}
+
 // UndoWanted says whether reading a workload's revisions for an undo is
 // worth it: it asks for undo, is pinned where pinning is installed, is of
 // a kind configstamp returns, and its record (rec, as written) names a
@@ -283,9 +291,9 @@ func UndoWanted(kind workload.Kind, tmpl *corev1.PodTemplateSpec, f UndoFacts, r
 }
 
 // Undoable: the workload asks for undo, is pinned where pinning is
-// installed, and is of a kind configstamp returns. While its rollout is
-// open, its whole template is read (UndoFacts.Current), so that its record
-// names the verified revision whole.
+// installed, and is of a kind configstamp returns. When its rollout may
+// close as verified (MayVerify), its whole template is read
+// (UndoFacts.Current), so that its record names the verified revision whole.
 func Undoable(kind workload.Kind, tmpl *corev1.PodTemplateSpec, f UndoFacts) bool {
 	return f.Wanted && f.Pin && !kind.Unstructured() && tmpl != nil && len(pin.Pinned(tmpl)) > 0
 }
