@@ -608,3 +608,76 @@ func TestRestartAfterTheCanaryPassedNeedsNoOther(t *testing.T) {
 		t.Errorf("canary records after the restart: %v, want only %s's: the restart gave the change a second canary", canaries, canary)
 	}
 }
+
+// A restart of configstamp (as a new leader) while the change's canary is
+// verifying keeps the canary's window where it was: the window's end is in
+// the canary's sealed record, not in the process. Three Deployments share the
+// change, a budget of one; configstamp is killed half way into the canary's
+// window and started again. The canary passes at the end of the window its
+// record names, not a whole window after the new leader's first look, and no
+// other workload of the wave starts before it passed.
+func TestRestartMidCanaryKeepsItsWindow(t *testing.T) {
+	t.Parallel()
+	const window = 60 * time.Second
+	l := lane(t, "--max-concurrent-rollouts=1", "--verify-window="+window.String())
+	ns := l.Namespace(t, "mid-canary", nil)
+	wave := names("app", 3)
+	createWave(t, ns, wave, nil)
+	dep := func(n string) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}
+	}
+
+	changed := time.Now().Add(-time.Second) // records keep whole seconds
+	env.Apply(t, framework.ConfigMap(ns, "shared", map[string]string{"mode": "two"}, nil))
+	var canary string
+	var until time.Time
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		for _, n := range wave {
+			if r := state(t, dep(n)); r.Canary == rollout.CanaryRunning && r.State == rollout.Verifying {
+				canary, until = n, r.Until
+				return true, ""
+			}
+		}
+		return false, "no canary verifying yet"
+	})
+	framework.Eventually(t, window, func() (bool, string) {
+		return time.Until(until) <= window/2, "the canary's window is not half over"
+	})
+	if r := state(t, dep(canary)); r.State != rollout.Verifying || !r.Until.Equal(until) {
+		t.Fatalf("%s's record %+v half way into its window: want it verifying until %v", canary, r, until)
+	}
+	l.Kill()
+	killed := time.Now()
+	if err := l.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*window, func() (bool, string) {
+		r := state(t, dep(canary))
+		return r.State == rollout.Completed, fmt.Sprintf("%s: rollout-state %q, canary %q", canary, r.State, r.Canary)
+	})
+	passed := time.Now()
+	t.Logf("killed %s's canary %v into its %v window; it passed %v after the window its record names ended",
+		canary, (window - until.Sub(killed)).Round(100*time.Millisecond), window, passed.Sub(until).Round(100*time.Millisecond))
+	// A fresh window would count from the new leader's first look, after
+	// the kill: it would end half a window (30 s) or more past until.
+	if late := passed.Sub(until); late > 10*time.Second {
+		t.Errorf("the canary passed %v after its window's end: as late as a fresh window from the restart would end: the restart gave it one",
+			late.Round(100*time.Millisecond))
+	}
+	// None of the rest started before the window's end; the next starts
+	// after it (the pass found by the new leader lets the wave go on).
+	started := 0
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		started = 0
+		for _, n := range wave {
+			if r := state(t, dep(n)); n != canary && r.Started.After(changed) {
+				if r.Started.Before(until.Add(-time.Second)) {
+					t.Fatalf("%s started its rollout at %v, before the canary's window ended at %v: the restart let the wave past a canary not yet passed",
+						n, r.Started, until)
+				}
+				started++
+			}
+		}
+		return started > 0, "no other workload started after the canary passed"
+	})
+}
