@@ -290,3 +290,37 @@ func TestRestartKeepsTheProgressDeadline(t *testing.T) {
 		t.Fatalf("12 s later, its pods not read: %+v %v; want it still followed (a full deadline from the first look)", d, err)
 	}
 }
+
+// A suspect still not Ready holds its change for as long as a node may
+// write the crash after the unready (workload.LateReadyMargin; a loaded
+// test node wrote one 23 s late), not 15 s: test/realnode
+// TestCrashAfterCompletionHaltsTheRestOfTheWave saw third stamped while
+// first's crash was still unwritten. Judged again and again meanwhile (its
+// polls), it still holds; a pod unready for good delays the wave by that
+// margin, and never stops it.
+func TestSuspectHoldsTheWaveWhileTheCrashMayBeWrittenLate(t *testing.T) {
+	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "shared"}
+	cause := []Change{{Ref: ref, Content: "00aa"}}
+	done := StartRecord(t0.Add(-time.Minute), cause, false).Complete("v1-x")
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: time.Minute, HaltOnFailure: true})
+	s.Halts = haltsFunc(func() string { return "" })
+	suspect := Observation{Key: dep("first"), Kind: deploymentKind, Object: workloadIn("first", true, &done), Ours: true,
+		Verification: Verification{Read: true}}
+	next := Observation{Key: dep("third"), Kind: deploymentKind, Object: workloadIn("third", true, nil), Ours: true, Need: NeedsRollout, Hash: "v1-new", Data: dataOf("v1-new"), Sources: sourcesOf(cause)}
+	for elapsed := time.Duration(0); elapsed < workload.LateReadyMargin; elapsed += 2 * time.Second {
+		if _, err := s.Decide(t.Context(), suspect); err != nil { // its poll: still not Ready, no crash written yet
+			t.Fatal(err)
+		}
+		if d, err := s.Decide(t.Context(), next); err != nil || d.Transition != Wait || d.After <= 0 {
+			t.Fatalf("%v after the suspect's first look, still unready: %+v %v; want to wait", elapsed, d, err)
+		}
+		c.advance(2 * time.Second)
+	}
+	c.advance(time.Second) // past the margin: a pod unready for good stops no wave
+	if _, err := s.Decide(t.Context(), suspect); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Decide(t.Context(), next); err != nil || d.Transition != Stamp {
+		t.Fatalf("past the margin: %+v %v; want to stamp", d, err)
+	}
+}

@@ -696,10 +696,15 @@ type suspicion struct {
 	until time.Time
 }
 
-// suspectFor bounds how long a suspect holds its change without being
-// judged again (it is, every PodPollMin): a readiness blip delays a wave by
-// seconds, never stops it.
-const suspectFor = 15 * time.Second
+// suspectFor bounds how long a suspect holds its change from its first
+// look (it is judged again every PodPollMin meanwhile, and a Ready pod ends
+// the suspicion at once): as long as a busy node may write the crash after
+// the unready it wrote first (workload.LateReadyMargin; 23 s seen on the
+// test node). With 15 s, the next workload of the wave was stamped while
+// the crash was still unwritten (test/realnode
+// TestCrashAfterCompletionHaltsTheRestOfTheWave). A pod unready for good
+// delays the wave by that margin, never stops it.
+const suspectFor = workload.LateReadyMargin
 
 // suspect notes (or, with on false, forgets) that k, whose record is rec,
 // is a suspect: its change waits (suspected).

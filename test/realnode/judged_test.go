@@ -215,12 +215,12 @@ func firstCrash(ps []corev1.Pod) time.Time {
 }
 
 // TestCrashAfterCompletionHaltsTheRestOfTheWave: a container that crashes
-// 20 s after start, past its 10 s verification window, while its change
+// 60 s after start, past its 10 s verification window, while its change
 // still rolls to other workloads (one slot: the wave goes one workload at a
 // time). The first workload completed; its crash fails it then and halts
 // the change, so the third workload is never stamped.
 //
-// second takes the value (it does not reject it) and verifies for 30 s: the
+// second takes the value (it does not reject it) and verifies for 2 min: the
 // crash must reach configstamp while second still holds the slot. With a
 // 10 s window second completed 4.5 s after first's crash in a loaded run,
 // before the kubelet had written it (6 s late), and third was stamped: the
@@ -233,14 +233,18 @@ func TestCrashAfterCompletionHaltsTheRestOfTheWave(t *testing.T) {
 		return map[string]string{rollout.AnnotationVerifyWindow: window, rollout.AnnotationPriority: priority}
 	}
 	// The crash comes 60 s after each start: after first's verified
-	// rollout (its three pods and a 10 s window took 46 s on a loaded node,
+	// rollout (its pod and a 10 s window took 46 s on a loaded node,
 	// ci27, when this was 20 s and the crash failed its verification
-	// instead), and while the change still rolls to second, whose 60 s
+	// instead), and while the change still rolls to second, whose 2 min
 	// window outlasts it (a crash after the whole wave completed fails
 	// nothing).
 	crashLate := map[string]string{"APP_FAIL_AFTER": "60s"}
 	first := deployment(ns, "first", "shared", appOptions{probe: true, env: crashLate, annotations: with("10s", "10")})
-	second := deployment(ns, "second", "shared", appOptions{probe: true, env: map[string]string{"APP_REJECT": ""}, annotations: with("60s", "5")})
+	// second's window outlasts first's crash by more than a busy node may
+	// write it late (workload.LateReadyMargin): with 60 s, the margin was
+	// first's 10 s window and second's start, and a crash written ~20 s
+	// late let second's slot go to third before the halt (CI, loaded).
+	second := deployment(ns, "second", "shared", appOptions{probe: true, env: map[string]string{"APP_REJECT": ""}, annotations: with("2m", "5")})
 	third := deployment(ns, "third", "shared", appOptions{probe: true, annotations: with("10s", "0")})
 	env.Apply(t, configMap(ns, "shared", "good"), first, second, third)
 	for _, d := range []*appsv1.Deployment{first, second, third} {
@@ -279,7 +283,11 @@ func TestCrashAfterCompletionHaltsTheRestOfTheWave(t *testing.T) {
 	framework.Eventually(t, 3*time.Minute, func() (bool, string) {
 		env.Get(t, third)
 		if h := framework.TemplateHash(third); h != thirdHash {
-			t.Fatalf("third was stamped %s after the change (%s -> %s): the wave went on past a crash after completion", since(changed), thirdHash, h)
+			// Seen now; its record says when it was stamped: before first's
+			// failure (the crash reached configstamp too late) or after it
+			// (a halt that did not hold).
+			t.Fatalf("third was stamped at %s after the change (seen %s after it; first's failure seen %s after it) (%s -> %s): the wave went on past a crash after completion",
+				rollout.Read(third.GetAnnotations()).Started.Sub(changed).Round(time.Second), since(changed), failed.Sub(changed).Round(100*time.Millisecond), thirdHash, h)
 		}
 		rec := record(t, second)
 		return !rec.Open() && time.Since(failed) > 40*time.Second, fmt.Sprintf("second's record %+v", rec)
