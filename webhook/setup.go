@@ -161,11 +161,14 @@ func Rules(kinds *workload.Registry) []admissionregistrationv1.RuleWithOperation
 				Resources: resources, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 		}
 	}
-	rules := []admissionregistrationv1.RuleWithOperations{rule("apps", "v1", "deployments", "statefulsets", "daemonsets")}
+	var rules []admissionregistrationv1.RuleWithOperations
 	for _, k := range kinds.All() {
-		if k.Unstructured() {
-			rules = append(rules, rule(k.GVK.Group, k.GVK.Version, k.Resource))
+		gvr := k.GVR()
+		if n := len(rules); n > 0 && !k.Unstructured() { // the built-in kinds share apps/v1: one rule
+			rules[n-1].Resources = append(rules[n-1].Resources, gvr.Resource)
+			continue
 		}
+		rules = append(rules, rule(gvr.Group, gvr.Version, gvr.Resource))
 	}
 	return rules
 }

@@ -12,11 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -206,14 +203,6 @@ func (o *options) loadKinds() error {
 	return nil
 }
 
-// resource is where the dynamic client reads an extra kind.
-func resource(k cswl.Kind) schema.GroupVersionResource {
-	if !k.Unstructured() {
-		return appsv1.SchemeGroupVersion.WithResource(k.Resource) // a built-in kind: apps/v1
-	}
-	return k.GVK.GroupVersion().WithResource(k.Resource)
-}
-
 // parseWorkloadArg reads KIND/NAME (kubectl's spellings of the kind).
 func (o *options) parseWorkloadArg(arg string) (cswl.Kind, string, error) {
 	kind, name, ok := strings.Cut(arg, "/")
@@ -228,44 +217,21 @@ func (o *options) parseWorkloadArg(arg string) (cswl.Kind, string, error) {
 		strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
 
-// listWorkloads lists every Deployment, StatefulSet and DaemonSet of ns ("" all),
-// and the objects of the extra kinds whose CRD is installed.
+// listWorkloads lists the workloads of every kind of the registry in ns
+// ("" all), each kind through the dynamic client; an extra kind whose CRD is
+// not installed has none.
 func (o *options) listWorkloads(ctx context.Context, ns string) ([]workload, error) {
 	var out []workload
-	deps, err := o.client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("while listing Deployments: %w", err)
-	}
-	for i := range deps.Items {
-		out = append(out, fromDeployment(&deps.Items[i]))
-	}
-	sts, err := o.client.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("while listing StatefulSets: %w", err)
-	}
-	for i := range sts.Items {
-		out = append(out, fromStatefulSet(&sts.Items[i]))
-	}
-	dss, err := o.client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("while listing DaemonSets: %w", err)
-	}
-	for i := range dss.Items {
-		out = append(out, fromDaemonSet(&dss.Items[i]))
-	}
 	for _, k := range o.registry.All() {
-		if !k.Unstructured() {
-			continue // listed above
-		}
-		list, err := o.dynamic.Resource(resource(k)).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if apierrors.IsNotFound(err) {
+		list, err := o.dynamic.Resource(k.GVR()).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) && k.Unstructured() {
 			continue // the CRD is not installed
 		}
 		if err != nil {
 			return nil, fmt.Errorf("while listing %s: %w", k.Resource, err)
 		}
 		for i := range list.Items {
-			if w, ok := fromUnstructured(o.registry, &list.Items[i]); ok {
+			if w, ok := fromUnstructured(o.registry, k, &list.Items[i]); ok {
 				out = append(out, w)
 			}
 		}
@@ -276,38 +242,16 @@ func (o *options) listWorkloads(ctx context.Context, ns string) ([]workload, err
 
 // getWorkload reads one workload.
 func (o *options) getWorkload(ctx context.Context, k cswl.Kind, ns, name string) (workload, error) {
-	var w workload
-	var err error
-	switch k.Name {
-	case "Deployment":
-		var d *appsv1.Deployment
-		if d, err = o.client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-			w = fromDeployment(d)
-		}
-	case "StatefulSet":
-		var s *appsv1.StatefulSet
-		if s, err = o.client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-			w = fromStatefulSet(s)
-		}
-	case "DaemonSet":
-		var d *appsv1.DaemonSet
-		if d, err = o.client.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-			w = fromDaemonSet(d)
-		}
-	default:
-		var u *unstructured.Unstructured
-		if u, err = o.dynamic.Resource(resource(k)).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-			var ok bool
-			if w, ok = fromUnstructured(o.registry, u); !ok {
-				return w, fmt.Errorf("%s %s/%s has no pod template where --kinds-config says", k.Name, ns, name)
-			}
-		}
+	u, err := o.dynamic.Resource(k.GVR()).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return workload{}, fmt.Errorf("%s %s/%s not found", k.Name, ns, name)
+	case err != nil:
+		return workload{}, fmt.Errorf("while reading %s %s/%s: %w", k.Name, ns, name, err)
 	}
-	if apierrors.IsNotFound(err) {
-		return w, fmt.Errorf("%s %s/%s not found", k.Name, ns, name)
-	}
-	if err != nil {
-		return w, fmt.Errorf("while reading %s %s/%s: %w", k.Name, ns, name, err)
+	w, ok := fromUnstructured(o.registry, k, u)
+	if !ok {
+		return w, fmt.Errorf("%s %s/%s has no pod template where --kinds-config says", k.Name, ns, name)
 	}
 	return w, nil
 }

@@ -141,7 +141,7 @@ func TestKindsConfig(t *testing.T) {
 	}
 	for _, arg := range []string{"rollout/web", "rollouts/web", "rollout.argoproj.io/web", "Rollout/web"} {
 		k, name, err := o.parseWorkloadArg(arg)
-		if err != nil || k.Name != "Rollout" || resource(k).Group != "argoproj.io" || resource(k).Resource != "rollouts" || name != "web" {
+		if err != nil || k.Name != "Rollout" || k.GVR().Group != "argoproj.io" || k.GVR().Resource != "rollouts" || name != "web" {
 			t.Errorf("%s: %+v %q %v", arg, k, name, err)
 		}
 	}

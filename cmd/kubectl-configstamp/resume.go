@@ -41,7 +41,7 @@ func runResume(ctx context.Context, o *options, args []string) error {
 			return err
 		}
 		k, _, _ := o.parseWorkloadArg(args[0])
-		_, err = o.dynamic.Resource(resource(k)).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-configstamp"})
+		_, err = o.dynamic.Resource(k.GVR()).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-configstamp"})
 		if err != nil {
 			return fmt.Errorf("while removing %s from %s %s/%s: %w", rollout.AnnotationHalted, w.kind, ns, name, err)
 		}

@@ -40,7 +40,7 @@ func runUnhold(ctx context.Context, o *options, _ []string) error {
 	}
 	out := []unholdResult{}
 	for _, k := range o.registry.All() {
-		list, err := o.dynamic.Resource(resource(k)).Namespace(o.ns()).List(ctx, metav1.ListOptions{})
+		list, err := o.dynamic.Resource(k.GVR()).Namespace(o.ns()).List(ctx, metav1.ListOptions{})
 		if apierrors.IsNotFound(err) {
 			continue // an extra kind whose CRD is not installed
 		}
@@ -104,7 +104,7 @@ func (o *options) unhold(ctx context.Context, k cswl.Kind, u *unstructured.Unstr
 	maps.Copy(patch, back) // the hold's fields are all under spec
 	raw, err := json.Marshal(patch)
 	if err == nil {
-		_, err = o.dynamic.Resource(resource(k)).Namespace(r.Namespace).Patch(ctx, r.Name, types.MergePatchType, raw, metav1.PatchOptions{FieldManager: "kubectl-configstamp"})
+		_, err = o.dynamic.Resource(k.GVR()).Namespace(r.Namespace).Patch(ctx, r.Name, types.MergePatchType, raw, metav1.PatchOptions{FieldManager: "kubectl-configstamp"})
 	}
 	if err != nil {
 		r.Error, r.PutBack = err.Error(), []string{}

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -29,42 +28,27 @@ type workload struct {
 	status cswl.Status
 }
 
-// builtins are the kinds configstamp knows without --kinds-config.
-var builtins = cswl.NewRegistry()
-
-// builtinStatus is a built-in kind's Status of obj.
-func builtinStatus(obj client.Object) cswl.Status {
-	k, _ := builtins.Of(obj)
-	return k.Status(obj)
-}
-
-func fromDeployment(d *appsv1.Deployment) workload {
-	return workload{kind: "Deployment", meta: d.ObjectMeta, template: &d.Spec.Template, status: builtinStatus(d)}
-}
-
-func fromStatefulSet(s *appsv1.StatefulSet) workload {
-	return workload{kind: "StatefulSet", meta: s.ObjectMeta, template: &s.Spec.Template, status: builtinStatus(s)}
-}
-
-func fromDaemonSet(d *appsv1.DaemonSet) workload {
-	return workload{kind: "DaemonSet", meta: d.ObjectMeta, template: &d.Spec.Template, status: builtinStatus(d)}
-}
-
-// fromUnstructured reads an object of an extra kind of kinds (from
-// --kinds-config); false when it has no pod template where the kind says
-// (an Argo Rollout with workloadRef).
-func fromUnstructured(kinds *cswl.Registry, u *unstructured.Unstructured) (workload, bool) {
-	kind, ok := kinds.Of(u)
-	if !ok {
+// fromUnstructured reads an object of kinds, as the dynamic client returns
+// every kind: a built-in kind as its typed object, so that its Behavior reads
+// it as the manager does. False when it is of none of kinds or has no pod
+// template where its kind says (an Argo Rollout with workloadRef).
+func fromUnstructured(kinds *cswl.Registry, k cswl.Kind, u *unstructured.Unstructured) (workload, bool) {
+	obj := client.Object(u)
+	if !k.Unstructured() {
+		obj = k.New()
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj) != nil {
+			return workload{}, false
+		}
+	} else if kind, ok := kinds.Of(u); !ok || kind.Name != k.Name {
 		return workload{}, false
 	}
-	tmpl := kind.PodTemplate(u)
+	tmpl := k.PodTemplate(obj)
 	md, _ := u.Object["metadata"].(map[string]any)
 	var meta metav1.ObjectMeta
 	if tmpl == nil || runtime.DefaultUnstructuredConverter.FromUnstructured(md, &meta) != nil {
 		return workload{}, false
 	}
-	return workload{kind: u.GetKind(), meta: meta, template: tmpl, status: kind.Status(u)}, true
+	return workload{kind: k.Name, meta: meta, template: tmpl, status: k.Status(obj)}, true
 }
 
 // ref is "deployment/name", as kubectl names it.

@@ -63,6 +63,14 @@ func (k Kind) Group() string {
 	return appsv1.GroupName
 }
 
+// GVR is where k is read and written: apps/v1 for the built-in kinds.
+func (k Kind) GVR() schema.GroupVersionResource {
+	if k.Unstructured() {
+		return k.GVK.GroupVersion().WithResource(k.Resource)
+	}
+	return appsv1.SchemeGroupVersion.WithResource(k.Resource)
+}
+
 // Spellings are the ways kubectl accepts k as the KIND of KIND/NAME: the
 // kind in lower case, the resource and the short name, each also followed by
 // the group (deployment.apps). Compare them without regard to case.
