@@ -44,9 +44,8 @@ kinds:
 	resolver := &workload.Resolver{Sources: c, Index: c, Keys: keys}
 	// Pinned (--pin on): the snapshot is made and the template's volume names
 	// it, written back at its path like the stamp.
-	custom := admission.WithDefaulter(scheme, &Stamper[*unstructured.Unstructured]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme),
-		Snapshots: &pin.Snapshots{Reader: c, Writer: c}, Kinds: kinds}).Handler
-	h := withWarnings{byKind{{Group: "argoproj.io", Kind: "Rollout"}: custom, {Group: "example.com", Kind: "Job2"}: custom}}
+	h := withWarnings{Handlers(scheme, &Stamper{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme),
+		Snapshots: &pin.Snapshots{Reader: c, Writer: c}, Kinds: kinds})}
 
 	template := map[string]any{
 		"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
@@ -131,8 +130,7 @@ kinds:
 		WithIndex(&corev1.ConfigMap{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).
 		WithIndex(&corev1.Secret{}, workload.IndexHasSelector, workload.IndexHasSelectorFunc).Build()
 	resolver := &workload.Resolver{Sources: c, Index: c, Keys: stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))}
-	custom := admission.WithDefaulter(scheme, &Stamper[*unstructured.Unstructured]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme), Kinds: kinds})
-	h := withWarnings{byKind{{Group: "argoproj.io", Kind: "Rollout"}: custom.Handler}}
+	h := withWarnings{Handlers(scheme, &Stamper{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme), Kinds: kinds})}
 	raw := func(spec map[string]any) []byte {
 		b, err := json.Marshal(map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
 			"metadata": map[string]any{"namespace": ns, "name": "r", "labels": map[string]any{stamp.LabelEnabled: "true"}}, "spec": spec})

@@ -48,7 +48,7 @@ type pinRequest struct {
 // pinStep pins (or unpins) the template of p and returns its stamp; kept
 // reports that the snapshots could not be made and the workload was kept as
 // it was (pinFailed): nothing more to stamp.
-func (s *Stamper[T]) pinStep(ctx context.Context, p pinRequest) (stamped string, kept bool) {
+func (s *Stamper) pinStep(ctx context.Context, p pinRequest) (stamped string, kept bool) {
 	stamped, err := s.pinned(ctx, p)
 	if err != nil {
 		s.pinFailed(ctx, p, err)
@@ -70,7 +70,7 @@ const ReasonRolledBack = "RolledBackToSnapshots"
 //   - a later UPDATE of a rolled-back workload whose sources did not change
 //     since keeps the revision's snapshots and stamp;
 //   - anything else is pinned to the sources' current content (pin).
-func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
+func (s *Stamper) pinned(ctx context.Context, p pinRequest) (string, error) {
 	tmpl := p.tmpl
 	var old client.Object
 	if p.req.Operation == admissionv1.Update && p.wanted {
@@ -117,7 +117,7 @@ func (s *Stamper[T]) pinned(ctx context.Context, p pinRequest) (string, error) {
 // was pinned to the same snapshots and its stamp hashes the same data under a
 // key this installation replaced, so that a key rotation never rolls a pinned
 // workload by itself (not at a re-apply either); else the hash computed now.
-func (s *Stamper[T]) stampFor(p pinRequest, old client.Object) string {
+func (s *Stamper) stampFor(p pinRequest, old client.Object) string {
 	if old == nil {
 		return p.comp.Hash
 	}
@@ -164,7 +164,7 @@ func (e *heldByHalt) reason() string {
 // untried or halted change reaches no pinned workload, not even with its
 // own update (an image bump, a `kubectl rollout restart`). The update
 // itself is admitted.
-func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object) error {
+func (s *Stamper) halted(ctx context.Context, p pinRequest, old client.Object) error {
 	if old == nil || s.Halts == nil || p.req.UserInfo.Username == s.Self || pin.Pinned(p.kind.PodTemplate(old)) == nil {
 		return nil
 	}
@@ -188,7 +188,7 @@ func (s *Stamper[T]) halted(ctx context.Context, p pinRequest, old client.Object
 // revision's pinned template: a stamp other than old's, and snapshots that
 // exist, are configstamp's and hash to that stamp (with the current key or
 // one it replaced: an undo across a key rotation).
-func (s *Stamper[T]) rollback(ctx context.Context, p pinRequest, old client.Object) (bool, error) {
+func (s *Stamper) rollback(ctx context.Context, p pinRequest, old client.Object) (bool, error) {
 	if old == nil {
 		return false, nil
 	}
@@ -238,7 +238,7 @@ func setAnnotation(obj client.Object, key, value string) {
 // or its sources again (unpinned). Each new snapshot exists before the
 // template names it; under dry-run none is created and the names are those a
 // real request would give.
-func (s *Stamper[T]) pin(ctx context.Context, p pinRequest) error {
+func (s *Stamper) pin(ctx context.Context, p pinRequest) error {
 	tmpl := p.tmpl
 	pins := pin.Pins{}
 	if p.wanted {
@@ -366,7 +366,7 @@ func setOrDelete(m map[string]string, k string, from map[string]string) {
 // pinWanted reports whether obj is to be pinned (pin.Wanted, with its
 // namespace's setting); bad values and a pin asked of an installation without
 // --pin are reported.
-func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev1.Namespace, namespace string, dryRun bool) bool {
+func (s *Stamper) pinWanted(ctx context.Context, obj client.Object, ns *corev1.Namespace, namespace string, dryRun bool) bool {
 	wanted, problems := pin.Wanted(obj.GetAnnotations(), ns.Annotations)
 	for _, p := range problems {
 		s.report(ctx, obj, namespace, p, dryRun)
@@ -382,7 +382,7 @@ func (s *Stamper[T]) pinWanted(ctx context.Context, obj client.Object, ns *corev
 // pinFailed admits obj keeping configstamp's state as it was (keepPins), and
 // says why where the user looks: an admission warning and a Warning event.
 // The reconciler retries a rollout the snapshot held back.
-func (s *Stamper[T]) pinFailed(ctx context.Context, p pinRequest, err error) {
+func (s *Stamper) pinFailed(ctx context.Context, p pinRequest, err error) {
 	if kerr := keepPins(p.call, p.obj); kerr != nil {
 		p.logger.Error(kerr, "while decoding the old object; admitting unchanged")
 	}

@@ -3,7 +3,9 @@ package webhook
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -14,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/configstamp/configstamp/controllers/workload/kindstest"
 )
 
 // TestRegisterKeepsLabels: Register replaces the webhooks but only adds the
@@ -107,5 +111,22 @@ func TestRegisterRetriesAConflict(t *testing.T) {
 	}
 	if len(got.Webhooks) != len(want.Webhooks) {
 		t.Errorf("%d webhooks, want %d", len(got.Webhooks), len(want.Webhooks))
+	}
+}
+
+// The rules name every kind of the registry: the built-in kinds in one rule
+// (they share apps/v1), then each extra kind in its own.
+func TestRulesNameEveryKind(t *testing.T) {
+	kinds := kindstest.Registry(t, `
+kinds:
+  - {group: argoproj.io, version: v1alpha1, kind: Rollout, resource: rollouts, templatePath: spec.template}
+`)
+	var got []string
+	for _, r := range Rules(kinds) {
+		got = append(got, fmt.Sprintf("%s/%s %v %v", r.APIGroups[0], r.APIVersions[0], r.Resources, r.Operations))
+	}
+	want := []string{"apps/v1 [deployments statefulsets daemonsets] [CREATE UPDATE]", "argoproj.io/v1alpha1 [rollouts] [CREATE UPDATE]"}
+	if !slices.Equal(got, want) {
+		t.Errorf("rules %q, want %q", got, want)
 	}
 }

@@ -7,10 +7,9 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -24,7 +23,7 @@ import (
 	"github.com/configstamp/configstamp/controllers/workload"
 )
 
-// Path is where the webhook serves all three workload kinds.
+// Path is where the webhook serves every workload kind.
 const Path = "/mutate-workloads"
 
 // RBAC for the MutatingWebhookConfiguration has no marker: only self mode writes it (get/update/patch of its own name, config/selfsigned).
@@ -39,24 +38,20 @@ func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *wo
 	halts := &rollout.Halts{Reader: mgr.GetCache(), Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: resolver.Keys}, Kinds: kinds}
 	rollout.RegisterMetrics(kinds) // configstamp_warnings_total
 	recorder := rollout.CountWarnings(mgr.GetEventRecorder("configstamp-webhook"))
-	apps := func(kind string) schema.GroupKind { return schema.GroupKind{Group: appsv1.GroupName, Kind: kind} }
-	handlers := byKind{
-		apps("Deployment"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.Deployment]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts, Kinds: kinds}).Handler,
-		apps("StatefulSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.StatefulSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts, Kinds: kinds}).Handler,
-		apps("DaemonSet"): admission.WithDefaulter(mgr.GetScheme(), &Stamper[*appsv1.DaemonSet]{
-			Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts, Kinds: kinds}).Handler,
-	}
-	custom := admission.WithDefaulter(mgr.GetScheme(), &Stamper[*unstructured.Unstructured]{
-		Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope, Snapshots: snapshots, Halts: halts, Kinds: kinds}).Handler
-	for _, k := range kinds.All() {
-		if k.Unstructured() {
-			handlers[k.GVK.GroupKind()] = custom
-		}
-	}
-	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: withWarnings{handlers}})
+	s := &Stamper{Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope,
+		Snapshots: snapshots, Halts: halts, Kinds: kinds}
+	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: withWarnings{Handlers(mgr.GetScheme(), s)}})
 	return nil
+}
+
+// Handlers is one handler per kind of s.Kinds: each decodes a request into
+// its kind's object and stamps it with s.
+func Handlers(scheme *runtime.Scheme, s *Stamper) admission.Handler {
+	handlers := byKind{}
+	for _, k := range s.Kinds.All() {
+		handlers[k.GroupKind()] = admission.WithCustomDefaulter(scheme, k.New(), s).Handler
+	}
+	return handlers
 }
 
 // byKind dispatches a request to the handler of its kind.

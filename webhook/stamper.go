@@ -8,13 +8,13 @@ package webhook
 import (
 	"context"
 	"errors"
-	"reflect"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -27,8 +27,10 @@ import (
 	"github.com/configstamp/configstamp/webhook/live"
 )
 
-// Stamper is the typed defaulter for one workload kind.
-type Stamper[T client.Object] struct {
+// Stamper is the defaulter of every workload kind: each kind's handler
+// (Handlers) decodes a request into the kind's own object (typed for a
+// built-in kind, unstructured for an extra one) and hands it here.
+type Stamper struct {
 	// Resolver reads sources live (consistent reads).
 	Resolver *workload.Resolver
 	// Cache reads Namespaces (their opt-in label).
@@ -49,12 +51,11 @@ type Stamper[T client.Object] struct {
 	// Halts finds the halts in force (the manager's cache): a user's update of
 	// a pinned workload never takes a halted change. Nil: not looked up.
 	Halts *rollout.Halts
-	// Kinds are the kinds this Stamper admits (the extra kinds share one).
-	// Nil: the built-in kinds.
+	// Kinds are the kinds this Stamper admits. Nil: the built-in kinds.
 	Kinds *workload.Registry
 }
 
-var _ admission.Defaulter[client.Object] = &Stamper[client.Object]{}
+var _ admission.Defaulter[runtime.Object] = &Stamper{}
 
 // ourAnnotations are the workload metadata annotations configstamp owns.
 var ourAnnotations = []string{stamp.AnnotationAppliedHash, stamp.AnnotationSources, stamp.AnnotationSourceVersions, stamp.AnnotationKeyID}
@@ -62,7 +63,11 @@ var ourAnnotations = []string{stamp.AnnotationAppliedHash, stamp.AnnotationSourc
 // Default stamps obj. It never returns an error: whatever goes wrong, the object
 // is admitted (the reconciler is the backstop) and the reason is logged and, for
 // bad user values, returned as an admission warning and a Warning event.
-func (s *Stamper[T]) Default(ctx context.Context, obj T) error {
+func (s *Stamper) Default(ctx context.Context, o runtime.Object) error {
+	obj, ok := o.(client.Object)
+	if !ok {
+		return nil
+	}
 	ctx = live.Arrive(ctx) // reads shared with other admissions are sent after this
 	c, ok := s.begin(ctx, obj)
 	if !ok || c.req.Operation == admissionv1.Update && c.settled() && s.unchanged(c, obj, !c.pinning) {
@@ -113,7 +118,7 @@ func (c call) settled() bool { return !c.pinning || c.wanted == (pin.Pinned(c.tm
 
 // begin reads the request and reports whether obj is configstamp's to stamp:
 // a live workload with a template, in scope, opted in.
-func (s *Stamper[T]) begin(ctx context.Context, obj T) (call, bool) {
+func (s *Stamper) begin(ctx context.Context, obj client.Object) (call, bool) {
 	req, err := admission.RequestFromContext(ctx)
 	if err != nil {
 		return call{}, false
@@ -133,7 +138,7 @@ func (s *Stamper[T]) begin(ctx context.Context, obj T) (call, bool) {
 	}
 	c.sent = c.tmpl.Annotations[stamp.AnnotationHash]
 	if req.Operation == admissionv1.Update {
-		c.old = s.newObject()
+		c.old = kind.New()
 		if c.oldErr = s.Decoder.DecodeRaw(req.OldObject, c.old); c.oldErr != nil {
 			c.old = nil
 		}
@@ -148,7 +153,7 @@ func (s *Stamper[T]) begin(ctx context.Context, obj T) (call, bool) {
 // compute hashes obj's data from live reads (through a memo when pinning, so
 // that the snapshots copy exactly what the stamp hashes) and reports bad
 // values; nil when there is nothing to stamp.
-func (s *Stamper[T]) compute(ctx context.Context, obj T, c call) (*workload.Computation, *pin.Memo) {
+func (s *Stamper) compute(ctx context.Context, obj client.Object, c call) (*workload.Computation, *pin.Memo) {
 	sources := s.Resolver.Sources
 	var memo *pin.Memo
 	if c.pinning {
@@ -173,7 +178,7 @@ func (s *Stamper[T]) compute(ctx context.Context, obj T, c call) (*workload.Comp
 }
 
 // stamp sets the stamp on obj's template and the data record on obj.
-func (s *Stamper[T]) stamp(kind workload.Kind, obj T, stamped string, comp *workload.Computation, logger logr.Logger) {
+func (s *Stamper) stamp(kind workload.Kind, obj client.Object, stamped string, comp *workload.Computation, logger logr.Logger) {
 	if !kind.SetTemplateAnnotation(obj, stamp.AnnotationHash, stamped) {
 		return // no template to stamp: no record either
 	}
@@ -195,7 +200,7 @@ func (s *Stamper[T]) stamp(kind workload.Kind, obj T, stamped string, comp *work
 // optedIn reports whether obj, in namespace, is configstamp's to stamp: the
 // namespace in scope and the workload (or its namespace) opted in. Bad
 // opt-in values are reported. The namespace is returned for its other settings.
-func (s *Stamper[T]) optedIn(ctx context.Context, obj T, namespace string, dryRun bool, logger logr.Logger) (bool, *corev1.Namespace) {
+func (s *Stamper) optedIn(ctx context.Context, obj client.Object, namespace string, dryRun bool, logger logr.Logger) (bool, *corev1.Namespace) {
 	ns := &corev1.Namespace{}
 	err := s.Cache.Get(ctx, client.ObjectKey{Name: namespace}, ns)
 	if apierrors.IsNotFound(err) {
@@ -221,7 +226,7 @@ func (s *Stamper[T]) optedIn(ctx context.Context, obj T, namespace string, dryRu
 // otherwise unchanged (keepStamp restores what it dropped), or it is the
 // reconciler's own fresh stamp (trusted only when trustFresh: a pinned
 // workload's new stamp needs its snapshots, made from a read).
-func (s *Stamper[T]) unchanged(c call, obj T, trustFresh bool) bool {
+func (s *Stamper) unchanged(c call, obj client.Object, trustFresh bool) bool {
 	if c.oldErr != nil {
 		c.logger.Error(c.oldErr, "while decoding the old object; admitting unchanged")
 		return true
@@ -300,25 +305,20 @@ func sameExceptStamp(a, b *corev1.PodTemplateSpec) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
 
-func (s *Stamper[T]) newObject() T {
-	var zero T
-	return reflect.New(reflect.TypeOf(zero).Elem()).Interface().(T)
-}
-
 // report returns p as an admission warning and, unless dry-run, a Warning event.
-func (s *Stamper[T]) report(ctx context.Context, obj client.Object, namespace string, p stamp.Problem, dryRun bool) {
+func (s *Stamper) report(ctx context.Context, obj client.Object, namespace string, p stamp.Problem, dryRun bool) {
 	s.warn(ctx, obj, namespace, workload.ReasonInvalidValue, "Ignore", p.String(), dryRun)
 }
 
 // warn returns msg as an admission warning and, unless dry-run, a Warning
 // event with reason and action.
-func (s *Stamper[T]) warn(ctx context.Context, obj client.Object, namespace, reason, action, msg string, dryRun bool) {
+func (s *Stamper) warn(ctx context.Context, obj client.Object, namespace, reason, action, msg string, dryRun bool) {
 	addWarning(ctx, msg)
 	s.event(obj, namespace, corev1.EventTypeWarning, reason, action, msg, dryRun)
 }
 
 // event emits an event about obj (in namespace), unless dry-run.
-func (s *Stamper[T]) event(obj client.Object, namespace, eventType, reason, action, msg string, dryRun bool) {
+func (s *Stamper) event(obj client.Object, namespace, eventType, reason, action, msg string, dryRun bool) {
 	if dryRun || s.Recorder == nil {
 		return
 	}

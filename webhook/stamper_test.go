@@ -47,8 +47,7 @@ func newHandlerReading(t *testing.T, sources func(client.Reader) client.Reader, 
 	keys := stamp.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
 	hasher := keys.Current()
 	resolver := &workload.Resolver{Sources: sources(c), Index: c, Keys: keys, Parallel: true}
-	d := &Stamper[*appsv1.Deployment]{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)}
-	return withWarnings{byKind{{Group: "apps", Kind: "Deployment"}: admission.WithDefaulter(scheme, d).Handler}}, hasher
+	return withWarnings{Handlers(scheme, &Stamper{Resolver: resolver, Cache: c, Decoder: admission.NewDecoder(scheme)})}, hasher
 }
 
 func deployment(labels, annotations map[string]string, templateAnnotations map[string]string) *appsv1.Deployment {

@@ -27,7 +27,7 @@ const ReasonUndoKept = "UndoKeptConfig"
 // annotations to the earlier revision's, which drops configstamp's rollout
 // record: undone keeps it, so that an undo that changed nothing cannot lift a
 // halt (only a real recovery, or removing configstamp.io/halted, does).
-func (s *Stamper[T]) undone(ctx context.Context, c call, obj client.Object, current string) {
+func (s *Stamper) undone(ctx context.Context, c call, obj client.Object, current string) {
 	sent, old := c.sent, c.old
 	if sent == "" || sent == current || old == nil {
 		return

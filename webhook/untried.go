@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/configstamp/configstamp/controllers/pin"
 	"github.com/configstamp/configstamp/controllers/rollout"
@@ -22,7 +23,7 @@ const ReasonUntriedChange = "UntriedChange"
 // its new pods read that source as it is now. Kubernetes gives configstamp
 // no way to hold back what an unpinned pod reads (a pinned workload keeps
 // its snapshots: halted); the user learns it where they look, and can pin.
-func (s *Stamper[T]) untried(ctx context.Context, c call, obj T, comp *workload.Computation) {
+func (s *Stamper) untried(ctx context.Context, c call, obj client.Object, comp *workload.Computation) {
 	if c.req.Operation != admissionv1.Update || c.pinning || s.Halts == nil || c.req.UserInfo.Username == s.Self {
 		return
 	}

@@ -63,6 +63,9 @@ func (k Kind) Group() string {
 	return appsv1.GroupName
 }
 
+// GroupKind is k's group and kind, as admission requests name it.
+func (k Kind) GroupKind() schema.GroupKind { return schema.GroupKind{Group: k.Group(), Kind: k.Name} }
+
 // GVR is where k is read and written: apps/v1 for the built-in kinds.
 func (k Kind) GVR() schema.GroupVersionResource {
 	if k.Unstructured() {
