@@ -323,4 +323,15 @@ func TestSuspectHoldsTheWaveWhileTheCrashMayBeWrittenLate(t *testing.T) {
 	if d, err := s.Decide(t.Context(), next); err != nil || d.Transition != Stamp {
 		t.Fatalf("past the margin: %+v %v; want to stamp", d, err)
 	}
+	// Still unready at its next poll, it holds the wave no more: the margin
+	// is spent once, not again for each workload after it.
+	c.advance(2 * time.Second)
+	if _, err := s.Decide(t.Context(), suspect); err != nil {
+		t.Fatal(err)
+	}
+	fourth := next
+	fourth.Key, fourth.Object = dep("fourth"), workloadIn("fourth", true, nil)
+	if d, err := s.Decide(t.Context(), fourth); err != nil || d.Transition != Stamp {
+		t.Fatalf("the suspect still unready %v past its margin: %+v %v; want the next workload stamped at once", 2*time.Second, d, err)
+	}
 }

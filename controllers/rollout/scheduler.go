@@ -703,7 +703,7 @@ type suspicion struct {
 // test node). With 15 s, the next workload of the wave was stamped while
 // the crash was still unwritten (test/realnode
 // TestCrashAfterCompletionHaltsTheRestOfTheWave). A pod unready for good
-// delays the wave by that margin, never stops it.
+// delays the wave by that margin once, never stops it.
 const suspectFor = workload.LateReadyMargin
 
 // suspect notes (or, with on false, forgets) that k, whose record is rec,
@@ -731,7 +731,9 @@ func (s *Scheduler) suspected(k Key, causes []Change, now time.Time) time.Durati
 	for j, sus := range s.suspects {
 		switch {
 		case !now.Before(sus.until):
-			delete(s.suspects, j)
+			// Past its bound: it holds no more, and its next look does not
+			// start another (suspect); Ready again, or a new record, does.
+			continue
 		case j != k && j.Namespace == k.Namespace && slices.ContainsFunc(sus.refs, func(r stamp.ObjectRef) bool { return slices.Contains(refs, r) }):
 			return min(sus.until.Sub(now), time.Second)
 		}
