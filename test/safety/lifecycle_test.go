@@ -117,8 +117,10 @@ func TestFinishedRolloutsStayFinished(t *testing.T) {
 			fmt.Sprintf("daemonset desired %d unavailable %d", d.Status.DesiredNumberScheduled, d.Status.NumberUnavailable)
 	})
 
-	// Past the deadline of the finished rollouts, the waiting Deployment rolls.
-	framework.Eventually(t, lateDebounce+time.Minute, func() (bool, string) {
+	// Past the deadline of the finished rollouts, the waiting Deployment rolls
+	// (after its debounce, and after the minute the DaemonSet's unready pod
+	// holds the rest of the change as a suspect: LateReadyMargin).
+	framework.Eventually(t, lateDebounce+2*time.Minute, func() (bool, string) {
 		d := get(t, late)
 		return framework.TemplateHash(d) != lateHash && framework.RolledOut(d), "the late Deployment has not rolled"
 	})
