@@ -40,6 +40,61 @@ type Behavior interface {
 	Freeze(obj client.Object) Hold
 }
 
+// typedBehavior is a Behavior of the objects of one Go type T: each kind's
+// file implements it, and typed asserts the type once for all of it.
+type typedBehavior[T client.Object] interface {
+	Template(obj T) *corev1.PodTemplateSpec
+	Status(obj T) Status
+	Slim(obj T, tmpl *corev1.PodTemplateSpec)
+	Revisions() client.ObjectList
+	RevisionNumber(rev client.Object) int64
+	Hold(obj T, window time.Duration) Hold
+	Freeze(obj T) Hold
+}
+
+// typed is the Behavior of a typedBehavior: an object of another type has
+// no template, the status of an object of no rollout (otherStatus), and
+// nothing to slim, hold or freeze.
+type typed[T client.Object] struct{ b typedBehavior[T] }
+
+func (t typed[T]) Template(obj client.Object) *corev1.PodTemplateSpec {
+	if o, ok := obj.(T); ok {
+		return t.b.Template(o)
+	}
+	return nil
+}
+
+func (t typed[T]) Status(obj client.Object) Status {
+	if o, ok := obj.(T); ok {
+		return t.b.Status(o)
+	}
+	return otherStatus
+}
+
+func (t typed[T]) Slim(obj client.Object, tmpl *corev1.PodTemplateSpec) {
+	if o, ok := obj.(T); ok {
+		t.b.Slim(o, tmpl)
+	}
+}
+
+func (t typed[T]) Revisions() client.ObjectList { return t.b.Revisions() }
+
+func (t typed[T]) RevisionNumber(rev client.Object) int64 { return t.b.RevisionNumber(rev) }
+
+func (t typed[T]) Hold(obj client.Object, window time.Duration) Hold {
+	if o, ok := obj.(T); ok {
+		return t.b.Hold(o, window)
+	}
+	return nil
+}
+
+func (t typed[T]) Freeze(obj client.Object) Hold {
+	if o, ok := obj.(T); ok {
+		return t.b.Freeze(o)
+	}
+	return nil
+}
+
 // Status is a workload's spec and status as a rollout reads them, with the
 // semantics of `kubectl rollout status` (its status viewers) for each kind.
 type Status struct {

@@ -192,7 +192,7 @@ func Custom(c KindConfig) Kind {
 			}
 			return out
 		},
-		behavior: custom{gk: gvk.GroupKind(), path: path, progress: c.Progress},
+		behavior: typed[*unstructured.Unstructured]{custom{gk: gvk.GroupKind(), path: path, progress: c.Progress}},
 	}
 }
 
@@ -205,18 +205,16 @@ type custom struct {
 	progress *Progress
 }
 
-// of reports whether obj is an object of c's kind.
-func (c custom) of(obj client.Object) (*unstructured.Unstructured, bool) {
-	u, ok := obj.(*unstructured.Unstructured)
-	return u, ok && u.GroupVersionKind().GroupKind() == c.gk
+// of reports whether u is an object of c's kind.
+func (c custom) of(u *unstructured.Unstructured) bool {
+	return u.GroupVersionKind().GroupKind() == c.gk
 }
 
 // Template converts the pod template of obj to a PodTemplateSpec: a copy,
 // which SetTemplateAnnotation writes to. nil when its template is missing or
 // malformed.
-func (c custom) Template(obj client.Object) *corev1.PodTemplateSpec {
-	u, ok := c.of(obj)
-	if !ok {
+func (c custom) Template(u *unstructured.Unstructured) *corev1.PodTemplateSpec {
+	if !c.of(u) {
 		return nil
 	}
 	m, found, err := unstructured.NestedFieldNoCopy(u.Object, c.path...)
@@ -234,11 +232,7 @@ func (c custom) Template(obj client.Object) *corev1.PodTemplateSpec {
 // Status: as the kind's Progress says; without one, complete at once with
 // nothing to wait for. Its whole status is its Mark. It counts no ready or
 // available pods, and waits no minReadySeconds.
-func (c custom) Status(obj client.Object) Status {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return otherStatus
-	}
+func (c custom) Status(u *unstructured.Unstructured) Status {
 	st, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status")
 	out := Status{Complete: true, NothingToWaitFor: c.progress == nil, Mark: fmt.Sprint(st)} // fmt prints maps sorted by key
 	if c.progress == nil {
@@ -310,9 +304,8 @@ func intField(u *unstructured.Unstructured, path string) (int64, bool) {
 
 // Slim keeps of obj what configstamp reads (its metadata as it is, the pod
 // template tmpl, the fields its Progress names) and drops the rest.
-func (c custom) Slim(obj client.Object, tmpl *corev1.PodTemplateSpec) {
-	u, ok := c.of(obj)
-	if !ok {
+func (c custom) Slim(u *unstructured.Unstructured, tmpl *corev1.PodTemplateSpec) {
+	if !c.of(u) {
 		return
 	}
 	out := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": u.Object["metadata"]}
@@ -339,10 +332,10 @@ func (custom) RevisionNumber(client.Object) int64 { return 0 }
 
 // Hold: an extra kind is not held (an Argo Rollout has its own steps): its
 // whole rollout is its change's canary.
-func (custom) Hold(client.Object, time.Duration) Hold { return nil }
+func (custom) Hold(*unstructured.Unstructured, time.Duration) Hold { return nil }
 
 // Freeze: an extra kind is not held, so nothing to freeze.
-func (custom) Freeze(client.Object) Hold { return nil }
+func (custom) Freeze(*unstructured.Unstructured) Hold { return nil }
 
 // SetTemplateAnnotation sets an annotation of obj's pod template, in place.
 // For an extra kind it reports false when the template is not an object

@@ -18,18 +18,13 @@ var daemonSetKind = Kind{
 	Items: func(l client.ObjectList) []client.Object {
 		return itemPointers(l.(*appsv1.DaemonSetList).Items)
 	},
-	behavior: daemonSet{},
+	behavior: typed[*appsv1.DaemonSet]{daemonSet{}},
 }
 
 // daemonSet is the Behavior of DaemonSets.
 type daemonSet struct{}
 
-func (daemonSet) Template(obj client.Object) *corev1.PodTemplateSpec {
-	if d, ok := obj.(*appsv1.DaemonSet); ok {
-		return &d.Spec.Template
-	}
-	return nil
-}
+func (daemonSet) Template(d *appsv1.DaemonSet) *corev1.PodTemplateSpec { return &d.Spec.Template }
 
 // Status: OnDelete has nothing to wait for (pods change only when someone
 // deletes them), nor has a DaemonSet that runs on no node (its controller
@@ -40,11 +35,7 @@ func (daemonSet) Template(obj client.Object) *corev1.PodTemplateSpec {
 // cannot be replaced until their node is back or gone). No node is read
 // from the last observed generation: a stamp does not move the nodes a
 // DaemonSet runs on.
-func (daemonSet) Status(obj client.Object) Status {
-	d, ok := obj.(*appsv1.DaemonSet)
-	if !ok {
-		return otherStatus
-	}
+func (daemonSet) Status(d *appsv1.DaemonSet) Status {
 	st := d.Status
 	onDelete := d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType
 	noNode := st.ObservedGeneration > 0 && st.DesiredNumberScheduled == 0 && st.CurrentNumberScheduled == 0
@@ -66,11 +57,7 @@ func (daemonSet) Status(obj client.Object) Status {
 
 // Slim drops the selector and the conditions, and keeps of the update
 // strategy its type (Status reads it).
-func (daemonSet) Slim(obj client.Object, _ *corev1.PodTemplateSpec) {
-	w, ok := obj.(*appsv1.DaemonSet)
-	if !ok {
-		return
-	}
+func (daemonSet) Slim(w *appsv1.DaemonSet, _ *corev1.PodTemplateSpec) {
 	w.Spec.Selector = nil // the update strategy tells how a canary is held (Hold)
 	w.Status.Conditions = nil
 }
@@ -84,11 +71,7 @@ func (daemonSet) RevisionNumber(rev client.Object) int64 { return controllerRevi
 // at a time (a surge of one, or one unavailable) and goes on only once the
 // new pod stayed Ready for minReadySeconds, raised to the window and
 // LateReadyMargin (a DaemonSet has no progress deadline to stay under).
-func (daemonSet) Hold(obj client.Object, window time.Duration) Hold {
-	d, ok := obj.(*appsv1.DaemonSet)
-	if !ok {
-		return nil
-	}
+func (daemonSet) Hold(d *appsv1.DaemonSet, window time.Duration) Hold {
 	if d.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType || d.Status.DesiredNumberScheduled < 2 {
 		return nil
 	}
@@ -107,4 +90,4 @@ func (daemonSet) Hold(obj client.Object, window time.Duration) Hold {
 
 // Freeze: none. A DaemonSet has no pause; its hold (one node, and
 // minReadySeconds) is all that keeps a failed canary at one node.
-func (daemonSet) Freeze(client.Object) Hold { return nil }
+func (daemonSet) Freeze(*appsv1.DaemonSet) Hold { return nil }

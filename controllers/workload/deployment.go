@@ -20,28 +20,19 @@ var deploymentKind = Kind{
 	Items: func(l client.ObjectList) []client.Object {
 		return itemPointers(l.(*appsv1.DeploymentList).Items)
 	},
-	behavior: deployment{},
+	behavior: typed[*appsv1.Deployment]{deployment{}},
 }
 
 // deployment is the Behavior of Deployments.
 type deployment struct{}
 
-func (deployment) Template(obj client.Object) *corev1.PodTemplateSpec {
-	if d, ok := obj.(*appsv1.Deployment); ok {
-		return &d.Spec.Template
-	}
-	return nil
-}
+func (deployment) Template(d *appsv1.Deployment) *corev1.PodTemplateSpec { return &d.Spec.Template }
 
 // Status: paused counts as complete (it will not roll until resumed); else
 // the controller observed the latest generation, every desired replica is
 // updated and available, and no old replica is left. Exceeded: the
 // Progressing condition says ProgressDeadlineExceeded.
-func (deployment) Status(obj client.Object) Status {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return otherStatus
-	}
+func (deployment) Status(d *appsv1.Deployment) Status {
 	st := d.Status
 	out := Status{
 		Paused:           d.Spec.Paused,
@@ -82,11 +73,7 @@ func deploymentComplete(d *appsv1.Deployment) (complete, exceeded bool) {
 // Slim drops the selector, and keeps of each condition its type, status
 // and reason (Status reads ProgressDeadlineExceeded); the strategy tells
 // how a canary is held (Hold).
-func (deployment) Slim(obj client.Object, _ *corev1.PodTemplateSpec) {
-	w, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return
-	}
+func (deployment) Slim(w *appsv1.Deployment, _ *corev1.PodTemplateSpec) {
 	w.Spec.Selector = nil
 	var conditions []appsv1.DeploymentCondition
 	for _, c := range w.Status.Conditions {
@@ -109,9 +96,8 @@ func (deployment) RevisionNumber(rev client.Object) int64 {
 // canary pod that crashes after it was Ready may still count as available
 // (a kubelet slow to report the restart), and the controller would go on to
 // a second pod; paused, it makes none. Put back with the hold.
-func (deployment) Freeze(obj client.Object) Hold {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok || d.Spec.Paused {
+func (deployment) Freeze(d *appsv1.Deployment) Hold {
+	if d.Spec.Paused {
 		return nil
 	}
 	b := &holdBuilder{}
@@ -129,11 +115,7 @@ const annotationDeploymentRevision = "deployment.kubernetes.io/revision"
 // Ready for minReadySeconds, raised to the window and LateReadyMargin
 // (within its progressDeadlineSeconds). A Recreate Deployment,
 // or one of one replica, is its whole rollout's canary.
-func (deployment) Hold(obj client.Object, window time.Duration) Hold {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return nil
-	}
+func (deployment) Hold(d *appsv1.Deployment, window time.Duration) Hold {
 	replicas := int32(1)
 	if d.Spec.Replicas != nil {
 		replicas = *d.Spec.Replicas

@@ -17,29 +17,20 @@ var statefulSetKind = Kind{
 	Items: func(l client.ObjectList) []client.Object {
 		return itemPointers(l.(*appsv1.StatefulSetList).Items)
 	},
-	behavior: statefulSet{},
+	behavior: typed[*appsv1.StatefulSet]{statefulSet{}},
 }
 
 // statefulSet is the Behavior of StatefulSets.
 type statefulSet struct{}
 
-func (statefulSet) Template(obj client.Object) *corev1.PodTemplateSpec {
-	if s, ok := obj.(*appsv1.StatefulSet); ok {
-		return &s.Spec.Template
-	}
-	return nil
-}
+func (statefulSet) Template(s *appsv1.StatefulSet) *corev1.PodTemplateSpec { return &s.Spec.Template }
 
 // Status: OnDelete has nothing to wait for (pods change only when someone
 // deletes them); else the latest generation observed, every replica ready,
 // and with a partition the replicas at or above it updated, without one the
 // update revision current. minReadySeconds does not delay its ReadyReplicas,
 // on which it completes: MinReady is 0.
-func (statefulSet) Status(obj client.Object) Status {
-	s, ok := obj.(*appsv1.StatefulSet)
-	if !ok {
-		return otherStatus
-	}
+func (statefulSet) Status(s *appsv1.StatefulSet) Status {
 	st, want := s.Status, replicas(s.Spec.Replicas)
 	nothing := s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType || want == 0
 	if ru := s.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil && *ru.Partition >= want {
@@ -73,11 +64,7 @@ func statefulSetComplete(s *appsv1.StatefulSet) bool {
 // Slim drops the selector, the volume claim templates and the conditions,
 // and keeps of the update strategy its type and partition (Status reads
 // them).
-func (statefulSet) Slim(obj client.Object, _ *corev1.PodTemplateSpec) {
-	w, ok := obj.(*appsv1.StatefulSet)
-	if !ok {
-		return
-	}
+func (statefulSet) Slim(w *appsv1.StatefulSet, _ *corev1.PodTemplateSpec) {
 	w.Spec.Selector, w.Spec.VolumeClaimTemplates = nil, nil
 	if ru := w.Spec.UpdateStrategy.RollingUpdate; ru != nil {
 		w.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{Partition: ru.Partition}
@@ -101,11 +88,7 @@ func controllerRevisionNumber(rev client.Object) int64 {
 
 // Hold: a rolling update of two replicas or more is held by its
 // partition at the highest ordinal, the first its controller updates.
-func (statefulSet) Hold(obj client.Object, window time.Duration) Hold {
-	s, ok := obj.(*appsv1.StatefulSet)
-	if !ok {
-		return nil
-	}
+func (statefulSet) Hold(s *appsv1.StatefulSet, window time.Duration) Hold {
 	replicas := int32(1)
 	if s.Spec.Replicas != nil {
 		replicas = *s.Spec.Replicas
@@ -126,4 +109,4 @@ func (statefulSet) Hold(obj client.Object, window time.Duration) Hold {
 }
 
 // Freeze: none; its partition updates no other pod, whatever their availability.
-func (statefulSet) Freeze(client.Object) Hold { return nil }
+func (statefulSet) Freeze(*appsv1.StatefulSet) Hold { return nil }
