@@ -159,7 +159,8 @@ func Rules(kinds *workload.Registry) []admissionregistrationv1.RuleWithOperation
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, k := range kinds.All() {
 		gvr := k.GVR()
-		if n := len(rules); n > 0 && !k.Unstructured() { // the built-in kinds share apps/v1: one rule
+		// The built-in kinds share apps/v1: one rule names them all.
+		if n := len(rules); n > 0 && !k.Unstructured() && rules[n-1].APIGroups[0] == gvr.Group && rules[n-1].APIVersions[0] == gvr.Version {
 			rules[n-1].Resources = append(rules[n-1].Resources, gvr.Resource)
 			continue
 		}

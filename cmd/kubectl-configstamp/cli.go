@@ -231,7 +231,7 @@ func (o *options) listWorkloads(ctx context.Context, ns string) ([]workload, err
 			return nil, fmt.Errorf("while listing %s: %w", k.Resource, err)
 		}
 		for i := range list.Items {
-			if w, ok := fromUnstructured(o.registry, k, &list.Items[i]); ok {
+			if w, ok := fromUnstructured(k, &list.Items[i]); ok {
 				out = append(out, w)
 			}
 		}
@@ -249,7 +249,7 @@ func (o *options) getWorkload(ctx context.Context, k cswl.Kind, ns, name string)
 	case err != nil:
 		return workload{}, fmt.Errorf("while reading %s %s/%s: %w", k.Name, ns, name, err)
 	}
-	w, ok := fromUnstructured(o.registry, k, u)
+	w, ok := fromUnstructured(k, u)
 	if !ok {
 		return w, fmt.Errorf("%s %s/%s has no pod template where --kinds-config says", k.Name, ns, name)
 	}

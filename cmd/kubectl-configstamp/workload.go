@@ -28,19 +28,17 @@ type workload struct {
 	status cswl.Status
 }
 
-// fromUnstructured reads an object of kinds, as the dynamic client returns
+// fromUnstructured reads an object of kind k, as the dynamic client returns
 // every kind: a built-in kind as its typed object, so that its Behavior reads
-// it as the manager does. False when it is of none of kinds or has no pod
-// template where its kind says (an Argo Rollout with workloadRef).
-func fromUnstructured(kinds *cswl.Registry, k cswl.Kind, u *unstructured.Unstructured) (workload, bool) {
+// it as the manager does. False when it has no pod template where k says (an
+// object of another kind, an Argo Rollout with workloadRef).
+func fromUnstructured(k cswl.Kind, u *unstructured.Unstructured) (workload, bool) {
 	obj := client.Object(u)
 	if !k.Unstructured() {
 		obj = k.New()
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj) != nil {
 			return workload{}, false
 		}
-	} else if kind, ok := kinds.Of(u); !ok || kind.Name != k.Name {
-		return workload{}, false
 	}
 	tmpl := k.PodTemplate(obj)
 	md, _ := u.Object["metadata"].(map[string]any)
