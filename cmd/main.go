@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
@@ -84,6 +85,8 @@ type options struct {
 	excludeNamespaces   stringList
 	namespaceSelector   string
 	scope               *workload.Scope
+	ringSelector        string
+	rings               labels.Selector
 	applyWarnings       bool
 	pin                 bool
 	kindsConfig         string
@@ -147,6 +150,7 @@ func parseFlags() *options {
 	fs.Var(&o.watchNamespaces, "watch-namespaces", "Comma-separated namespaces this installation acts in (webhook and reconciler); the cache holds only these, and a Role in each suffices (config/namespaced). Empty: every namespace but the excluded ones.")
 	fs.Var(&o.excludeNamespaces, "exclude-namespaces", "Comma-separated namespaces this installation never acts in, webhook and reconciler alike; their objects are not cached. --namespace and kube-system are always excluded.")
 	fs.StringVar(&o.namespaceSelector, "namespace-selector", "", `Label selector (kubectl syntax, e.g. "team=payments,env in (prod)") a namespace's labels must match to be in scope. Filters what is acted on, not what is cached.`)
+	fs.StringVar(&o.ringSelector, "ring-namespace-selector", "", `Label selector (kubectl syntax) a namespace's labels must match for its `+rollout.LabelRing+` label to put it in a ring; empty: every namespace. Where tenants create and label namespaces (Capsule, HNC), select the platform's own.`)
 	fs.BoolVar(&o.pin, "pin", false, "Pin the workloads that ask for it (annotation configstamp.io/pin=\"true\" on the workload or its Namespace): their pod templates reference immutable snapshots of their ConfigMaps and Secrets, which configstamp creates (needs create and patch on ConfigMaps and Secrets: the kustomize component config/components/pin). Without it the annotation is ignored with a warning.")
 	fs.BoolVar(&o.applyWarnings, "apply-warnings", false, "Serve the apply-time warning webhook (ConfigMap/Secret UPDATE: an admission warning naming the workloads the change rolls; never denies). Self mode registers its ValidatingWebhookConfiguration (named --webhook-config-name) and deletes it without the flag; in cert-manager mode apply one as the README shows.")
 	fs.StringVar(&o.kindsConfig, "kinds-config", "", "YAML file naming extra workload kinds with a pod template (Argo Rollouts, other CRDs): group, version, kind, resource, templatePath and where their status tells progress (config/kinds). A kind whose CRD is not installed at start is skipped.")
@@ -333,7 +337,7 @@ func wire(ctx context.Context, o *options, mgr ctrl.Manager, lease *fence.Lease,
 		return "", err
 	}
 	if err := controllers.Setup(mgr, controllers.Options{Kinds: o.kinds, Policy: o.rollout, Keys: keys,
-		KeySecret: keySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease, Pin: o.pin}); err != nil {
+		KeySecret: keySecret, MaxConcurrentReconciles: o.concurrency, Scope: o.scope, Lease: lease, Pin: o.pin, Rings: o.rings}); err != nil {
 		return "", err
 	}
 	return setupWebhook(ctx, o, mgr, cfg, scheme, keys, direct)
@@ -363,6 +367,9 @@ func setupLogging(o *options) (logr.Logger, error) {
 	}
 	if o.scope, err = workload.NewScope(o.namespace, o.watchNamespaces, o.excludeNamespaces, o.namespaceSelector); err != nil {
 		return logr.Logger{}, err
+	}
+	if o.rings, err = labels.Parse(o.ringSelector); err != nil {
+		return logr.Logger{}, fmt.Errorf("--ring-namespace-selector=%q: %w", o.ringSelector, err)
 	}
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
@@ -453,7 +460,7 @@ func setupWebhook(ctx context.Context, o *options, mgr ctrl.Manager, cfg *rest.C
 	if o.pin {
 		snapshots = &pin.Snapshots{Reader: liveReader, Writer: liveReader}
 	}
-	if err := webhook.Setup(mgr, resolver, self, o.scope, snapshots, o.kinds); err != nil {
+	if err := webhook.Setup(mgr, resolver, self, o.scope, snapshots, o.kinds, o.rings); err != nil {
 		return "", fmt.Errorf("while setting up the webhook: %w", err)
 	}
 	if o.applyWarnings {

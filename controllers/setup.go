@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,6 +43,9 @@ type Options struct {
 	// Pin (--pin) hands the snapshots of pinned workloads over to their
 	// revisions (RevisionOwner).
 	Pin bool
+	// Rings selects the namespaces whose rollout.LabelRing puts them in a
+	// ring (--ring-namespace-selector; nil: every namespace).
+	Rings labels.Selector
 }
 
 // Setup adds the one workload controller of every kind, with its Scheduler
@@ -99,7 +103,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 // rolling and halted workloads from the cache, in o's scope.
 func newScheduler(mgr ctrl.Manager, o Options, resolver *workload.Resolver) *rollout.Scheduler {
 	scheduler := rollout.NewScheduler(o.Policy, mgr.GetCache(), o.Keys, o.Kinds)
-	scheduler.Halts = &rollout.Halts{Reader: mgr.GetCache(), Kinds: o.Kinds, Resolver: resolver}
+	scheduler.Rings = &rollout.Rings{Reader: mgr.GetCache(), Selector: o.Rings}
+	scheduler.Halts = &rollout.Halts{Reader: mgr.GetCache(), Kinds: o.Kinds, Resolver: resolver, Rings: scheduler.Rings}
 	scheduler.Log = mgr.GetLogger().WithName("wave")
 	if o.Scope != nil {
 		scheduler.InScope = func(ctx context.Context, namespace string) bool {

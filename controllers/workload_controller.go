@@ -344,9 +344,13 @@ func (r *kindReconciler) compute(ctx context.Context, obj client.Object, ns *cor
 }
 
 // canaryWanted reads rollout.AnnotationCanaryOpt of obj and ns (def: --canary),
-// adding a bad value to problems.
+// adding a bad value to problems, and a bad rollout.LabelRing of ns (the ring
+// decides whose canary judges its change).
 func canaryWanted(obj client.Object, ns *corev1.Namespace, def bool, problems []stamp.Problem) (bool, []stamp.Problem) {
 	on, bad := rollout.CanaryWanted(obj.GetAnnotations(), ns.Annotations, def)
+	if _, _, badRing := rollout.RingOf(ns.Labels); badRing != nil {
+		bad = append(bad, *badRing)
+	}
 	return on, append(problems, bad...)
 }
 

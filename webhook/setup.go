@@ -9,6 +9,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/retry"
@@ -32,10 +33,13 @@ const Path = "/mutate-workloads"
 // read sources live; the cache is used for Namespaces and selector discovery.
 // self is configstamp's own user name (see Stamper.Self). scope is the
 // installation's (see Stamper.Scope). snapshots, when set, pins the workloads that
-// ask for it (see Stamper.Snapshots).
-func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope, snapshots *pin.Snapshots, kinds *workload.Registry) error {
+// ask for it (see Stamper.Snapshots). rings selects the namespaces that may be
+// in a ring (a halt of ring 0 holds the rings above; nil: every namespace).
+func Setup(mgr ctrl.Manager, resolver *workload.Resolver, self string, scope *workload.Scope, snapshots *pin.Snapshots, kinds *workload.Registry,
+	rings labels.Selector) error {
 	decoder := admission.NewDecoder(mgr.GetScheme())
-	halts := &rollout.Halts{Reader: mgr.GetCache(), Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: resolver.Keys}, Kinds: kinds}
+	halts := &rollout.Halts{Reader: mgr.GetCache(), Resolver: &workload.Resolver{Sources: mgr.GetClient(), Index: mgr.GetCache(), Keys: resolver.Keys}, Kinds: kinds,
+		Rings: &rollout.Rings{Reader: mgr.GetCache(), Selector: rings}}
 	rollout.RegisterMetrics(kinds) // configstamp_warnings_total
 	recorder := rollout.CountWarnings(mgr.GetEventRecorder("configstamp-webhook"))
 	s := &Stamper{Resolver: resolver, Cache: mgr.GetCache(), Recorder: recorder, Decoder: decoder, Self: self, Scope: scope,

@@ -51,28 +51,34 @@ const canaryWait = 2 * time.Second
 // passedKey names a change of a namespace among the passed canaries.
 func passedKey(namespace string, c Change) string { return namespace + "/" + c.String() }
 
-// unpassed are the causes of a workload of namespace that no canary passed:
+// unpassed are the causes of k that no canary passed in its namespace:
 // as this process saw them pass (passCanary), or, for a pass it never saw
 // (one before a restart or a leader change), as the records in the cache
-// say (passedBefore); s.mu held.
-func (s *Scheduler) unpassed(ctx context.Context, namespace string, causes []Change, now time.Time) ([]Change, error) {
+// say (passedBefore); nor in a ring below (ringProven); s.mu held.
+func (s *Scheduler) unpassed(ctx context.Context, k Key, causes []Change, now time.Time) ([]Change, error) {
 	var err error
-	out := unpassedOf(namespace, causes, func(key string) bool {
+	out := unpassedOf(k.Namespace, causes, func(key string) bool {
 		at, ok := s.canaryPassed[key]
 		if !ok && err == nil {
 			at, ok, err = s.passedBefore(ctx, key, now)
 		}
 		return ok && now.Sub(at) <= passedFor
 	})
-	return out, err
+	left := out[:0]
+	for _, c := range out {
+		if ok, perr := s.ringProven(ctx, k, c.Ref, now); perr != nil || !ok {
+			left, err = append(left, c), cmp.Or(err, perr)
+		}
+	}
+	return left, err
 }
 
-// Unpassed reports whether a change of causes has passed no canary in
-// namespace.
-func (s *Scheduler) Unpassed(ctx context.Context, namespace string, causes []Change) (bool, error) {
+// Unpassed reports whether a change of causes of k has passed no canary
+// (unpassed).
+func (s *Scheduler) Unpassed(ctx context.Context, k Key, causes []Change) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	unpassed, err := s.unpassed(ctx, namespace, causes, s.now())
+	unpassed, err := s.unpassed(ctx, k, causes, s.now())
 	return len(unpassed) > 0, err
 }
 
@@ -213,7 +219,7 @@ func CanaryJudgedUntil(v Verification, window time.Duration) (time.Time, bool) {
 // the canary: the others do not wait for it, and it waits for any other
 // that will be, wherever that one is in the wave. s.mu held.
 func (s *Scheduler) canaryAhead(ctx context.Context, k Key, priority int, causes []Change, idle bool, now time.Time) (time.Duration, error) {
-	unpassed, err := s.unpassed(ctx, k.Namespace, causes, now)
+	unpassed, err := s.unpassed(ctx, k, causes, now)
 	refs := refsOf(unpassed)
 	if len(refs) == 0 || err != nil {
 		return 0, err
@@ -285,7 +291,7 @@ func (s *Scheduler) ClaimCanary(ctx context.Context, k Key, priority int, causes
 	if err != nil || wait > 0 {
 		return false, wait, err
 	}
-	unpassed, err := s.unpassed(ctx, k.Namespace, causes, now)
+	unpassed, err := s.unpassed(ctx, k, causes, now)
 	if err != nil {
 		return false, 0, err
 	}
@@ -316,6 +322,10 @@ func (s *Scheduler) passCanary(k Key, causes []Change) {
 	now := s.now()
 	for _, c := range causes {
 		s.canaryPassed[passedKey(k.Namespace, c)] = now
+		if s.refPassed[c.Ref] == nil {
+			s.refPassed[c.Ref] = map[string]time.Time{}
+		}
+		s.refPassed[c.Ref][k.Namespace] = now
 	}
 	delete(s.canaryClaims, k)
 	delete(s.canaryOpen, k)

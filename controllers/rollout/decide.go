@@ -71,6 +71,8 @@ type Observation struct {
 // ("" when none), from the cache (Halts).
 type HaltFinder interface {
 	By(ctx context.Context, namespace string, causes []Change) (string, error)
+	// Where finds one in force in a namespace where says.
+	Where(ctx context.Context, refs []stamp.ObjectRef, where func(namespace string) bool) (string, error)
 }
 
 // Decision is the one answer to an Observation: the transition taken and
@@ -302,9 +304,12 @@ func (s *Scheduler) open(ctx context.Context, sit Situation, supersedes bool) (D
 	if wait > 0 {
 		return Decision{After: wait}, false, false, nil
 	}
+	if wait, err := s.ringWait(ctx, o.Key, sit.Causes); err != nil || wait > 0 { // a ring below rolls it out first
+		return Decision{After: wait}, false, false, err
+	}
 	canaries := o.Canary && s.Policy.Canary && s.Policy.Tracks()
 	if canaries && st.Dormant() { // its pods, when they come, would run the change untried
-		if unpassed, err := s.Unpassed(ctx, o.Key.Namespace, sit.Causes); err != nil || unpassed {
+		if unpassed, err := s.Unpassed(ctx, o.Key, sit.Causes); err != nil || unpassed {
 			return Decision{After: dormantWait}, false, false, err
 		}
 	}

@@ -155,6 +155,10 @@ type haltsFunc func() string
 
 func (f haltsFunc) By(context.Context, string, []Change) (string, error) { return f(), nil }
 
+func (f haltsFunc) Where(context.Context, []stamp.ObjectRef, func(string) bool) (string, error) {
+	return f(), nil
+}
+
 // sourcesOf is what a workload references now, for a rollout of changes.
 func sourcesOf(changes []Change) map[stamp.ObjectRef]string {
 	out := map[stamp.ObjectRef]string{}

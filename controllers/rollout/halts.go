@@ -61,6 +61,8 @@ type Halts struct {
 	Resolver *workload.Resolver
 	// Kinds are the kinds of workloads that may halt.
 	Kinds *workload.Registry
+	// Rings: a halt in ring 0 holds the rings above (nil: no rings).
+	Rings *Rings
 }
 
 // By returns the halted change that holds one of causes, or "". A workload H
@@ -68,17 +70,37 @@ type Halts struct {
 // (IndexHalted) holds every rollout that changes R for as long as what H
 // references of R is still the content that failed on it, computed with the
 // key the halt was sealed with: an edit of keys H does not reference, or a new
-// installation key, lifts nothing; a fix of what H references does.
+// installation key, lifts nothing; a fix of what H references does. In a
+// namespace of a ring above 0, such an H of a ring-0 namespace holds it too,
+// whatever the namespace's own R holds (see Rings).
 func (h *Halts) By(ctx context.Context, namespace string, causes []Change) (string, error) {
-	for _, c := range causes {
+	refs := refsOf(causes)
+	halt, err := h.where(ctx, refs, []client.ListOption{client.InNamespace(namespace)}, func(string) bool { return true })
+	if ring, ok := h.Rings.Of(ctx, namespace); halt != "" || err != nil || !ok || ring == 0 {
+		return halt, err
+	}
+	return h.Where(ctx, refs, h.Rings.below(ctx, 1))
+}
+
+// Where returns a halted change of one of refs in force in a namespace
+// where says, or "".
+func (h *Halts) Where(ctx context.Context, refs []stamp.ObjectRef, where func(namespace string) bool) (string, error) {
+	return h.where(ctx, refs, nil, where)
+}
+
+// where is Where among the workloads listed with opts.
+func (h *Halts) where(ctx context.Context, refs []stamp.ObjectRef, opts []client.ListOption, where func(namespace string) bool) (string, error) {
+	for _, ref := range refs {
 		for _, kind := range h.Kinds.All() {
 			list := kind.NewList()
-			if err := h.Reader.List(ctx, list, client.InNamespace(namespace),
-				client.MatchingFields{IndexHalted: c.Ref.String()}, client.UnsafeDisableDeepCopy); err != nil {
+			if err := h.Reader.List(ctx, list, append(opts, client.MatchingFields{IndexHalted: ref.String()}, client.UnsafeDisableDeepCopy)...); err != nil {
 				return "", fmt.Errorf("while looking up halted changes: %w", err)
 			}
 			for _, w := range kind.Items(list) {
-				halt, err := h.inForce(ctx, kind, w, c.Ref)
+				if !where(w.GetNamespace()) {
+					continue
+				}
+				halt, err := h.inForce(ctx, kind, w, ref)
 				if err != nil || halt != "" {
 					return halt, err
 				}

@@ -166,6 +166,9 @@ type Scheduler struct {
 	InScope func(ctx context.Context, namespace string) bool
 	// Halts finds the halted changes that hold a rollout (nil: none).
 	Halts HaltFinder
+	// Rings orders namespaces that judge a change of a source of the same
+	// name once (nil: each namespace alone).
+	Rings *Rings
 	// Log says when a workload announced for a change never asked within
 	// forgetAfter, and lost its place in the wave: a sign that its
 	// reconcile did not run (the zero Logger: not said).
@@ -204,6 +207,9 @@ type Scheduler struct {
 	passedAsked  map[string]time.Time
 	canaryClaims map[Key]canaryClaim
 	canaryOpen   map[Key][]stamp.ObjectRef
+	// refPassed: when a canary of a source passed, by source and namespace
+	// (whatever it held: ringProven).
+	refPassed map[stamp.ObjectRef]map[string]time.Time
 	// pruned: when stale entries were last dropped (at most every pruneEvery).
 	pruned  time.Time
 	limiter *rate.Limiter
@@ -236,6 +242,7 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		passedAsked:  map[string]time.Time{},
 		canaryClaims: map[Key]canaryClaim{},
 		canaryOpen:   map[Key][]stamp.ObjectRef{},
+		refPassed:    map[stamp.ObjectRef]map[string]time.Time{},
 		limiter:      rate.NewLimiter(limit, 1),
 		now:          time.Now,
 	}
@@ -292,11 +299,10 @@ func refsOf(causes []Change) []stamp.ObjectRef {
 }
 
 // Ongoing reports whether a change of one of the sources of causes still
-// rolls to a workload of k's namespace other than k: one announced,
-// debouncing or waiting for a slot to roll it out, or holding a slot with a
-// rollout of it. While it does, a workload the change completed is watched
-// for crashes (RuleCrashing). When it cannot tell (the cache fails), it
-// says yes: watching costs a pod read, not a rollout.
+// rolls to a workload of k's namespace other than k (rollingWhere). While it
+// does, a workload the change completed is watched for crashes
+// (RuleCrashing). When it cannot tell (the cache fails), it says yes:
+// watching costs a pod read, not a rollout.
 func (s *Scheduler) Ongoing(ctx context.Context, k Key, causes []Change) bool {
 	refs := refsOf(causes)
 	if len(refs) == 0 {
@@ -304,31 +310,44 @@ func (s *Scheduler) Ongoing(ctx context.Context, k Key, causes []Change) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	rolling, err := s.rollingWhere(ctx, refs, s.now(), func(j Key) bool { return j != k && j.Namespace == k.Namespace })
+	return rolling || err != nil
+}
+
+// rollingWhere reports whether a change of one of refs rolls to a workload
+// where says: one announced, debouncing or waiting for a slot to roll it
+// out, granted one, or holding a slot with a rollout of it (one halted is
+// not rolling); s.mu held.
+func (s *Scheduler) rollingWhere(ctx context.Context, refs []stamp.ObjectRef, now time.Time, where func(Key) bool) (bool, error) {
 	for j, p := range s.pending {
-		if j != k && j.Namespace == k.Namespace && !p.stale(now) && p.concerns(refs) {
-			return true
+		if where(j) && !p.stale(now) && p.concerns(refs) {
+			return true, nil
+		}
+	}
+	for j, g := range s.granted { // granted a stamp just now: holders may have been read before
+		if where(j) && now.Sub(g.at) <= inflightFor && g.entry.concerns(refs) {
+			return true, nil
 		}
 	}
 	held, err := s.recentHolders(ctx, now)
 	if err != nil {
-		return true
+		return false, err
 	}
 	for j := range held {
-		if j == k || j.Namespace != k.Namespace {
+		if !where(j) {
 			continue
 		}
 		c, ok := s.seals[j]
 		if !ok { // stamped by this process, not in the cache yet
-			return true
+			return true, nil
 		}
 		for _, ch := range ParseChanges(c.record.Cause) {
 			if slices.Contains(refs, ch.Ref) {
-				return true
+				return true, nil
 			}
 		}
 	}
-	return false
+	return false, nil
 }
 
 // Debounce records that k needs hash and returns how long to wait before
@@ -994,6 +1013,11 @@ func (s *Scheduler) report() {
 		maps.DeleteFunc(s.granted, func(_ Key, g grant) bool { return now.Sub(g.at) > inflightFor })
 		for _, m := range []map[string]time.Time{s.canaryPassed, s.passedAsked} {
 			maps.DeleteFunc(m, func(_ string, at time.Time) bool { return now.Sub(at) > passedFor })
+		}
+		for ref, m := range s.refPassed {
+			if maps.DeleteFunc(m, func(_ string, at time.Time) bool { return now.Sub(at) > passedFor }); len(m) == 0 {
+				delete(s.refPassed, ref)
+			}
 		}
 	}
 	haltedWorkloads.Set(float64(len(s.halted)))
