@@ -452,6 +452,21 @@ data: {x: "2"}
 	}
 	goldenJSON(t, "plan-canaries", raw)
 	goldenText(t, "plan-canaries", run(""))
+
+	// In rings, the copies are one change, judged by ring 0's canary.
+	for ns, ring := range map[string]string{"ns": "0", "ns2": "1"} {
+		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{rollout.LabelRing: ring}}})
+	}
+	res = planOutput{}
+	if err := json.Unmarshal(run("json"), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.AcrossNamespaces) != 1 || !reflect.DeepEqual(res.AcrossNamespaces[0].Rings, map[string]int{"ns": 0, "ns2": 1}) {
+		t.Errorf("in rings: acrossNamespaces %+v; want ns in ring 0, ns2 in ring 1", res.AcrossNamespaces)
+	}
+	if text := string(run("")); !strings.Contains(text, "in rings ring 0 (ns), ring 1 (ns2), the lowest ring's canary judges a change once") {
+		t.Errorf("in rings, the plan says:\n%s", text)
+	}
 }
 
 // plan says when a workload that rolls a change waits for the rest of its

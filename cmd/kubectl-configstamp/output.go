@@ -73,9 +73,13 @@ Output (-o json|yaml), one object:
                      available): the pods it runs the change on at once
   acrossNamespaces[] the objects of one kind and name that roll workloads
                      in more than one namespace: configstamp judges each
-                     namespace's change on its own, with a canary each
+                     namespace's change on its own, with a canary each,
+                     unless the namespaces are in rings
     kind, name
-    namespaces[]     where it rolls workloads`
+    namespaces[]     where it rolls workloads
+    rings            the ring of each namespace in one (label
+                     configstamp.io/ring): ring 0's canary judges the
+                     change once, then each ring rolls in order`
 
 const whyLong = `The workload's last configstamp rollout, from its annotations and events:
 when, caused by which change (Kind/name@content), its state now, why it

@@ -470,6 +470,9 @@ func runPlan(ctx context.Context, o *options, _ []string) error {
 		_, _ = fmt.Fprintf(o.errOut, "warning: %s skipped: plan reads ConfigMaps and Secrets\n", s)
 	}
 	spreads := planSpreads(results)
+	for i := range spreads {
+		spreads[i].Rings = o.rings(ctx, spreads[i].Namespaces)
+	}
 	if done, err := o.machine(planOutput{Objects: results, AcrossNamespaces: spreads}); done {
 		return err
 	}
@@ -480,20 +483,67 @@ func runPlan(ctx context.Context, o *options, _ []string) error {
 		printPlan(o, res)
 	}
 	for _, s := range spreads {
-		o.printf("\n%s/%s rolls workloads in %d namespaces (%s): configstamp judges a change in each namespace on its own, "+
-			"so a value their workloads reject costs up to one pod in each, and a failed canary halts the change in its namespace only\n",
-			s.Kind, s.Name, len(s.Namespaces), strings.Join(s.Namespaces, ", "))
+		printSpread(o, s)
 	}
 	return nil
 }
 
+// rings reads the ring of each namespace (rollout.LabelRing); one in no
+// ring, or whose Namespace cannot be read, is left out.
+func (o *options) rings(ctx context.Context, namespaces []string) map[string]int {
+	out := map[string]int{}
+	for _, name := range namespaces {
+		ns, err := o.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		if ring, ok, _ := rollout.RingOf(ns.Labels); ok {
+			out[name] = ring
+		}
+	}
+	return out
+}
+
+// printSpread says how configstamp judges the change of an object of one
+// name in several namespaces: on its own in each, or ring by ring.
+func printSpread(o *options, s planSpread) {
+	o.printf("\n%s/%s rolls workloads in %d namespaces (%s): ", s.Kind, s.Name, len(s.Namespaces), strings.Join(s.Namespaces, ", "))
+	byRing := map[int][]string{}
+	var alone []string
+	for _, ns := range s.Namespaces {
+		if ring, ok := s.Rings[ns]; ok {
+			byRing[ring] = append(byRing[ring], ns)
+		} else {
+			alone = append(alone, ns)
+		}
+	}
+	if len(byRing) == 0 {
+		o.printf("configstamp judges a change in each namespace on its own, so a value their workloads reject costs up to one pod in each, "+
+			"and a failed canary halts the change in its namespace only (label the Namespaces %s to judge it once, ring by ring)\n", rollout.LabelRing)
+		return
+	}
+	var rings []string
+	for _, ring := range slices.Sorted(maps.Keys(byRing)) {
+		rings = append(rings, fmt.Sprintf("ring %d (%s)", ring, strings.Join(byRing[ring], ", ")))
+	}
+	o.printf("in rings %s, the lowest ring's canary judges a change once and each ring rolls after the one below completed; "+
+		"a failure in ring 0 halts it in every ring", strings.Join(rings, ", "))
+	if len(alone) > 0 {
+		o.printf("; in no ring (%s), each namespace judges it on its own", strings.Join(alone, ", "))
+	}
+	o.printf("\n")
+}
+
 // planSpread is one object, by kind and name, that rolls workloads in more
 // than one namespace of a plan: a platform's copies of one shared config,
-// each a change of its own namespace, with a canary of its own.
+// each a change of its own namespace with a canary of its own, or, in rings,
+// judged once by the lowest ring's canary.
 type planSpread struct {
 	Kind       string   `json:"kind"`
 	Name       string   `json:"name"`
 	Namespaces []string `json:"namespaces"`
+	// Rings: the ring of each namespace in one (configstamp.io/ring).
+	Rings map[string]int `json:"rings,omitempty"`
 }
 
 // planSpreads are the plan's objects that roll workloads in more than one

@@ -7,7 +7,6 @@
 package adversarial
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -97,22 +96,13 @@ func waveHashIn(ns, name, k string) string {
 }
 
 func kubectlAs(kubeconfig, stdin string, args ...string) (string, string, error) {
-	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	return out.String(), errOut.String(), err
+	return framework.KubectlAs(kubeconfig, stdin, args...)
 }
 
 // asTenant runs kubectl with the tenant's kubeconfig; a failure fails the test.
 func asTenant(t *testing.T, kubeconfig, stdin string, args ...string) string {
 	t.Helper()
-	out, errOut, err := kubectlAs(kubeconfig, stdin, args...)
-	if err != nil {
-		t.Fatalf("kubectl (tenant) %s: %v\n%s", strings.Join(args, " "), err, errOut)
-	}
-	return out
+	return framework.MustKubectlAs(t, kubeconfig, stdin, args...)
 }
 
 // stamps records every stamp each Deployment of a namespace carried, in

@@ -827,7 +827,23 @@ func (e *Env) Kubectl(t testing.TB, stdin string, args ...string) (string, strin
 
 // KubectlErr is Kubectl returning the error instead of failing.
 func (e *Env) KubectlErr(stdin string, args ...string) (string, string, error) {
-	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", e.Kubeconfig}, args...)...)
+	return KubectlAs(e.Kubeconfig, stdin, args...)
+}
+
+// MustKubectlAs is KubectlAs failing t when kubectl fails; it returns stdout.
+func MustKubectlAs(t testing.TB, kubeconfig, stdin string, args ...string) string {
+	t.Helper()
+	out, errOut, err := KubectlAs(kubeconfig, stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl (as %s) %s: %v\n%s", kubeconfig, strings.Join(args, " "), err, errOut)
+	}
+	return out
+}
+
+// KubectlAs runs kubectl with kubeconfig (a tenant's: Env.Tenant) and stdin,
+// and returns stdout, stderr and its error.
+func KubectlAs(kubeconfig, stdin string, args ...string) (string, string, error) {
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -70,7 +70,7 @@ var haltNamespaces = []string{haltNamespace, "halt-delete", "halt-unannotate"}
 // The control plane is the suite's; each test runs a configstamp of its own
 // (lane), so the tests run side by side.
 func TestMain(m *testing.M) {
-	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), stuckHashIn(resumeNamespace), stuckHashIn(costNamespace), stuckHashIn(orderedNamespace), stuckHashIn(scaleNamespace), stuckHashIn(deletedNamespace), stuckHashIn(imageNamespace), crashingAgentHash()}
+	held := []string{tenantHash("stuck"), stuckHashIn(deadlineNamespace), stuckHashIn(optOutNamespace), stuckHashIn(resumeNamespace), stuckHashIn(costNamespace), stuckHashIn(orderedNamespace), stuckHashIn(scaleNamespace), stuckHashIn(deletedNamespace), stuckHashIn(imageNamespace), stuckHashIn(ringBaseNamespace), crashingAgentHash()}
 	for _, ns := range haltNamespaces {
 		held = append(held, haltWorkloadHash(ns, "bad"))
 	}
