@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,7 +70,22 @@ type Rings struct {
 	// Selector: only the namespaces whose labels it matches may be in a ring
 	// (--ring-namespace-selector); nil: every namespace.
 	Selector labels.Selector
+
+	mu sync.Mutex
+	// read: each namespace's ring as read last, and when (ringsFor).
+	read map[string]ringRead
 }
+
+// ringRead is a namespace's ring (-1: none) read at at.
+type ringRead struct {
+	ring int
+	at   time.Time
+}
+
+// ringsFor is how long Of reuses a namespace's ring: every workload of a
+// ring that waits asks about the namespaces of the whole wave every
+// canaryWait, and a cached Namespace is copied at each read.
+const ringsFor = time.Second
 
 // Of is namespace's ring, and whether it is in one: one that cannot be read,
 // or that Selector leaves out, is not.
@@ -77,16 +93,31 @@ func (r *Rings) Of(ctx context.Context, namespace string) (int, bool) {
 	if r == nil {
 		return 0, false
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if last, ok := r.read[namespace]; ok && now.Sub(last.at) < ringsFor {
+		return last.ring, last.ring >= 0
+	}
+	if len(r.read) >= maxRingReads {
+		r.read = nil // namespaces come and go: start over rather than keep the gone
+	}
+	if r.read == nil {
+		r.read = map[string]ringRead{}
+	}
+	ring := -1
 	ns := &corev1.Namespace{}
-	if err := r.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
-		return 0, false
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err == nil && (r.Selector == nil || r.Selector.Matches(labels.Set(ns.Labels))) {
+		if n, ok, _ := RingOf(ns.Labels); ok {
+			ring = n
+		}
 	}
-	if r.Selector != nil && !r.Selector.Matches(labels.Set(ns.Labels)) {
-		return 0, false
-	}
-	ring, ok, _ := RingOf(ns.Labels)
-	return ring, ok
+	r.read[namespace] = ringRead{ring: ring, at: now}
+	return ring, ring >= 0
 }
+
+// maxRingReads bounds the rings Of keeps.
+const maxRingReads = 10000
 
 // below returns whether a namespace is in a ring below ring, each namespace
 // read once.

@@ -226,8 +226,8 @@ func TestRingsOfHonoursTheSelector(t *testing.T) {
 	if ring, ok := rings.Of(t.Context(), "tenant"); !ok || ring != 1 {
 		t.Fatalf("tenant: %d %v; want ring 1", ring, ok)
 	}
-	rings.Selector, _ = labels.Parse("owner=someone-else")
-	if _, ok := rings.Of(t.Context(), "tenant"); ok {
+	other, _ := labels.Parse("owner=someone-else")
+	if _, ok := (&Rings{Reader: s.Cache, Selector: other}).Of(t.Context(), "tenant"); ok {
 		t.Fatal("a namespace the selector leaves out is in a ring")
 	}
 	if _, ok := (*Rings)(nil).Of(t.Context(), "tenant"); ok {
