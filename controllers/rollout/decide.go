@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -206,6 +207,9 @@ func (s *Scheduler) situation(ctx context.Context, o Observation) Situation {
 	sit := Situation{Observation: o, Now: s.now()}
 	if o.Object == nil {
 		return sit
+	}
+	if ring, ok := s.Rings.Of(ctx, o.Key.Namespace); ok {
+		sit.Ring = strconv.Itoa(ring)
 	}
 	var err error
 	if sit.Record, err = Unseal(o.Object, s.Keys); err != nil {

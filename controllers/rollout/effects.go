@@ -275,10 +275,16 @@ func (p Policy) closed(sit Situation, d Decision) Decision {
 			d.count(MetricCanaries, "passed", o.Kind.Name)
 		}
 		d.count(MetricCompleted, o.Kind.Name)
+		if sit.Ring != "" {
+			d.count(MetricRingRollouts, sit.Ring, "completed")
+		}
 		d.log(0, "rollout completed", "elapsed", elapsed(d.Judged, sit.Now))
 	case CloseFailed:
 		d.Patches, d.Written = []Patch{d.recordPatch(sit, true)}, d.Record
 		d.count(MetricFailed, o.Kind.Name)
+		if sit.Ring != "" {
+			d.count(MetricRingRollouts, sit.Ring, "failed")
+		}
 		if d.Judged.State == Verifying {
 			d.count(MetricFailedVerification, o.Kind.Name)
 		}

@@ -23,6 +23,7 @@ const (
 	MetricFailedVerification = "configstamp_rollouts_failed_verification_total"
 	MetricCanaries           = "configstamp_canaries_total"
 	MetricUndos              = "configstamp_undos_total"
+	MetricRingRollouts       = "configstamp_ring_rollouts_total"
 )
 
 // Count is one increment of a rollout counter, by its name and label values.
@@ -43,7 +44,7 @@ func (c Count) String() string {
 }
 
 var counters = map[string]*prometheus.CounterVec{MetricStarted: StartedTotal, MetricCompleted: CompletedTotal, MetricFailed: FailedTotal,
-	MetricFailedVerification: FailedVerificationTotal, MetricCanaries: CanariesTotal, MetricUndos: UndosTotal}
+	MetricFailedVerification: FailedVerificationTotal, MetricCanaries: CanariesTotal, MetricUndos: UndosTotal, MetricRingRollouts: RingRolloutsTotal}
 
 var (
 	// StartedTotal counts rollouts configstamp started by stamping a pod template, by kind.
@@ -71,6 +72,12 @@ var (
 	ReconcilesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "configstamp_reconciles_total", Help: "Reconciles of workloads, by kind.",
 	}, []string{"kind"})
+	// RingRolloutsTotal counts the rollouts of workloads in ringed namespaces
+	// by ring and how they ended (completed, failed): how far a change got.
+	RingRolloutsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricRingRollouts,
+		Help: "Rollouts configstamp started in namespaces of a ring (label configstamp.io/ring), by ring and result (completed, failed).",
+	}, []string{"ring", "result"})
 	// CanariesTotal counts canaries by how they ended (passed, failed) and kind.
 	CanariesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricCanaries,
@@ -144,7 +151,7 @@ var current atomic.Pointer[Scheduler]
 // registers nothing (the kubectl plugin reads records with it).
 func RegisterMetrics(kinds *workload.Registry) {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(StartedTotal, ReconcilesTotal, CompletedTotal, CanariesTotal, UndosTotal, FailedTotal, FailedVerificationTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
+		metrics.Registry.MustRegister(StartedTotal, ReconcilesTotal, CompletedTotal, CanariesTotal, RingRolloutsTotal, UndosTotal, FailedTotal, FailedVerificationTotal, Resumed, rolloutsHalted, haltedWorkloads, warnings,
 			waitingWorkloads, debouncingWorkloads, pendingWorkloads, debouncedChanges, slotsInUse)
 	})
 	// Every kind's series from the start, at 0: increase() and rate() see the

@@ -42,6 +42,8 @@ type Situation struct {
 	// saw its status change or its pods show it (Scheduler.progressed; zero:
 	// never); its progress deadline counts from then.
 	Progressed time.Time
+	// Ring: its namespace's ring ("": none; Rings).
+	Ring string
 	// Stray: the hold and pause its failed canary set, still set, of a
 	// record no longer sealed: its halt was removed by hand or by `kubectl
 	// configstamp resume`, which ends their reason. Put back at once

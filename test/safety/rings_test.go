@@ -30,7 +30,10 @@ const ringBaseNamespace = "ring-base"
 // its own.
 func TestRingsJudgeACopiedChangeOnce(t *testing.T) {
 	t.Parallel()
-	l := lane(t)
+	// A short window keeps ring 0's whole rollout (its canary's window, then
+	// its second workload's verification) well within what ring 1 waits at
+	// most (ringWaitFor: the 30 s deadline, the window and a minute).
+	l := lane(t, "--verify-window=10s")
 	base := l.NamespaceNamed(t, ringBaseNamespace, map[string]string{rollout.LabelRing: "0"})
 	guess := l.NamespaceNamed(t, "ring-guess", map[string]string{rollout.LabelRing: "1"})
 	other := l.NamespaceNamed(t, "ring-other", map[string]string{rollout.LabelRing: "1"})
@@ -121,6 +124,16 @@ func TestRingsJudgeACopiedChangeOnce(t *testing.T) {
 			if r.Canary != rollout.NoCanary || r.Started.Before(ringZeroLast) {
 				t.Errorf("%s/%s of ring 1: %+v; want it started after ring 0's last (%v), with no canary of its own", ns, d.Name, r, ringZeroLast)
 			}
+		}
+	}
+	// How far each change got, ring by ring.
+	for _, want := range []struct {
+		ring, result string
+		n            float64
+	}{{"0", "failed", 1}, {"0", "completed", 2}, {"1", "completed", 4}, {"1", "failed", 0}} {
+		got, err := l.Metrics("configstamp_ring_rollouts_total", `ring="`+want.ring+`"`, `result="`+want.result+`"`)
+		if err != nil || got != want.n {
+			t.Errorf("configstamp_ring_rollouts_total{ring=%q,result=%q} = %v (%v), want %v", want.ring, want.result, got, err, want.n)
 		}
 	}
 }
