@@ -95,10 +95,6 @@ func waveHashIn(ns, name, k string) string {
 	return framework.StampOf(hashKey, ns, waveSpec(name), sharedIn(ns, k, "x"), framework.ConfigMap(ns, "own-"+name, map[string]string{"v": name}, nil))
 }
 
-func kubectlAs(kubeconfig, stdin string, args ...string) (string, string, error) {
-	return framework.KubectlAs(kubeconfig, stdin, args...)
-}
-
 // asTenant runs kubectl with the tenant's kubeconfig; a failure fails the test.
 func asTenant(t *testing.T, kubeconfig, stdin string, args ...string) string {
 	t.Helper()
