@@ -146,7 +146,8 @@ Output (-o json|yaml), one object:
                    undo's own rollout is followed (absent: none)
   waitingOn        the halt it waits on (absent: none):
     change         Kind/name@content
-    haltedBy[]     the workloads halting it (kind/name)
+    haltedBy[]     the workloads halting it (kind/name; in a ring above 0,
+                   "a workload of ring 0" when none of its namespace does)
     message        its RolloutHalted event
     eventTime      when (RFC 3339)
   rotation         its configstamp.io/rotate-together group (absent: none):
@@ -156,6 +157,8 @@ Output (-o json|yaml), one object:
                    not, configstamp waits for the rest
     wait           how long at most, from the first change
     unread         why a member's metadata could not be read (absent: read)
+  ring             its namespace's ring (label configstamp.io/ring; absent:
+                   none, or the Namespace cannot be read)
   summary          what it means now (the Now: line)
   events[]         its events, oldest first:
     type, reason, count

@@ -134,8 +134,11 @@ type whyResult struct {
 	// Rotation: its configstamp.io/rotate-together group, and which of it
 	// was written since its last stamp (absent: no group).
 	Rotation *rotationView `json:"rotation,omitempty"`
-	Summary  string        `json:"summary"`
-	Events   []eventView   `json:"events"`
+	// Ring: its namespace's ring (configstamp.io/ring; absent: none, or
+	// its Namespace cannot be read).
+	Ring    *int        `json:"ring,omitempty"`
+	Summary string      `json:"summary"`
+	Events  []eventView `json:"events"`
 }
 
 // heldField is one field of a canary's hold: where, the value configstamp
@@ -368,7 +371,10 @@ func explain(ctx context.Context, o *options, w workload, ns string) (whyResult,
 	}
 	view := o.canaryOfWhy(ctx, w, ns, rec, res)
 	res.CanaryPods, res.CanaryJudgedUntil, res.CanaryReason, res.canaryPodsUnread = view.pods, view.judgedUntil, view.reason, view.podsUnread
-	if res.WaitingOn, err = o.waitingOn(ctx, ns, rec, res.Events); err != nil {
+	if ring, ok, _ := rollout.RingOf(nsl.get(ctx, ns)); ok {
+		res.Ring = &ring
+	}
+	if res.WaitingOn, err = o.waitingOn(ctx, ns, res.Ring, rec, res.Events); err != nil {
 		return res, err
 	}
 	if res.Rotation, err = o.rotation(ctx, w, ns); err != nil {
@@ -420,6 +426,9 @@ func printWhy(o *options, w workload, ns string, res whyResult) {
 	}
 	if res.Rotation != nil {
 		rows = append(rows, []cell{c("Rotates together:"), c(res.Rotation.text())})
+	}
+	if res.Ring != nil {
+		rows = append(rows, []cell{c("Ring:"), c(ringText(*res.Ring))})
 	}
 	rows = append(rows, []cell{c("Now:"), c(res.Summary)})
 	o.table(rows)
@@ -534,7 +543,32 @@ func failedVerification(failure string) bool {
 // waitingOn finds a halt the workload waits on: its latest configstamp event
 // is RolloutHalted (after its last rollout started) and some workload of the
 // namespace still carries that change in configstamp.io/halted.
-func (o *options) waitingOn(ctx context.Context, ns string, rec rollout.Record, events []eventView) (*waiting, error) {
+// ringText is the Ring: row of a workload in ring.
+func ringText(ring int) string {
+	if ring == 0 {
+		return "0: its canary judges a change of a source copied into the rings above, and its halts hold them"
+	}
+	return fmt.Sprintf("%d: a change of a source copied into lower rings waits for them, and a canary of it that passed there "+
+		"after the change was seen judges it; a halt of it in ring 0 holds it", ring)
+}
+
+// ringZero names the workload of ring 0 that holds a waiter of a ring above.
+const ringZero = "a workload of ring 0"
+
+// haltedInRing0 is the waiting of a workload of a ring above 0 told of a
+// halted change no workload of its namespace holds: a workload of ring 0
+// holds it (its name, in another namespace, is not the waiter's to see).
+func haltedInRing0(last *eventView) *waiting {
+	const before, after = "the change ", " failed"
+	i := strings.Index(last.Message, before)
+	j := strings.Index(last.Message, after)
+	if i < 0 || j < i+len(before) {
+		return nil
+	}
+	return &waiting{Change: last.Message[i+len(before) : j], Message: last.Message, EventTime: last.Last, HaltedBy: []string{ringZero}}
+}
+
+func (o *options) waitingOn(ctx context.Context, ns string, ring *int, rec rollout.Record, events []eventView) (*waiting, error) {
 	var last *eventView
 	for i := range events {
 		if events[i].From == reporter {
@@ -563,6 +597,9 @@ func (o *options) waitingOn(ctx context.Context, ns string, rec rollout.Record, 
 		if out != nil {
 			break
 		}
+	}
+	if out == nil && ring != nil && *ring > 0 {
+		return haltedInRing0(last), nil
 	}
 	if out == nil {
 		return nil, nil
@@ -638,6 +675,9 @@ func summary(r whyResult) string {
 	case r.RolledBackTo != "":
 		return "rolled back by a user to the revision stamped " + r.RolledBackTo + ", pinned to " + strings.Join(r.Pinned, ", ") +
 			"; configstamp keeps it until a source changes"
+	case r.WaitingOn != nil && r.WaitingOn.HaltedBy[0] == ringZero:
+		return "waiting: the change " + r.WaitingOn.Change + " failed on " + ringZero +
+			"; it rolls once that halt is lifted there (a fix of ring 0's copy, or a resume by whoever runs ring 0)"
 	case r.WaitingOn != nil && len(r.WaitingOn.HaltedBy) > 1:
 		return "waiting: the change " + r.WaitingOn.Change + " failed on " + strings.Join(r.WaitingOn.HaltedBy, ", ") +
 			"; it rolls once every one of these halts is lifted (kubectl configstamp resume on each)"
