@@ -24,7 +24,8 @@ import (
 // name), only S's name and what the lower rings do with their own S decide:
 //
 //   - it waits while a namespace of a lower ring rolls out a change of S
-//     (ringWait), at most ringWaitFor from when its change was seen;
+//     (ringWait), at most ringWaitFor from when its change was seen, and
+//     at least Policy.RingSettle (the lower rings' copies may come later);
 //   - a halt of S in force in ring 0 holds it like a halt of its own
 //     namespace (Halts.By), whatever it references of S;
 //   - it runs no canary of its own when a lower ring's canary of S passed
@@ -146,8 +147,9 @@ func (s *Scheduler) ringWaitFor() time.Duration {
 // ringWait is how long k, about to roll out causes, waits for the rings
 // below its namespace's: while a namespace of a lower ring rolls out a change
 // of one of their sources (rollingWhere), within ringWaitFor from when k's
-// change was seen. 0: no ring below rolls it, k's namespace is in no ring
-// or in ring 0.
+// change was seen; and, while none does, until Policy.RingSettle from then
+// (the lower rings' copies may be written a little later than k's). 0: no
+// ring below rolls it, k's namespace is in no ring or in ring 0.
 func (s *Scheduler) ringWait(ctx context.Context, k Key, causes []Change) (time.Duration, error) {
 	ring, ok := s.Rings.Of(ctx, k.Namespace)
 	refs := refsOf(causes)
@@ -157,15 +159,21 @@ func (s *Scheduler) ringWait(ctx context.Context, k Key, causes []Change) (time.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if seen := s.seenAt(k); !seen.IsZero() && now.After(seen.Add(s.ringWaitFor())) {
+	seen := s.seenAt(k)
+	if !seen.IsZero() && now.After(seen.Add(s.ringWaitFor())) {
 		return 0, nil
 	}
 	below := s.Rings.below(ctx, ring)
 	rolling, err := s.rollingWhere(ctx, refs, now, func(j Key) bool { return j.Namespace != k.Namespace && below(j.Namespace) })
-	if err != nil || !rolling {
+	switch {
+	case err != nil:
 		return 0, err
+	case rolling:
+		return canaryWait, nil
+	case !seen.IsZero() && now.Before(seen.Add(s.Policy.RingSettle)):
+		return min(canaryWait, seen.Add(s.Policy.RingSettle).Sub(now)), nil
 	}
-	return canaryWait, nil
+	return 0, nil
 }
 
 // seenAt is when k's change was seen (its wave entry's first change), or

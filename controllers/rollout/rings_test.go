@@ -57,8 +57,8 @@ type ringScenario struct {
 
 func newRingScenario(t *testing.T, tenantContent string, tenantRing int) *ringScenario {
 	ref := stamp.ObjectRef{Kind: stamp.KindConfigMap, Name: "ca-bundle"}
-	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second},
-		ringed("base", 0), ringed("tenant", tenantRing))
+	s, c := newTestScheduler(t, Policy{MaxConcurrent: 10, ProgressDeadline: 10 * time.Minute, HaltOnFailure: true, Canary: true, VerifyWindow: 30 * time.Second,
+		RingSettle: 30 * time.Second}, ringed("base", 0), ringed("tenant", tenantRing))
 	s.Rings = &Rings{Reader: s.Cache}
 	s.Halts = haltsFunc(func() string { return "" })
 	return &ringScenario{t: t, s: s, c: c, ref: ref,
@@ -103,7 +103,7 @@ func (r *ringScenario) run() []string {
 	}
 	r.put("base", "a", *a.Record) // the cache shows a's rollout
 	tell(r.decide("tenant", "b", r.b))
-	r.c.advance(40 * time.Second)
+	r.waitAsking(40 * time.Second)
 	passed := *a.Record
 	passed.Canary = CanaryPassed
 	r.s.CanaryWritten(depIn("base", "a"), *a.Record, passed)
@@ -115,6 +115,18 @@ func (r *ringScenario) run() []string {
 	r.c.advance(2 * time.Second)
 	tell(r.decide("tenant", "b", r.b))
 	return told
+}
+
+// waitAsking lets d pass with b asking again every canaryWait, as a waiting
+// workload does, each time told to wait.
+func (r *ringScenario) waitAsking(d time.Duration) {
+	r.t.Helper()
+	for end := r.c.now().Add(d); r.c.now().Before(end); {
+		r.c.advance(canaryWait)
+		if got := r.decide("tenant", "b", r.b); got.Transition != Wait {
+			r.t.Fatalf("ring 1 at %v of a %v wait: %v %v (%+v); want it to wait", r.c.now().Sub(t0), d, got.Transition, got.On, got.Effects)
+		}
+	}
 }
 
 // put writes name's record rec into the cache.
@@ -148,8 +160,12 @@ func TestRingOneWaitsForRingZeroWhateverItsCopyHolds(t *testing.T) {
 	}
 	// Without rings (the tenant's namespace in none), it is its own
 	// namespace's canary at once, as before rings.
-	if got := newRingScenario(t, "base-new", -1).run(); got[0] != "Stamp canary" {
-		t.Errorf("no ring: told %v; want a canary of its own at once", got)
+	r := newRingScenario(t, "base-new", -1)
+	r.s.Announce(depIn("base", "a"), 0, r.ref)
+	r.s.Announce(depIn("tenant", "b"), 0, r.ref)
+	r.c.advance(3 * time.Second)
+	if d := r.decide("tenant", "b", r.b); d.Record == nil || d.Record.Canary != CanaryRunning {
+		t.Errorf("no ring: %+v; want a canary of its own at once", d)
 	}
 }
 
@@ -160,13 +176,16 @@ func TestRingWaitIsBounded(t *testing.T) {
 	r.s.Announce(depIn("base", "a"), 0, r.ref)
 	r.s.Announce(depIn("tenant", "b"), 0, r.ref)
 	r.c.advance(3 * time.Second)
-	if a := r.decide("base", "a", r.base); a.Transition != Stamp {
+	a := r.decide("base", "a", r.base)
+	if a.Transition != Stamp {
 		t.Fatalf("ring 0: %+v; want a stamp", a)
 	}
+	r.put("base", "a", *a.Record) // the cache shows a's rollout, stuck
 	if d := r.decide("tenant", "b", r.b); d.Transition != Wait {
 		t.Fatalf("ring 1 while ring 0 rolls: %+v; want it to wait", d)
 	}
-	r.c.advance(r.s.ringWaitFor())
+	r.waitAsking(r.s.ringWaitFor() - 5*time.Second) // from 3 s to the bound, less a step
+	r.c.advance(canaryWait)
 	d := r.decide("tenant", "b", r.b)
 	if d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
 		t.Fatalf("ring 1 past the bound, ring 0 still rolling: %+v; want its own canary", d)
@@ -188,6 +207,11 @@ func TestRingProofIsNewerThanTheChange(t *testing.T) {
 	r.c.advance(time.Minute)
 	r.s.Announce(depIn("tenant", "b"), 0, r.ref) // the tenant's own edit, after ring 0's pass
 	r.c.advance(3 * time.Second)
+	if d := r.decide("tenant", "b", r.b); d.Transition != Wait {
+		t.Fatalf("ring 1 within the settle, ring 0 idle: %+v; want it to wait", d)
+	}
+	r.waitAsking(r.s.Policy.RingSettle - 4*time.Second)
+	r.c.advance(canaryWait)
 	if d := r.decide("tenant", "b", r.b); d.Record == nil || d.Record.Canary != CanaryRunning {
 		t.Fatalf("a change seen after ring 0's pass: %+v; want a canary of its own", d)
 	}
@@ -232,5 +256,26 @@ func TestRingsOfHonoursTheSelector(t *testing.T) {
 	}
 	if _, ok := (*Rings)(nil).Of(t.Context(), "tenant"); ok {
 		t.Fatal("no rings configured, yet a ring")
+	}
+}
+
+// A copy of ring 1 written before ring 0's (a platform writes its copies one
+// namespace after another): ring 1 waits the settle for ring 0's to come, then
+// waits for ring 0 to roll it, as if they had come together.
+func TestRingSettleWaitsForALaterLowerCopy(t *testing.T) {
+	r := newRingScenario(t, "base-new", 1)
+	r.s.Announce(depIn("tenant", "b"), 0, r.ref)
+	r.c.advance(20 * time.Second) // past the debounce, ring 0 untouched so far
+	if d := r.decide("tenant", "b", r.b); d.Transition != Wait || d.After <= 0 || d.After > canaryWait {
+		t.Fatalf("ring 1 within the settle: %+v; want it to wait and ask again soon", d)
+	}
+	r.s.Announce(depIn("base", "a"), 0, r.ref) // ring 0's copy, 20 s later
+	r.c.advance(3 * time.Second)
+	if a := r.decide("base", "a", r.base); a.Transition != Stamp || a.Record.Canary != CanaryRunning {
+		t.Fatalf("ring 0: %+v; want its canary", a)
+	}
+	r.c.advance(10 * time.Second) // past the settle: ring 0 rolls it, so ring 1 still waits
+	if d := r.decide("tenant", "b", r.b); d.Transition != Wait {
+		t.Fatalf("ring 1 past the settle while ring 0's canary runs: %+v; want it to wait", d)
 	}
 }

@@ -70,6 +70,11 @@ type Policy struct {
 	// must stay healthy (Ready, no restart) before it counts as completed; a
 	// workload's AnnotationVerifyWindow overrides it. 0: completed at once.
 	VerifyWindow time.Duration
+	// RingSettle: how long a workload of a ring above 0 waits, from when its
+	// change was seen, for the lower rings' copies to change too (a
+	// platform writes its copies one namespace after another), before it
+	// rolls with a canary of its own (Rings).
+	RingSettle time.Duration
 	// Canary: the first workload of a change's wave is its canary (held at
 	// one new pod where its kind allows), and the rest waits for it to pass;
 	// AnnotationCanaryOpt overrides it. Needs rollouts followed (Tracks).
@@ -82,8 +87,8 @@ func (p Policy) Validate() error {
 	switch {
 	case p.ProgressDeadline <= 0:
 		return fmt.Errorf("--progress-deadline must be positive, not %v: a rollout configstamp follows fails when it is not complete by then", p.ProgressDeadline)
-	case p.Debounce < 0 || p.MaxWait < 0:
-		return fmt.Errorf("--debounce (%v) and --debounce-max-wait (%v) must not be negative", p.Debounce, p.MaxWait)
+	case p.Debounce < 0 || p.MaxWait < 0 || p.RingSettle < 0:
+		return fmt.Errorf("--debounce (%v), --debounce-max-wait (%v) and --ring-settle (%v) must not be negative", p.Debounce, p.MaxWait, p.RingSettle)
 	case p.VerifyWindow < 0 || p.VerifyWindow > MaxVerifyWindow:
 		return fmt.Errorf("--verify-window must be between 0 and %v, not %v", MaxVerifyWindow, p.VerifyWindow)
 	case p.MaxConcurrent < 0 || p.PerSecond < 0:
