@@ -470,8 +470,9 @@ func runPlan(ctx context.Context, o *options, _ []string) error {
 		_, _ = fmt.Fprintf(o.errOut, "warning: %s skipped: plan reads ConfigMaps and Secrets\n", s)
 	}
 	spreads := planSpreads(results)
+	nsl := &namespaceLabels{o: o}
 	for i := range spreads {
-		spreads[i].Rings = o.rings(ctx, spreads[i].Namespaces)
+		spreads[i].Rings = rings(ctx, nsl, spreads[i].Namespaces)
 	}
 	if done, err := o.machine(planOutput{Objects: results, AcrossNamespaces: spreads}); done {
 		return err
@@ -490,14 +491,10 @@ func runPlan(ctx context.Context, o *options, _ []string) error {
 
 // rings reads the ring of each namespace (rollout.LabelRing); one in no
 // ring, or whose Namespace cannot be read, is left out.
-func (o *options) rings(ctx context.Context, namespaces []string) map[string]int {
+func rings(ctx context.Context, nsl *namespaceLabels, namespaces []string) map[string]int {
 	out := map[string]int{}
 	for _, name := range namespaces {
-		ns, err := o.client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			continue
-		}
-		if ring, ok, _ := rollout.RingOf(ns.Labels); ok {
+		if ring, ok, _ := rollout.RingOf(nsl.get(ctx, name)); ok {
 			out[name] = ring
 		}
 	}
