@@ -120,18 +120,11 @@ func (r *Rings) Of(ctx context.Context, namespace string) (int, bool) {
 // maxRingReads bounds the rings Of keeps.
 const maxRingReads = 10000
 
-// below returns whether a namespace is in a ring below ring, each namespace
-// read once.
+// below returns whether a namespace is in a ring below ring.
 func (r *Rings) below(ctx context.Context, ring int) func(namespace string) bool {
-	seen := map[string]bool{}
 	return func(namespace string) bool {
-		in, ok := seen[namespace]
-		if !ok {
-			n, ringed := r.Of(ctx, namespace)
-			in = ringed && n < ring
-			seen[namespace] = in
-		}
-		return in
+		n, ringed := r.Of(ctx, namespace)
+		return ringed && n < ring
 	}
 }
 
