@@ -168,7 +168,9 @@ Output (-o json|yaml), one object:
 
 const statusLong = `Rollouts in flight, cluster-wide (-n narrows): the budget in use, the
 workloads rolling or verifying (a change's canary reads "rolling (canary)"),
-the halted workloads and who waits on them, the workloads a user rolled back.
+the halted workloads and who waits on them, the workloads a user rolled back,
+and, for a source rolling or halted in namespaces labelled
+configstamp.io/ring, how each ring stands.
 
 Output (-o json|yaml), one object:
   budgetInUse      the workloads rolling or verifying (each holds a slot of
@@ -190,7 +192,16 @@ Output (-o json|yaml), one object:
   rolledBack[]     the pinned workloads a user rolled back:
     namespace, kind, name
     stamp          the stamp of the revision it runs
-    pinned[]       Kind/source=snapshot`
+    pinned[]       Kind/source=snapshot
+  rings[]          each source (Kind/name) rolling or halted in a ringed
+                   namespace, judged once by the lowest ring's canary:
+    source
+    rings[]        its rings, lowest first; each counts the ring's workloads
+                   by their last rollout of the source:
+      ring, namespaces[]
+      rolling, verifying, completed, halted
+      canary       the ring's running canary (namespace/kind/name)
+      lastStarted  RFC 3339: the ring's latest rollout of it`
 
 const resumeLong = `Removes configstamp.io/halted from the workload (a JSON merge patch,
 conditional on the resourceVersion read); the workloads waiting on the halt

@@ -54,6 +54,9 @@ type statusResult struct {
 	// RolledBack are the pinned workloads a user rolled back to an earlier
 	// revision (configstamp.io/rolled-back-to): kept until a source changes.
 	RolledBack []rolledBackView `json:"rolledBack"`
+	// Rings are the sources rolling out or halted in ringed namespaces,
+	// ring by ring (empty when no namespace of a rollout is in a ring).
+	Rings []ringGroup `json:"rings"`
 }
 
 type rolledBackView struct {
@@ -78,6 +81,7 @@ func runStatus(ctx context.Context, o *options, _ []string) error {
 	}
 	res := statusOf(ws)
 	res.BudgetInUse = len(res.Rolling)
+	res.Rings = ringGroupsOf(ctx, &namespaceLabels{o: o}, ws)
 	if len(res.Halted) > 0 {
 		if err := o.fillWaiting(ctx, ns, ws, res.Halted); err != nil {
 			return err
@@ -93,7 +97,7 @@ func runStatus(ctx context.Context, o *options, _ []string) error {
 // statusOf reads the rollouts under way, the halts and the user rollbacks
 // from the workloads' records.
 func statusOf(ws []workload) statusResult {
-	res := statusResult{Rolling: []rollingView{}, Halted: []haltView{}, RolledBack: []rolledBackView{}}
+	res := statusResult{Rolling: []rollingView{}, Halted: []haltView{}, RolledBack: []rolledBackView{}, Rings: []ringGroup{}}
 	for _, w := range ws {
 		if pin.RolledBack(w.meta.Annotations, w.template) {
 			v := rolledBackView{Namespace: w.meta.Namespace, Kind: w.kind, Name: w.meta.Name, Stamp: w.template.Annotations[stamp.AnnotationHash], Pinned: []string{}}
@@ -159,6 +163,7 @@ func (o *options) printStatus(res statusResult, ns string) {
 		o.table(rows)
 		o.printf("\nLift a halt with: kubectl configstamp resume -n NAMESPACE WORKLOAD\n")
 	}
+	o.printRingGroups(res.Rings)
 	if len(res.RolledBack) > 0 {
 		o.printf("\nRolled back by a user (pinned, kept until a source changes): %d\n", len(res.RolledBack))
 		rows := [][]cell{header("NAMESPACE", "WORKLOAD", "STAMP", "PINNED TO")}
