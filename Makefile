@@ -111,12 +111,14 @@ TEST_OUT ?= $(CURDIR)/_output/test
 REST_FIRST := ./test/safety ./test/chaos ./test/pin ./test/adversarial ./test/plugin ./test/e2e ./test/kinds ./test/manifests
 # test/argo runs Argo Rollouts' real controller, built from its Go module:
 # make test-argo, not make test (see there); test/eso the External Secrets
-# Operator's, make test-eso.
+# Operator's, make test-eso; test/trust cert-manager's trust-manager on the
+# real node, make test-trust.
 ARGO_PKGS := ./test/argo
 ESO_PKGS := ./test/eso
-# Every package but the real-node ones, test/argo and test/eso, as import
-# paths, REST_FIRST first.
-REST_PKGS = $(shell $(GO) list $(REST_FIRST)) $(filter-out $(shell $(GO) list $(REALNODE_PKGS) $(ARGO_PKGS) $(ESO_PKGS) $(REST_FIRST)),$(shell $(GO) list ./...))
+TRUST_PKGS := ./test/trust
+# Every package but the real-node ones, test/argo, test/eso and test/trust, as
+# import paths, REST_FIRST first.
+REST_PKGS = $(shell $(GO) list $(REST_FIRST)) $(filter-out $(shell $(GO) list $(REALNODE_PKGS) $(ARGO_PKGS) $(ESO_PKGS) $(TRUST_PKGS) $(REST_FIRST)),$(shell $(GO) list ./...))
 # What every test run of make test shares: the suites run the manager built
 # once (bin/configstamp, by the build target) instead of linking their own
 # (framework.ManagerBinary), and their builds vet nothing (make lint runs go vet
@@ -232,6 +234,18 @@ test-eso: build controlplane external-secrets ## test/eso: configstamp beside th
 	@start=$$(date +%s); \
 	env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 20m $(GOTEST_FLAGS) $(ESO_PKGS); rc=$$?; \
 	echo "==> test-eso: exit $$rc in $$(( $$(date +%s) - start ))s"; exit $$rc
+
+# make test-trust: test/trust, configstamp beside cert-manager's trust-manager
+# (hack/trust-manager.sh builds it from its Go module, cached in bin/) on the
+# real node, where the containers that reject a bad CA bundle run. Not part of
+# make test for the same reason as test-argo, and because make test's real-node
+# lane holds the one real node a machine runs; CI runs it after make test
+# (.ci/run).
+.PHONY: test-trust
+test-trust: $(TEST_REALNODE_DEPS) trust-manager ## test/trust: configstamp beside cert-manager's trust-manager on the real node (builds it into bin/ first; not part of make test).
+	@start=$$(date +%s); \
+	env $(GOTEST_ENV) $(GO) test $(GOTEST_COMMON) -timeout 20m $(GOTEST_FLAGS) $(TRUST_PKGS); rc=$$?; \
+	echo "==> test-trust: exit $$rc in $$(( $$(date +%s) - start ))s"; exit $$rc
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no control plane).

@@ -158,3 +158,14 @@ external-secrets: $(EXTERNAL_SECRETS) ## Build the External Secrets Operator's c
 
 $(EXTERNAL_SECRETS):
 	$(CP_TOOLS)/../external-secrets.sh $(EXTERNAL_SECRETS_VERSION) $@
+
+# cert-manager's trust-manager controller, for test/trust. The version is
+# test/trust's trustModule.
+TRUST_MANAGER_VERSION := v0.25.0
+TRUST_MANAGER := $(CP_BIN)/trust-manager-$(TRUST_MANAGER_VERSION)
+
+.PHONY: trust-manager
+trust-manager: $(TRUST_MANAGER) ## Build cert-manager's trust-manager controller from its Go module into ./bin (cached; test/trust runs it).
+
+$(TRUST_MANAGER):
+	$(CP_TOOLS)/../trust-manager.sh $(TRUST_MANAGER_VERSION) $@
