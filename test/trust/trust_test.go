@@ -18,6 +18,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"os"
@@ -305,7 +306,7 @@ func TestABadBundleCostsOnePod(t *testing.T) {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("no failed canary in ring 0 yet; stamped %v; pods that ran the revoked CA %v", stamped, keys(ran))
+		return false, fmt.Sprintf("no failed canary in ring 0 yet; stamped %v; pods that ran the revoked CA %v", stamped, slices.Sorted(maps.Keys(ran)))
 	})
 	t.Logf("ring 0's canary %s failed %s after the change", canary.Name, since(changed))
 	for _, d := range all {
@@ -317,14 +318,14 @@ func TestABadBundleCostsOnePod(t *testing.T) {
 	watched := time.Now()
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
 		if stamped := look(); len(stamped) > 1 || len(ran) > 1 {
-			t.Fatalf("stamped %v, pods that ran the revoked CA %v: want ring 0's canary and its one pod", stamped, keys(ran))
+			t.Fatalf("stamped %v, pods that ran the revoked CA %v: want ring 0's canary and its one pod", stamped, slices.Sorted(maps.Keys(ran)))
 		}
 		return time.Since(watched) > 65*time.Second, "watching the halt"
 	})
 	if len(ran) != 1 {
-		t.Fatalf("%d pods ran the revoked CA (%v), want exactly one", len(ran), keys(ran))
+		t.Fatalf("%d pods ran the revoked CA (%v), want exactly one", len(ran), slices.Sorted(maps.Keys(ran)))
 	}
-	t.Logf("exactly one pod in the cluster ran the revoked CA (%v); the other 5 workloads in 3 namespaces were never stamped, all told it is halted", keys(ran))
+	t.Logf("exactly one pod in the cluster ran the revoked CA (%v); the other 5 workloads in 3 namespaces were never stamped, all told it is halted", slices.Sorted(maps.Keys(ran)))
 
 	// A good new CA, ring by ring.
 	fixed := time.Now()
@@ -352,12 +353,3 @@ func rolledOut(t *testing.T, d *appsv1.Deployment, timeout time.Duration) {
 }
 
 func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
