@@ -310,22 +310,22 @@ func (s *Scheduler) ClaimCanary(ctx context.Context, k Key, priority int, causes
 // workload's own controller) leaves the canary running, judged again.
 func (s *Scheduler) CanaryWritten(k Key, judged, next Record) {
 	if judged.Canary == CanaryRunning && (next.Canary == CanaryPassed || next.State == Completed) {
-		s.passCanary(k, ParseChanges(judged.Cause))
+		s.passCanary(k, ParseChanges(judged.Cause), judged.Started)
 	}
 }
 
-// passCanary notes that the canary k of causes passed: the rest of the
-// wave rolls them out with the budget.
-func (s *Scheduler) passCanary(k Key, causes []Change) {
+// passCanary notes that the canary k of causes, started at started,
+// passed: the rest of the wave rolls them out with the budget.
+func (s *Scheduler) passCanary(k Key, causes []Change, started time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	for _, c := range causes {
 		s.canaryPassed[passedKey(k.Namespace, c)] = now
 		if s.refPassed[c.Ref] == nil {
-			s.refPassed[c.Ref] = map[string]time.Time{}
+			s.refPassed[c.Ref] = map[string]ringPass{}
 		}
-		s.refPassed[c.Ref][k.Namespace] = now
+		s.refPassed[c.Ref][k.Namespace] = ringPass{started: started, passed: now}
 	}
 	delete(s.canaryClaims, k)
 	delete(s.canaryOpen, k)

@@ -833,7 +833,7 @@ func TestADormantWorkloadWaitsForACanary(t *testing.T) {
 			}
 
 			s, _, ref, wants := edgeWave(t, 10)
-			s.passCanary(dep("b"), []Change{{Ref: ref, Content: "00aa"}})
+			s.passCanary(dep("b"), []Change{{Ref: ref, Content: "00aa"}}, t0)
 			a = wants("a", 0)
 			sleep(a)
 			d, err = s.Decide(t.Context(), a)

@@ -185,11 +185,19 @@ func (s *Scheduler) seenAt(k Key) time.Time {
 	return p.first
 }
 
+// ringPass is a canary of a source that passed in a namespace: when it
+// started (its record's) and when it passed.
+type ringPass struct{ started, passed time.Time }
+
 // ringProven reports whether a canary of ref passed in a ring below k's
 // namespace's after k's change was seen, with no halt of ref in force in a
 // ring below: k then rolls ref's change with the budget, no canary of its
-// own. Only passes this process saw count (after a restart each ring's
-// namespaces have canaries of their own again); s.mu held.
+// own. The canary must also have started at most Policy.RingSettle before
+// k's change was seen: one that started earlier judged an earlier change of
+// the lower ring's copy (a long canary still running when k's copy changed
+// is no judge of k's change). Only passes this process saw count (after a
+// restart each ring's namespaces have canaries of their own again); s.mu
+// held.
 func (s *Scheduler) ringProven(ctx context.Context, k Key, ref stamp.ObjectRef, now time.Time) (bool, error) {
 	ring, ok := s.Rings.Of(ctx, k.Namespace)
 	seen := s.seenAt(k)
@@ -197,8 +205,8 @@ func (s *Scheduler) ringProven(ctx context.Context, k Key, ref stamp.ObjectRef, 
 		return false, nil
 	}
 	below, passed := s.Rings.below(ctx, ring), false
-	for ns, at := range s.refPassed[ref] {
-		if now.Sub(at) <= passedFor && !at.Before(seen) && below(ns) {
+	for ns, p := range s.refPassed[ref] {
+		if now.Sub(p.passed) <= passedFor && !p.passed.Before(seen) && !p.started.Before(seen.Add(-s.Policy.RingSettle).Truncate(time.Second)) && below(ns) {
 			passed = true
 		}
 	}

@@ -229,6 +229,38 @@ func TestRingProofIsNewerThanTheChange(t *testing.T) {
 	}
 }
 
+// A ring-0 canary that started well before ring 1's copy changed (a slow
+// canary of an earlier change of ring 0's copy, still running) judged that
+// earlier change, not ring 1's: its pass, though after ring 1's change was
+// seen, leaves ring 1 its own canary.
+func TestRingProofStartedWithTheChange(t *testing.T) {
+	r := newRingScenario(t, "a-later-value", 1)
+	r.s.Announce(depIn("base", "a"), 0, r.ref)
+	r.c.advance(3 * time.Second)
+	a := r.decide("base", "a", r.base)
+	if a.Transition != Stamp || a.Record == nil || a.Record.Canary != CanaryRunning {
+		t.Fatalf("ring 0: %+v; want it stamped as the change's canary", a)
+	}
+	r.put("base", "a", *a.Record)
+	r.c.advance(2 * time.Minute) // ring 0's canary still runs
+	r.s.Announce(depIn("tenant", "b"), 0, r.ref)
+	r.c.advance(3 * time.Second)
+	if d := r.decide("tenant", "b", r.b); d.Transition != Wait {
+		t.Fatalf("ring 1 while ring 0's canary runs: %+v; want it to wait", d)
+	}
+	r.waitAsking(20 * time.Second)
+	passed := *a.Record
+	passed.Canary, passed.State = CanaryPassed, Completed
+	r.s.CanaryWritten(depIn("base", "a"), *a.Record, passed)
+	r.s.Done(depIn("base", "a"))
+	r.put("base", "a", passed)
+	r.waitAsking(r.s.Policy.RingSettle - 24*time.Second) // to the settle's end
+	r.c.advance(canaryWait)
+	if d := r.decide("tenant", "b", r.b); d.Transition != Stamp || d.Record == nil || d.Record.Canary != CanaryRunning {
+		t.Fatalf("ring 0's canary started 2m before ring 1's change was seen, passed after: ring 1 told %v %+v; want a canary of its own", d.Transition, d.Record)
+	}
+}
+
 // haltsWhere is a HaltFinder with no halt in a workload's own namespace,
 // whose Where is the function's.
 type haltsWhere func(where func(string) bool) string

@@ -212,9 +212,9 @@ type Scheduler struct {
 	passedAsked  map[string]time.Time
 	canaryClaims map[Key]canaryClaim
 	canaryOpen   map[Key][]stamp.ObjectRef
-	// refPassed: when a canary of a source passed, by source and namespace
-	// (whatever it held: ringProven).
-	refPassed map[stamp.ObjectRef]map[string]time.Time
+	// refPassed: when a canary of a source started and passed, by source
+	// and namespace (whatever it held: ringProven).
+	refPassed map[stamp.ObjectRef]map[string]ringPass
 	// pruned: when stale entries were last dropped (at most every pruneEvery).
 	pruned  time.Time
 	limiter *rate.Limiter
@@ -247,7 +247,7 @@ func NewScheduler(policy Policy, cache client.Reader, keys Keys, kinds *workload
 		passedAsked:  map[string]time.Time{},
 		canaryClaims: map[Key]canaryClaim{},
 		canaryOpen:   map[Key][]stamp.ObjectRef{},
-		refPassed:    map[stamp.ObjectRef]map[string]time.Time{},
+		refPassed:    map[stamp.ObjectRef]map[string]ringPass{},
 		limiter:      rate.NewLimiter(limit, 1),
 		now:          time.Now,
 	}
@@ -1020,7 +1020,7 @@ func (s *Scheduler) report() {
 			maps.DeleteFunc(m, func(_ string, at time.Time) bool { return now.Sub(at) > passedFor })
 		}
 		for ref, m := range s.refPassed {
-			if maps.DeleteFunc(m, func(_ string, at time.Time) bool { return now.Sub(at) > passedFor }); len(m) == 0 {
+			if maps.DeleteFunc(m, func(_ string, p ringPass) bool { return now.Sub(p.passed) > passedFor }); len(m) == 0 {
 				delete(s.refPassed, ref)
 			}
 		}
