@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -165,23 +164,23 @@ const maxNodeReads = 8
 // process; one entry per DaemonSet).
 var nodesNotReadyTold sync.Map
 
-// nodesNotReady returns the NotReady nodes that alone keep a DaemonSet's
-// rollout from complete (workload.DaemonSetNotWaitedFor; the judgement
-// counts it complete without them: rollout.StatusSeen); nil for any other
-// workload or rollout. stalled are the
-// NotReady nodes that stall its rolling update in its own controller
-// (workload.DaemonSetStalledBy): its rollout is then not failed at the
+// nodesNotReady returns the NotReady nodes that alone keep the rollout of
+// a kind with one pod per node (Kind.Nodes: a DaemonSet) from complete
+// (NodeRollout.NotWaitedFor; the judgement counts it complete without them:
+// rollout.StatusSeen); nil for any other workload or rollout. stalled are
+// the NotReady nodes that stall its rolling update in its own controller
+// (NodeRollout.StalledBy): its rollout is then not failed at the
 // deadline, and once it has run that long a Warning says why. Nodes are not cached:
 // only the few nodes (at most maxNodeReads) where the rollout is not done
 // are read, live from the API server's watch cache, and only while a
 // DaemonSet's status does not count it complete. Without `get` on nodes
 // (a namespaced installation) its rollout waits for every node, as before.
 func (r *kindReconciler) nodesNotReady(ctx context.Context, obj client.Object, rec rollout.Record, seen rollout.PodsSeen) (notReady, stalled []string) {
-	d, ok := obj.(*appsv1.DaemonSet)
-	if !ok || r.Kind.Status(obj).Complete {
+	perNode := r.Kind.Nodes(obj)
+	if perNode == nil || r.Kind.Status(obj).Complete {
 		return nil, nil
 	}
-	unfinished := workload.DaemonSetUnfinished(d, seen.Pods, seen.Hash, seen.Now)
+	unfinished := perNode.Unfinished(seen.Pods, seen.Hash, seen.Now)
 	if len(unfinished) == 0 || len(unfinished) > maxNodeReads {
 		return nil, nil
 	}
@@ -196,9 +195,9 @@ func (r *kindReconciler) nodesNotReady(ctx context.Context, obj client.Object, r
 		}
 		nodes[name] = workload.NodeStateOf(n)
 	}
-	notReady = workload.DaemonSetNotWaitedFor(d, seen.Pods, seen.Hash, unfinished, nodes)
+	notReady = perNode.NotWaitedFor(seen.Pods, seen.Hash, unfinished, nodes)
 	if len(notReady) == 0 {
-		stalled = workload.DaemonSetStalledBy(d, unfinished, nodes)
+		stalled = perNode.StalledBy(unfinished, nodes)
 		r.tellStalled(ctx, obj, rec, seen, stalled)
 		return nil, stalled
 	}

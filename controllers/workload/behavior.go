@@ -38,6 +38,9 @@ type Behavior interface {
 	// that its controller makes no second pod of the bad change (nil: its
 	// hold alone keeps it, or nothing can).
 	Freeze(obj client.Object) Hold
+	// Nodes returns the per-node part of obj's rollout, for a kind that
+	// runs one pod per node (nil: its pods are bound to no node).
+	Nodes(obj client.Object) NodeRollout
 }
 
 // typedBehavior is a Behavior of the objects of one Go type T: each kind's
@@ -50,6 +53,7 @@ type typedBehavior[T client.Object] interface {
 	RevisionNumber(rev client.Object) int64
 	Hold(obj T, window time.Duration) Hold
 	Freeze(obj T) Hold
+	Nodes(obj T) NodeRollout
 }
 
 // typed is the Behavior of a typedBehavior: an object of another type has
@@ -91,6 +95,13 @@ func (t typed[T]) Hold(obj client.Object, window time.Duration) Hold {
 func (t typed[T]) Freeze(obj client.Object) Hold {
 	if o, ok := obj.(T); ok {
 		return t.b.Freeze(o)
+	}
+	return nil
+}
+
+func (t typed[T]) Nodes(obj client.Object) NodeRollout {
+	if o, ok := obj.(T); ok {
+		return t.b.Nodes(o)
 	}
 	return nil
 }

@@ -337,6 +337,9 @@ func (custom) Hold(*unstructured.Unstructured, time.Duration) Hold { return nil 
 // Freeze: an extra kind is not held, so nothing to freeze.
 func (custom) Freeze(*unstructured.Unstructured) Hold { return nil }
 
+// Nodes: none; an extra kind's pods are judged as a whole.
+func (custom) Nodes(*unstructured.Unstructured) NodeRollout { return nil }
+
 // SetTemplateAnnotation sets an annotation of obj's pod template, in place.
 // For an extra kind it reports false when the template is not an object
 // (PodTemplate then returns nil too); a null metadata or annotations map is

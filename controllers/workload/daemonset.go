@@ -91,3 +91,7 @@ func (daemonSet) Hold(d *appsv1.DaemonSet, window time.Duration) Hold {
 // Freeze: none. A DaemonSet has no pause; its hold (one node, and
 // minReadySeconds) is all that keeps a failed canary at one node.
 func (daemonSet) Freeze(*appsv1.DaemonSet) Hold { return nil }
+
+// Nodes: one pod per node, which its controller cannot replace on a
+// NotReady node (notready.go).
+func (daemonSet) Nodes(d *appsv1.DaemonSet) NodeRollout { return daemonSetNodes{d} }

@@ -105,6 +105,9 @@ func (deployment) Freeze(d *appsv1.Deployment) Hold {
 	return b.h
 }
 
+// Nodes: none; its pods are bound to no node.
+func (deployment) Nodes(*appsv1.Deployment) NodeRollout { return nil }
+
 // annotationDeploymentRevision is the revision number the Deployment
 // controller writes on each of its ReplicaSets.
 const annotationDeploymentRevision = "deployment.kubernetes.io/revision"

@@ -225,6 +225,14 @@ func (k Kind) Freeze(obj client.Object) Hold {
 	return k.behavior.Freeze(obj)
 }
 
+// Nodes returns the per-node part of obj's rollout (Behavior.Nodes).
+func (k Kind) Nodes(obj client.Object) NodeRollout {
+	if k.behavior == nil {
+		return nil
+	}
+	return k.behavior.Nodes(obj)
+}
+
 // of reports whether u is an object of k, an extra kind.
 func (k Kind) of(u *unstructured.Unstructured) bool {
 	return k.Unstructured() && k.GVK.GroupKind() == u.GroupVersionKind().GroupKind()

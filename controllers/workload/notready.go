@@ -31,6 +31,33 @@ func NodeStateOf(n *corev1.Node) NodeState {
 	return s
 }
 
+// NodeRollout is the per-node part of the rollout of a kind that runs one
+// pod per node (Behavior.Nodes): where it is not done, and which NotReady
+// nodes alone keep it from complete or stall its own controller.
+type NodeRollout interface {
+	// Unfinished: DaemonSetUnfinished.
+	Unfinished(pods []corev1.Pod, hash string, now time.Time) []string
+	// NotWaitedFor: DaemonSetNotWaitedFor.
+	NotWaitedFor(pods []corev1.Pod, hash string, unfinished []string, nodes map[string]NodeState) []string
+	// StalledBy: DaemonSetStalledBy.
+	StalledBy(unfinished []string, nodes map[string]NodeState) []string
+}
+
+// daemonSetNodes is a DaemonSet's NodeRollout.
+type daemonSetNodes struct{ d *appsv1.DaemonSet }
+
+func (n daemonSetNodes) Unfinished(pods []corev1.Pod, hash string, now time.Time) []string {
+	return DaemonSetUnfinished(n.d, pods, hash, now)
+}
+
+func (n daemonSetNodes) NotWaitedFor(pods []corev1.Pod, hash string, unfinished []string, nodes map[string]NodeState) []string {
+	return DaemonSetNotWaitedFor(n.d, pods, hash, unfinished, nodes)
+}
+
+func (n daemonSetNodes) StalledBy(unfinished []string, nodes map[string]NodeState) []string {
+	return DaemonSetStalledBy(n.d, unfinished, nodes)
+}
+
 // DaemonSetUnfinished returns the nodes where d's rollout is not done yet:
 // nodes holding a pod of d (pods: its own, any revision) but none of its
 // current template (stamped hash), not being deleted, and available (Ready

@@ -177,3 +177,16 @@ func TestDaemonSetOnNoNodeHasNothingToWaitFor(t *testing.T) {
 		}
 	}
 }
+
+// Of the built-in kinds only a DaemonSet rolls node by node (Kind.Nodes),
+// and an object of another kind has no per-node rollout.
+func TestOnlyADaemonSetRollsNodeByNode(t *testing.T) {
+	for _, k := range NewRegistry().All() {
+		if got := k.Nodes(k.New()) != nil; got != (k.Name == "DaemonSet") {
+			t.Errorf("%s: a per-node rollout %v", k.Name, got)
+		}
+		if k.Name == "DaemonSet" && k.Nodes(&appsv1.Deployment{}) != nil {
+			t.Error("a Deployment read as a DaemonSet has a per-node rollout")
+		}
+	}
+}

@@ -110,3 +110,6 @@ func (statefulSet) Hold(s *appsv1.StatefulSet, window time.Duration) Hold {
 
 // Freeze: none; its partition updates no other pod, whatever their availability.
 func (statefulSet) Freeze(*appsv1.StatefulSet) Hold { return nil }
+
+// Nodes: none; its pods are bound to no node.
+func (statefulSet) Nodes(*appsv1.StatefulSet) NodeRollout { return nil }
