@@ -548,8 +548,8 @@ func ringText(ring int) string {
 	if ring == 0 {
 		return "0: its canary judges a change of a source copied into the rings above, and its halts hold them"
 	}
-	return fmt.Sprintf("%d: a change of a source copied into lower rings waits for them, and a canary of it that passed there "+
-		"after the change was seen judges it; a halt of it in ring 0 holds it", ring)
+	return fmt.Sprintf("%d: a change of a source copied into lower rings waits for them, and a canary of it there that began "+
+		"with the change (at most the ring settle before it was seen) and passed after it was seen judges it; a halt of it in ring 0 holds it", ring)
 }
 
 // ringZero names the workload of ring 0 that holds a waiter of a ring above.
