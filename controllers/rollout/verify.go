@@ -73,13 +73,13 @@ type Verification struct {
 	// 0 or 1: as it is).
 	PollScale int
 	// NotWaitedFor: the NotReady nodes whose pods alone keep a DaemonSet's
-	// rollout from complete (workload.DaemonSetNotWaitedFor, PodsSeen.NodesNotReady):
+	// rollout from complete (workload.NodeRollout.NotWaitedFor, PodsSeen.NodesNotReady):
 	// they cannot be replaced until their node is back or gone, so the
 	// rollout is complete without them once its controller observed the
 	// template (StatusSeen).
 	NotWaitedFor []string
 	// StalledBy: NotReady nodes that stall a DaemonSet's rolling update in
-	// its own controller (workload.DaemonSetStalledBy): no progress then is
+	// its own controller (workload.NodeRollout.StalledBy): no progress then is
 	// no failure of the change.
 	StalledBy []string
 	// Progressed: the last progress its pods show (ProgressOf; zero: none).
@@ -227,7 +227,7 @@ type PodsSeen struct {
 	// fails the rollout.
 	Unmountable []string
 	// NodesNotReady: NotReady nodes a DaemonSet's rollout does not wait for
-	// (workload.DaemonSetNotWaitedFor); their pods are passed over.
+	// (workload.NodeRollout.NotWaitedFor); their pods are passed over.
 	NodesNotReady []string
 }
 

@@ -114,7 +114,7 @@ type Status struct {
 	Complete bool
 	// Observed: its controller observed the current template (a DaemonSet's
 	// observedGeneration). A rollout whose only unfinished pods are on
-	// NotReady nodes its controller cannot replace them on (DaemonSetNotWaitedFor,
+	// NotReady nodes its controller cannot replace them on (NodeRollout.NotWaitedFor,
 	// rollout.Verification.NotWaitedFor) counts as complete once observed.
 	Observed bool
 	// Exceeded: the rollout failed as its controller reports it (a

@@ -31,7 +31,7 @@ func (daemonSet) Template(d *appsv1.DaemonSet) *corev1.PodTemplateSpec { return 
 // observed it and schedules no pod: a node selector no node matches); else
 // the latest generation observed and every scheduled node updated and
 // available (the NotReady nodes a judgement finds alone in the way,
-// DaemonSetNotWaitedFor, are not waited for once it is Observed: their pods
+// NodeRollout.NotWaitedFor, are not waited for once it is Observed: their pods
 // cannot be replaced until their node is back or gone). No node is read
 // from the last observed generation: a stamp does not move the nodes a
 // DaemonSet runs on.

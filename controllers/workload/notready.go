@@ -35,34 +35,23 @@ func NodeStateOf(n *corev1.Node) NodeState {
 // pod per node (Behavior.Nodes): where it is not done, and which NotReady
 // nodes alone keep it from complete or stall its own controller.
 type NodeRollout interface {
-	// Unfinished: DaemonSetUnfinished.
+	// Unfinished: the nodes where the rollout is not done yet.
 	Unfinished(pods []corev1.Pod, hash string, now time.Time) []string
-	// NotWaitedFor: DaemonSetNotWaitedFor.
+	// NotWaitedFor: the NotReady nodes that alone keep it from complete.
 	NotWaitedFor(pods []corev1.Pod, hash string, unfinished []string, nodes map[string]NodeState) []string
-	// StalledBy: DaemonSetStalledBy.
+	// StalledBy: the NotReady nodes that stall its own controller.
 	StalledBy(unfinished []string, nodes map[string]NodeState) []string
 }
 
 // daemonSetNodes is a DaemonSet's NodeRollout.
 type daemonSetNodes struct{ d *appsv1.DaemonSet }
 
-func (n daemonSetNodes) Unfinished(pods []corev1.Pod, hash string, now time.Time) []string {
-	return DaemonSetUnfinished(n.d, pods, hash, now)
-}
-
-func (n daemonSetNodes) NotWaitedFor(pods []corev1.Pod, hash string, unfinished []string, nodes map[string]NodeState) []string {
-	return DaemonSetNotWaitedFor(n.d, pods, hash, unfinished, nodes)
-}
-
-func (n daemonSetNodes) StalledBy(unfinished []string, nodes map[string]NodeState) []string {
-	return DaemonSetStalledBy(n.d, unfinished, nodes)
-}
-
-// DaemonSetUnfinished returns the nodes where d's rollout is not done yet:
+// Unfinished returns the nodes where the DaemonSet's rollout is not done yet:
 // nodes holding a pod of d (pods: its own, any revision) but none of its
 // current template (stamped hash), not being deleted, and available (Ready
 // for its minReadySeconds at now). Sorted.
-func DaemonSetUnfinished(d *appsv1.DaemonSet, pods []corev1.Pod, hash string, now time.Time) []string {
+func (ds daemonSetNodes) Unfinished(pods []corev1.Pod, hash string, now time.Time) []string {
+	d := ds.d
 	done, seen := map[string]bool{}, map[string]bool{}
 	for i := range pods {
 		p := &pods[i]
@@ -85,8 +74,8 @@ func DaemonSetUnfinished(d *appsv1.DaemonSet, pods []corev1.Pod, hash string, no
 	return out
 }
 
-// DaemonSetNotWaitedFor returns the NotReady nodes that alone keep d's
-// rollout from being complete, or nil. unfinished are DaemonSetUnfinished's
+// NotWaitedFor returns the NotReady nodes that alone keep the DaemonSet's
+// rollout from being complete, or nil. unfinished are Unfinished's
 // nodes, nodes their states. A DaemonSet pod on a node that stopped
 // reporting can be neither replaced nor deleted there (its kubelet must
 // confirm), so its rollout never completes by its status; what a user
@@ -96,7 +85,8 @@ func DaemonSetUnfinished(d *appsv1.DaemonSet, pods []corev1.Pod, hash string, no
 // every other node it wants updated and available (the NotReady nodes it
 // counts in desiredNumberScheduled — those whose taints its pods tolerate —
 // deducted).
-func DaemonSetNotWaitedFor(d *appsv1.DaemonSet, pods []corev1.Pod, hash string, unfinished []string, nodes map[string]NodeState) []string {
+func (ds daemonSetNodes) NotWaitedFor(pods []corev1.Pod, hash string, unfinished []string, nodes map[string]NodeState) []string {
+	d := ds.d
 	st := d.Status
 	if st.ObservedGeneration < d.Generation || len(unfinished) == 0 {
 		return nil
@@ -119,8 +109,8 @@ func DaemonSetNotWaitedFor(d *appsv1.DaemonSet, pods []corev1.Pod, hash string, 
 	return unfinished
 }
 
-// DaemonSetStalledBy returns the NotReady nodes that stall d's rolling
-// update in its own controller, or nil. unfinished are DaemonSetUnfinished's
+// StalledBy returns the NotReady nodes that stall the DaemonSet's rolling
+// update in its own controller, or nil. unfinished are Unfinished's
 // nodes, nodes their states. Without surge, the DaemonSet controller counts
 // a node whose pod is not available (a NotReady node's, old or new) against
 // maxUnavailable, and updates no further node while that budget is used up
@@ -131,7 +121,8 @@ func DaemonSetNotWaitedFor(d *appsv1.DaemonSet, pods []corev1.Pod, hash string, 
 // least maxUnavailable (scaled on desiredNumberScheduled, rounded up, as the
 // controller does). Nothing configstamp can do (it deletes no pods), and no
 // failure of the change.
-func DaemonSetStalledBy(d *appsv1.DaemonSet, unfinished []string, nodes map[string]NodeState) []string {
+func (ds daemonSetNodes) StalledBy(unfinished []string, nodes map[string]NodeState) []string {
+	d := ds.d
 	if d.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || d.Status.ObservedGeneration < d.Generation {
 		return nil
 	}

@@ -70,8 +70,8 @@ func TestDaemonSetNotWaitedFor(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			unfinished := DaemonSetUnfinished(tc.ds, tc.pods, "new", now)
-			got := DaemonSetNotWaitedFor(tc.ds, tc.pods, "new", unfinished, tc.nodes)
+			unfinished := (daemonSetNodes{tc.ds}).Unfinished(tc.pods, "new", now)
+			got := (daemonSetNodes{tc.ds}).NotWaitedFor(tc.pods, "new", unfinished, tc.nodes)
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("DaemonSetNotWaitedFor = %v (unfinished %v), want %v", got, unfinished, tc.want)
 			}
@@ -92,10 +92,10 @@ func TestDaemonSetUnfinishedMinReadySeconds(t *testing.T) {
 	d := &appsv1.DaemonSet{Spec: appsv1.DaemonSetSpec{MinReadySeconds: 60}}
 	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{stamp.AnnotationHash: "new"}}, Spec: corev1.PodSpec{NodeName: "a"},
 		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-30 * time.Second))}}}}
-	if got := DaemonSetUnfinished(d, []corev1.Pod{p}, "new", now); !slices.Equal(got, []string{"a"}) {
+	if got := (daemonSetNodes{d}).Unfinished([]corev1.Pod{p}, "new", now); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("unfinished = %v, want [a]", got)
 	}
-	if got := DaemonSetUnfinished(d, []corev1.Pod{p}, "new", now.Add(time.Minute)); len(got) != 0 {
+	if got := (daemonSetNodes{d}).Unfinished([]corev1.Pod{p}, "new", now.Add(time.Minute)); len(got) != 0 {
 		t.Errorf("unfinished a minute later = %v, want none", got)
 	}
 }
@@ -144,7 +144,7 @@ func TestDaemonSetStalledBy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := DaemonSetStalledBy(tc.d, tc.unfinished, nodes); !slices.Equal(got, tc.want) {
+			if got := (daemonSetNodes{tc.d}).StalledBy(tc.unfinished, nodes); !slices.Equal(got, tc.want) {
 				t.Fatalf("stalled by %v, want %v", got, tc.want)
 			}
 		})
