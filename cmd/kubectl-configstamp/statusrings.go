@@ -38,20 +38,37 @@ type ringState struct {
 
 // ringGroupsOf groups the records of the workloads of ringed namespaces by
 // source, for the sources some of them are rolling out or halted on (a
-// group whose rollouts are all completed is not in flight: left out).
+// group whose rollouts are all completed is not in flight: left out). Only
+// the namespaces of workloads whose records name a source rolling or halted
+// somewhere are read: none when nothing is in flight.
 func ringGroupsOf(ctx context.Context, nsl *namespaceLabels, ws []workload) []ringGroup {
 	type at struct {
 		source string
 		ring   int
 	}
+	open := map[string]bool{} // the sources rolling or halted anywhere
+	recs := make([]rollout.Record, len(ws))
+	for i, w := range ws {
+		rec := rollout.Read(w.meta.Annotations)
+		recs[i] = rec
+		if rec.Open() || rec.Halted != "" {
+			for _, source := range recordSources(rec) {
+				open[source] = true
+			}
+		}
+	}
 	states, inFlight := map[at]*ringState{}, map[string]bool{}
-	for _, w := range ws {
+	for i, w := range ws {
+		rec := recs[i]
+		sources := slices.DeleteFunc(recordSources(rec), func(source string) bool { return !open[source] })
+		if len(sources) == 0 {
+			continue
+		}
 		ring, ok, _ := rollout.RingOf(nsl.get(ctx, w.meta.Namespace))
 		if !ok {
 			continue
 		}
-		rec := rollout.Read(w.meta.Annotations)
-		for _, source := range recordSources(rec) {
+		for _, source := range sources {
 			s := states[at{source, ring}]
 			if s == nil {
 				s = &ringState{Ring: ring, Namespaces: []string{}}
